@@ -1,0 +1,142 @@
+"""The `fairgpu` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairgpu.framework.profile import ProfileError, builtin_profiles, load_profile
+from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim import traces
+from fairgpu.sim.runner import SimResult, simulate
+from fairgpu.sim.scenario import Scenario, ScenarioError, parse_duration
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Fair-share GPU scheduling for Kubernetes."
+)
+DEFAULT_PROFILES = ("kube-default", "fairgpu")
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpus: int | None) -> Scenario:
+    if trace is None:
+        if nodes is not None or gpus is not None:
+            raise ScenarioError("--nodes and --gpus go with --trace")
+        return scenario_mod.load(scenario or "demo")
+    if scenario is not None:
+        raise ScenarioError("give --scenario or --trace, not both")
+    kind, _, path = trace.partition(":")
+    if kind == "openb":
+        if nodes is None:
+            raise ScenarioError("--trace openb:PODS.csv needs --nodes NODES.csv")
+        return traces.load_openb(Path(path), nodes)
+    if kind == "philly":
+        if gpus is None:
+            raise ScenarioError("--trace philly:FILE.csv needs --gpus N")
+        return traces.load_philly(Path(path), gpus)
+    raise ScenarioError(f"--trace: {trace!r} must be openb:PODS.csv or philly:FILE.csv")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario: Annotated[str | None, typer.Option(help="Built-in scenario name or YAML file.")] = None,
+    profile: Annotated[
+        list[str] | None, typer.Option(help="Profile name or YAML file; repeat to compare.")
+    ] = None,
+    trace: Annotated[str | None, typer.Option(help="openb:PODS.csv or philly:FILE.csv")] = None,
+    nodes: Annotated[Path | None, typer.Option(help="Node CSV for an openb trace.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs for a philly trace.")] = None,
+    horizon: Annotated[str | None, typer.Option(help="Override the horizon (e.g. 14d).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
+    try:
+        sc = _load_input(scenario, trace, nodes, gpus)
+        h = parse_duration(horizon) if horizon is not None else None
+        if h is not None and h <= 0:
+            raise ScenarioError("--horizon must be positive")
+        profiles = [load_profile(p) for p in (profile or DEFAULT_PROFILES)]
+    except (ScenarioError, ProfileError, ValueError) as err:
+        raise _fail(str(err)) from None
+    results = [simulate(sc, p, horizon=h) for p in profiles]
+    if as_json:
+        doc = results[0].to_json() if len(results) == 1 else {"runs": [r.to_json() for r in results]}
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    _print_comparison(sc, results)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _print_comparison(sc: Scenario, results: list[SimResult]) -> None:
+    console = Console()
+    console.print(f"[bold]{sc.name}[/] — {sc.description}" if sc.description else f"[bold]{sc.name}[/]")
+    summary = Table(title=f"Run over {results[0].horizon_s / 3600:g} h", title_justify="left")
+    summary.add_column("metric")
+    for res in results:
+        summary.add_column(res.profile, justify="right")
+    summary.add_row("GPU utilization", *[f"{r.utilization:.1%}" for r in results])
+    summary.add_row("fairness error (0 = fair)", *[f"{r.fairness_error:.3f}" for r in results])
+    summary.add_row("Jain index (1 = fair)", *[_fmt(r.jain_index, ".3f") for r in results])
+    summary.add_row("evictions", *[str(r.evictions) for r in results])
+    console.print(summary)
+    queues = Table(title="Per queue", title_justify="left")
+    for col in ("queue", "profile", "GPU-hours", "entitled", "held while others wait", "wait p95"):
+        queues.add_column(col, justify="left" if col in ("queue", "profile") else "right")
+    for name in results[0].queues:
+        for i, res in enumerate(results):
+            q = res.queues[name]
+            queues.add_row(
+                name if i == 0 else "",
+                res.profile,
+                f"{q['gpu_hours']:.0f}",
+                f"{q['entitled_gpu_hours']:.0f}",
+                _fmt(q["share_while_others_wait"], ".0%"),
+                _fmt_wait(q["wait_p95_s"]),
+                end_section=i == len(results) - 1,
+            )
+    console.print(queues)
+
+
+def _fmt_wait(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@app.command("scenarios")
+def scenarios_cmd() -> None:
+    """List the built-in scenarios."""
+    table = Table("scenario", "what it shows")
+    for name, desc in scenario_mod.builtin_scenarios().items():
+        table.add_row(name, desc)
+    Console().print(table)
+
+
+@app.command("profiles")
+def profiles_cmd() -> None:
+    """List the built-in profiles."""
+    table = Table("profile", "what it does")
+    for name in builtin_profiles():
+        table.add_row(name, " ".join(load_profile(name).description.split()))
+    Console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""The scheduling cycle, its extension points, profiles and the plugin registry."""

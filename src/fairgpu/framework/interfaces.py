@@ -1,0 +1,131 @@
+"""Extension points, mirroring the Kubernetes scheduling framework.
+
+Plugins see the engine only through `EngineView` and the `FitMask` handed to filters and scores.
+Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it carries out `Bound`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from fairgpu.model.pod import PodSpec, Workload
+from fairgpu.model.queue import QueueTree
+from fairgpu.state import ClusterState, Placement
+
+
+@dataclass(slots=True)
+class EngineView:
+    """What plugins may read: cluster state, queue tree, and per-queue usage, demand and entitlement."""
+
+    state: ClusterState
+    tree: QueueTree
+    capacity: np.ndarray  # (R,) cluster capacity over the fair dimensions
+    usage: np.ndarray  # (Q, R) held by placed pods
+    demand: np.ndarray  # (Q, R) running + pending
+    entitled: np.ndarray  # (Q, R) fair share, refreshed at the start of each cycle
+    usage_dom: np.ndarray  # (Q,) dominant share of usage
+    entitled_dom: np.ndarray  # (Q,) dominant share of entitlement
+    now: float = 0.0
+
+
+@dataclass(slots=True)
+class FitMask:
+    """Nodes (and, for GPU pods, GPU slots) that can still take a pod, narrowed by each filter in turn.
+
+    `slots` may be an array owned by ClusterState: narrow it with `restrict_slots`, never in place.
+    `slot_count` caches the per-node count of usable slots when a filter already knows it.
+    """
+
+    nodes: np.ndarray
+    slots: np.ndarray | None = None
+    slot_count: np.ndarray | None = None
+
+    def restrict_nodes(self, keep: np.ndarray) -> None:
+        self.nodes = self.nodes & keep
+
+    def restrict_slots(self, keep: np.ndarray, count: np.ndarray | None = None) -> None:
+        self.slots = keep if self.slots is None else self.slots & keep
+        self.slot_count = count if self.slots is keep else None
+
+    def counts(self) -> np.ndarray:
+        if self.slot_count is None:
+            self.slot_count = np.count_nonzero(self.slots, axis=1)
+        return self.slot_count
+
+
+@dataclass(slots=True, frozen=True)
+class Candidate:
+    """A queue's next workload, offered to QueueSort."""
+
+    queue: int
+    workload: Workload
+    seq: int
+
+
+@runtime_checkable
+class QueueSort(Protocol):
+    def pick(self, candidates: list[Candidate], view: EngineView) -> int:
+        """Index into candidates of the workload to try next."""
+        ...
+
+
+@runtime_checkable
+class Admit(Protocol):
+    def admit(self, workload: Workload, queue: int, charge: np.ndarray, view: EngineView) -> str | None:
+        """None to admit, else why not (shown to the user)."""
+        ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    name: str
+
+    def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
+        """Narrow `mask` to the nodes and slots that can hold the pod."""
+        ...
+
+
+@runtime_checkable
+class Score(Protocol):
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        """(N,) scores in 0..100, higher is better; values of nodes outside mask.nodes are ignored."""
+        ...
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        """The candidate slots of the chosen node, best first."""
+        ...
+
+
+@runtime_checkable
+class Permit(Protocol):
+    def permit(self, workload: Workload, placed: int) -> bool:
+        """May the pods reserved so far (placed of len(workload.pods)) be kept?"""
+        ...
+
+
+@runtime_checkable
+class Preempt(Protocol):
+    def preempt(self, workload: Workload, queue: int, view: EngineView) -> list[str]:
+        """Workload names to evict so that `workload` fits; empty if none should be."""
+        ...
+
+
+@dataclass(slots=True, frozen=True)
+class Bound:
+    """Decision: bind pod `pod` of workload `workload` at `placement` (the driver carries it out)."""
+
+    workload: str
+    pod: int
+    pod_name: str
+    placement: Placement
+
+
+@dataclass(slots=True, frozen=True)
+class Evict:
+    """Decision: evict a running workload (all its pods) for `reason`."""
+
+    workload: str
+    reason: str

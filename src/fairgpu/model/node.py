@@ -1,0 +1,27 @@
+"""Nodes and their GPU devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GPU_CORES = 100  # percent of one GPU's compute
+DEFAULT_SPLIT_COUNT = 10  # HAMi deviceSplitCount: tasks one GPU may hold
+
+
+@dataclass(slots=True, frozen=True)
+class GpuDevice:
+    model: str
+    memory_mib: int
+    uuid: str = ""
+    healthy: bool = True
+
+
+@dataclass(slots=True)
+class NodeSpec:
+    name: str
+    cpu_m: int
+    memory_mib: int
+    gpus: tuple[GpuDevice, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    split_count: int = DEFAULT_SPLIT_COUNT
+    schedulable: bool = True

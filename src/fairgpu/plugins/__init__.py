@@ -1,0 +1,5 @@
+"""Built-in plugins; importing this package registers them."""
+
+from fairgpu.plugins import fit, gang, gputype, quota, scores, sort
+
+__all__ = ["fit", "gang", "gputype", "quota", "scores", "sort"]

@@ -1,0 +1,38 @@
+"""Filter plugin: CPU, memory, and GPUs under HAMi's per-GPU rules (count on distinct GPUs, cores, MiB)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairgpu.framework.interfaces import EngineView, Filter, FitMask
+from fairgpu.framework.profile import register
+from fairgpu.model.pod import PodSpec
+
+
+@register(Filter, "Resources")
+@dataclass(slots=True)
+class Resources:
+    name: str = "Resources"
+
+    def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
+        st = view.state
+        mask.restrict_nodes(st.schedulable & (st.cpu_free >= pod.cpu_m) & (st.mem_free >= pod.memory_mib))
+        g = pod.gpu
+        if g is None:
+            return
+        if g.exclusive:
+            # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
+            mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
+        else:
+            need = g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
+            ok = (
+                st.gpu_usable
+                & ~st.gpu_exclusive
+                & (st.gpu_tasks < st.split[:, None])
+                & (st.gpu_cores_free >= g.cores)
+                & (st.gpu_mem_free >= need)
+            )
+            if g.cores == 0:
+                ok &= st.gpu_cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
+            mask.restrict_slots(ok)
+        mask.restrict_nodes(mask.counts() >= g.count)

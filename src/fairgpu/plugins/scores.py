@@ -1,0 +1,70 @@
+"""Score plugins: which feasible node, and which GPUs on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask, Score
+from fairgpu.framework.profile import register
+from fairgpu.model.pod import PodSpec
+
+_NODE_RESOURCES = ("cpu", "memory", "gpu")
+
+
+def _free_after(pod: PodSpec, view: EngineView, resource: str) -> tuple[np.ndarray, np.ndarray]:
+    """(free after placing the pod, capacity) per node for one resource."""
+    st = view.state
+    if resource == "cpu":
+        return st.cpu_free - pod.cpu_m, st.cpu_cap
+    if resource == "memory":
+        return st.mem_free - pod.memory_mib, st.mem_cap
+    taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+    return st.node_cores_free - taken, st.node_cores_cap
+
+
+def _free_fraction(pod: PodSpec, view: EngineView, resources: tuple[str, ...]) -> np.ndarray:
+    total = np.zeros(view.state.num_nodes)
+    for res in resources:
+        free, cap = _free_after(pod, view, res)
+        total += np.divide(free, cap, out=np.zeros(len(cap)), where=cap > 0)
+    return total / len(resources)
+
+
+@register(Score, "LeastAllocated")
+@dataclass(slots=True)
+class LeastAllocated:
+    """kube-scheduler's NodeResourcesFit LeastAllocated: prefer the emptiest node (cpu and memory by
+    default, the scheduler's own default scoring resources); GPUs are taken in device order, as the
+    device plugin hands them out."""
+
+    resources: tuple[str, ...] = ("cpu", "memory")
+
+    def __post_init__(self) -> None:
+        self.resources = tuple(self.resources)
+        bad = [x for x in self.resources if x not in _NODE_RESOURCES]
+        if bad or not self.resources:
+            raise ValueError(f"resources must be a non-empty subset of {_NODE_RESOURCES}, got {bad}")
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        return 100.0 * _free_fraction(pod, view, self.resources)
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        return slots
+
+
+@register(Score, "Binpack")
+@dataclass(slots=True)
+class Binpack:
+    """Fill the fullest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the
+    fullest GPUs that fit, so whole GPUs and whole nodes stay free for larger requests."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
+        return 100.0 * (1.0 - _free_fraction(pod, view, resources))
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        st = view.state
+        order = np.lexsort((st.gpu_mem_free[node, slots], st.gpu_cores_free[node, slots]))
+        return slots[order]

@@ -1,0 +1,108 @@
+"""Fairness, utilization and wait metrics of a simulated run (design/metrics.md, "Fairness").
+
+The cluster is piecewise constant between events, so every time-average here is an exact integral over
+those intervals rather than a sampled estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu import resources as r
+from fairgpu.framework.scheduler import Scheduler
+
+
+@dataclass(slots=True)
+class MetricsRecorder:
+    """Feed it `sample(t, scheduler)` after each event's cycle and `close(horizon)` at the end."""
+
+    leaves: list[int]
+    names: list[str]
+    total_gpus: float
+    _t: float | None = None
+    _state: tuple | None = None
+    gpu_seconds: np.ndarray = field(init=False)
+    entitled_gpu_seconds: np.ndarray = field(init=False)
+    share_seconds: np.ndarray = field(init=False)
+    entitled_seconds: np.ndarray = field(init=False)
+    # per queue: its GPU-seconds, and all queues' GPU-seconds, while some *other* queue was backlogged
+    while_others_wait_gpu_seconds: np.ndarray = field(init=False)
+    while_others_wait_total_seconds: np.ndarray = field(init=False)
+    backlogged_seconds: np.ndarray = field(init=False)
+    error_seconds: float = 0.0
+    jain_seconds: float = 0.0
+    jain_time: float = 0.0
+    allocated_gpu_seconds: float = 0.0
+    # time_to_fair_share: per queue, when its current backlogged episode began (None: none open)
+    _open_since: list[float | None] = field(init=False)
+    _was_backlogged: np.ndarray = field(init=False)
+    _reached: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.leaves)
+        self.gpu_seconds = np.zeros(n)
+        self.entitled_gpu_seconds = np.zeros(n)
+        self.share_seconds = np.zeros(n)
+        self.entitled_seconds = np.zeros(n)
+        self.while_others_wait_gpu_seconds = np.zeros(n)
+        self.while_others_wait_total_seconds = np.zeros(n)
+        self.backlogged_seconds = np.zeros(n)
+        self._open_since = [None] * n
+        self._was_backlogged = np.zeros(n, dtype=bool)
+
+    def sample(self, t: float, sched: Scheduler) -> None:
+        self._advance(t)
+        v = sched.view
+        leaves = self.leaves
+        usage = v.usage_dom[leaves].copy()
+        entitled = v.entitled_dom[leaves].copy()
+        gpus = v.usage[leaves, r.DIM_GPU].copy()
+        entitled_gpus = v.entitled[leaves, r.DIM_GPU].copy()
+        backlogged = sched.is_backlogged()[leaves]
+        allocated = sched.state.allocated_gpu_equivalents()
+        self._state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated)
+        for i in np.flatnonzero(backlogged & ~self._was_backlogged):
+            self._open_since[i] = t
+        for i, since in enumerate(self._open_since):
+            # Reached at 90 % of the entitlement, or when nothing of it waits any more.
+            if since is not None and (usage[i] >= 0.9 * entitled[i] - 1e-12 or not backlogged[i]):
+                self._reached.append(t - since)
+                self._open_since[i] = None
+        self._was_backlogged = backlogged
+
+    def _advance(self, t: float) -> None:
+        if self._t is not None and self._state is not None and t > self._t:
+            dt = t - self._t
+            usage, entitled, gpus, entitled_gpus, backlogged, allocated = self._state
+            self.gpu_seconds += gpus * dt
+            self.entitled_gpu_seconds += entitled_gpus * dt
+            self.share_seconds += usage * dt
+            self.entitled_seconds += entitled * dt
+            self.backlogged_seconds += backlogged * dt
+            self.error_seconds += 0.5 * float(np.abs(usage - entitled).sum()) * dt
+            self.allocated_gpu_seconds += allocated * dt
+            contenders = backlogged & (entitled > 0)
+            if contenders.sum() >= 2:
+                x = usage[contenders] / entitled[contenders]
+                denom = len(x) * float((x * x).sum())
+                self.jain_seconds += (float(x.sum()) ** 2 / denom if denom > 0 else 0.0) * dt
+                self.jain_time += dt
+            others_wait = (int(backlogged.sum()) - backlogged) > 0
+            self.while_others_wait_gpu_seconds += np.where(others_wait, gpus, 0.0) * dt
+            self.while_others_wait_total_seconds += np.where(others_wait, float(gpus.sum()), 0.0) * dt
+        self._t = t if self._t is None else max(self._t, t)
+
+    def close(self, horizon: float) -> None:
+        self._advance(horizon)
+
+    def time_to_fair_share(self) -> dict[str, float | int | None]:
+        """Median and max seconds from a queue becoming backlogged to holding 90 % of its entitlement."""
+        reached = self._reached
+        return {
+            "median": float(np.median(reached)) if reached else None,
+            "max": float(np.max(reached)) if reached else None,
+            "episodes": len(reached),
+            "not_reached": sum(since is not None for since in self._open_since),
+        }

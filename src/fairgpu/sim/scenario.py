@@ -1,0 +1,324 @@
+"""Scenario files: a cluster, its queues and the workloads submitted to it, validated at the edge.
+
+Every error names the field (`workloads[2].requests.cpu`) and the problem, so the CLI can print one line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources as pkg_resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fairgpu import resources as r
+from fairgpu.model import (
+    GpuDevice,
+    NodeSpec,
+    PodSpec,
+    QueueSpec,
+    QueueTree,
+    RequestError,
+    Workload,
+    gpu_request,
+)
+from fairgpu.model.node import DEFAULT_SPLIT_COUNT
+from fairgpu.state import ClusterState
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; the message is one line naming the field and the problem."""
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from a number or "30s", "10m", "8h", "2d"."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 8h, 2d)")
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not np.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{value!r} must be a non-negative duration")
+    return seconds
+
+
+Quantity = str | int | float
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeGroup(_Strict):
+    count: int = Field(default=1, ge=0)
+    name: str = ""  # prefix of node names; defaults to the group's index
+    gpus: int = Field(default=0, ge=0)
+    gpu_model: str = ""
+    gpu_memory: Quantity = 0
+    cpu: Quantity
+    memory: Quantity
+    labels: dict[str, str] = Field(default_factory=dict)
+    split_count: int = Field(default=DEFAULT_SPLIT_COUNT, ge=1)
+
+    @field_validator("cpu", "memory", "gpu_memory")
+    @classmethod
+    def _quantity(cls, v: Quantity) -> Quantity:
+        if r.parse_quantity(v) < 0:
+            raise ValueError(f"{v!r} must not be negative")
+        return v
+
+    @model_validator(mode="after")
+    def _gpu_fields(self) -> NodeGroup:
+        if self.gpus and (not self.gpu_model or r.memory_mib(self.gpu_memory) <= 0):
+            raise ValueError("nodes with gpus need gpu_model and a positive gpu_memory")
+        return self
+
+
+class ClusterDoc(_Strict):
+    nodes: list[NodeGroup] = Field(min_length=1)
+
+
+class QueueDoc(_Strict):
+    name: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+    guaranteed: dict[str, Quantity] = Field(default_factory=dict)
+    limit: dict[str, Quantity] = Field(default_factory=dict)
+    parent: str | None = None
+
+    @field_validator("guaranteed", "limit")
+    @classmethod
+    def _vector(cls, v: dict[str, Quantity]) -> dict[str, Quantity]:
+        r.quota_vector(v, default=0.0)
+        return v
+
+
+class WorkloadGroup(_Strict):
+    queue: str
+    name: str = ""  # prefix of workload names; defaults to "<queue>-<index>"
+    at: Quantity = 0
+    count: int = Field(default=1, ge=0)
+    every: Quantity = 0
+    pods: int = Field(default=1, ge=1)
+    priority: int = 0
+    duration: Quantity
+    duration_max: Quantity | None = None  # durations drawn uniformly in [duration, duration_max]
+    user: str = ""
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    gpu_include: list[str] = Field(default_factory=list)
+    gpu_exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("at", "every", "duration", "duration_max")
+    @classmethod
+    def _duration(cls, v: Quantity | None) -> Quantity | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    @field_validator("requests")
+    @classmethod
+    def _requests(cls, v: dict[str, Quantity]) -> dict[str, Quantity]:
+        unknown = sorted(set(v) - set(r.POD_RESOURCES))
+        if unknown:
+            raise ValueError(
+                f"unknown resource {unknown[0]!r} (expected one of {', '.join(r.POD_RESOURCES)})"
+            )
+        pod_from_requests(v)
+        return v
+
+    @model_validator(mode="after")
+    def _spread(self) -> WorkloadGroup:
+        if self.duration_max is not None and parse_duration(self.duration_max) < parse_duration(
+            self.duration
+        ):
+            raise ValueError("duration_max must not be less than duration")
+        return self
+
+    def pod_spec(self) -> PodSpec:
+        return pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude))
+
+
+def pod_from_requests(
+    req: dict[str, Quantity], include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
+) -> PodSpec:
+    """A PodSpec from Kubernetes-style resource requests, HAMi defaults applied. Raises ValueError."""
+    try:
+        return PodSpec(
+            cpu_m=r.cpu_millicores(req.get(r.CPU, 0)),
+            memory_mib=r.memory_mib(req.get(r.MEMORY, 0)),
+            gpu=gpu_request(req),
+            gpu_include=include,
+            gpu_exclude=exclude,
+        )
+    except (r.QuantityError, RequestError) as err:
+        raise ValueError(str(err)) from err
+
+
+class ScenarioDoc(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    horizon: Quantity
+    seed: int = 0
+    cluster: ClusterDoc
+    queues: list[QueueDoc] = Field(min_length=1)
+    workloads: list[WorkloadGroup] = Field(default_factory=list)
+
+    @field_validator("horizon")
+    @classmethod
+    def _horizon(cls, v: Quantity) -> Quantity:
+        if parse_duration(v) <= 0:
+            raise ValueError("horizon must be positive")
+        return v
+
+
+@dataclass(slots=True)
+class Scenario:
+    """A validated scenario, in the engine's model."""
+
+    name: str
+    horizon: float
+    nodes: list[NodeSpec]
+    queues: list[QueueSpec]
+    workloads: list[Workload]
+    description: str = ""
+
+    def tree(self) -> QueueTree:
+        return QueueTree(self.queues)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    msg = e["msg"].removeprefix("Value error, ")
+    loc = tuple(p for p in e["loc"] if p not in ("str", "int", "float"))
+    if e["type"] == "extra_forbidden":
+        return f"{_loc(loc)}: unknown key"
+    if e["type"] == "missing":
+        return f"{_loc(loc)}: required key is missing"
+    return f"{_loc(loc)}: {msg}" if loc else msg
+
+
+def build(doc: dict[str, Any]) -> Scenario:
+    """Validate a scenario mapping and turn it into engine objects. Raises ScenarioError."""
+    if not isinstance(doc, dict):
+        raise ScenarioError("scenario: expected a mapping at the top level")
+    try:
+        sd = ScenarioDoc.model_validate(doc)
+    except ValidationError as err:
+        raise ScenarioError(_first_error(err)) from err
+
+    nodes: list[NodeSpec] = []
+    for gi, grp in enumerate(sd.cluster.nodes):
+        prefix = grp.name or f"node{gi}"
+        mem = r.memory_mib(grp.gpu_memory) if grp.gpus else 0
+        for k in range(grp.count):
+            name = f"{prefix}-{k}"
+            gpus = tuple(GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}") for j in range(grp.gpus))
+            nodes.append(
+                NodeSpec(
+                    name,
+                    r.cpu_millicores(grp.cpu),
+                    r.memory_mib(grp.memory),
+                    gpus,
+                    dict(grp.labels),
+                    split_count=grp.split_count,
+                )
+            )
+    if len({n.name for n in nodes}) != len(nodes):
+        raise ScenarioError("cluster.nodes: node names collide; give each group a distinct name")
+
+    names = [q.name for q in sd.queues]
+    queues = []
+    for qi, q in enumerate(sd.queues):
+        if names.count(q.name) > 1:
+            raise ScenarioError(f"queues[{qi}].name: {q.name!r} is used twice")
+        if q.parent is not None and q.parent not in names:
+            raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
+        guaranteed = r.quota_vector(q.guaranteed, default=np.inf) if q.guaranteed else r.zeros()
+        queues.append(
+            QueueSpec(q.name, q.weight, guaranteed, r.quota_vector(q.limit, default=np.inf), q.parent)
+        )
+    try:
+        tree = QueueTree(queues)
+    except ValueError as err:
+        raise ScenarioError(f"queues: {err}") from err
+
+    empty = ClusterState(nodes)
+    rng = np.random.default_rng(sd.seed)
+    workloads: list[Workload] = []
+    for wi, grp in enumerate(sd.workloads):
+        where = f"workloads[{wi}]"
+        qi = tree.index.get(grp.queue)
+        if qi is None:
+            raise ScenarioError(f"{where}.queue: {grp.queue!r} is not a queue (known: {', '.join(names)})")
+        if not tree.is_leaf[qi]:
+            raise ScenarioError(f"{where}.queue: {grp.queue!r} has child queues; workloads go to leaf queues")
+        pod = grp.pod_spec()
+        problem = empty.unplaceable_reason(pod)
+        if problem:
+            raise ScenarioError(f"{where}.requests: {problem}")
+        at, every = parse_duration(grp.at), parse_duration(grp.every)
+        lo = parse_duration(grp.duration)
+        hi = parse_duration(grp.duration_max) if grp.duration_max is not None else lo
+        prefix = grp.name or f"{grp.queue}-{wi}"
+        for k in range(grp.count):
+            workloads.append(
+                Workload(
+                    name=f"{prefix}-{k}",
+                    queue=grp.queue,
+                    pods=(pod,) * grp.pods,
+                    submit_time=at + k * every,
+                    priority=grp.priority,
+                    duration=float(rng.uniform(lo, hi)) if hi > lo else lo,
+                    user=grp.user,
+                )
+            )
+    if len({w.name for w in workloads}) != len(workloads):
+        raise ScenarioError("workloads: workload names collide; give each group a distinct name")
+    return Scenario(sd.name, parse_duration(sd.horizon), nodes, queues, workloads, sd.description)
+
+
+def builtin_scenarios() -> dict[str, str]:
+    """Built-in scenario name → description."""
+    folder = pkg_resources.files("fairgpu") / "sim" / "scenarios"
+    out = {}
+    for p in sorted(folder.iterdir(), key=lambda p: p.name):
+        if p.name.endswith(".yaml"):
+            doc = yaml.safe_load(p.read_text())
+            out[p.name.removesuffix(".yaml")] = " ".join(str(doc.get("description", "")).split())
+    return out
+
+
+def load(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a scenario YAML file by path. Raises ScenarioError."""
+    if name_or_path in builtin_scenarios():
+        text = (pkg_resources.files("fairgpu") / "sim" / "scenarios" / f"{name_or_path}.yaml").read_text()
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            known = ", ".join(builtin_scenarios())
+            raise ScenarioError(f"scenario {name_or_path!r}: no such file or built-in scenario ({known})")
+        text = path.read_text()
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise ScenarioError(f"scenario {name_or_path}: not valid YAML{line}") from err
+    return build(doc)

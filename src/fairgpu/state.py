@@ -1,0 +1,230 @@
+"""ClusterState: free capacity of every node and GPU slot in numpy arrays, assign/release, invariants.
+
+Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` marks real ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairgpu.model.node import GPU_CORES, NodeSpec
+from fairgpu.model.pod import PodSpec
+
+
+class StateError(RuntimeError):
+    """An assign/release that would corrupt the state; nothing was changed."""
+
+
+@dataclass(slots=True, frozen=True)
+class Placement:
+    """Where one pod runs: a node, its GPU slots, and what it takes on each."""
+
+    node: int
+    slots: tuple[int, ...] = ()
+    cores: int = 0  # per GPU
+    mem_mib: tuple[int, ...] = ()  # per GPU, same order as slots
+    cpu_m: int = 0
+    memory_mib: int = 0
+
+
+class ClusterState:
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        self.nodes = list(nodes)
+        n = len(self.nodes)
+        g = max((len(nd.gpus) for nd in self.nodes), default=0)
+        self.node_names = [nd.name for nd in self.nodes]
+        self.node_index = {name: i for i, name in enumerate(self.node_names)}
+        if len(self.node_index) != n:
+            raise ValueError("node names must be unique")
+        self.models: list[str] = sorted({gpu.model for nd in self.nodes for gpu in nd.gpus})
+        model_id = {m: i for i, m in enumerate(self.models)}
+
+        self.cpu_cap = np.array([nd.cpu_m for nd in self.nodes], dtype=np.int64)
+        self.mem_cap = np.array([nd.memory_mib for nd in self.nodes], dtype=np.int64)
+        self.split = np.array([nd.split_count for nd in self.nodes], dtype=np.int32)
+        self.schedulable = np.array([nd.schedulable for nd in self.nodes], dtype=bool)
+        self.gpu_valid = np.zeros((n, g), dtype=bool)
+        self.gpu_healthy = np.zeros((n, g), dtype=bool)
+        self.gpu_model = np.full((n, g), -1, dtype=np.int32)
+        self.gpu_mem_cap = np.zeros((n, g), dtype=np.int64)
+        for i, nd in enumerate(self.nodes):
+            for j, dev in enumerate(nd.gpus):
+                self.gpu_valid[i, j] = True
+                self.gpu_healthy[i, j] = dev.healthy
+                self.gpu_model[i, j] = model_id[dev.model]
+                self.gpu_mem_cap[i, j] = dev.memory_mib
+        self.gpu_cores_cap = np.where(self.gpu_valid, GPU_CORES, 0).astype(np.int32)
+
+        self.cpu_free = self.cpu_cap.copy()
+        self.mem_free = self.mem_cap.copy()
+        self.gpu_cores_free = self.gpu_cores_cap.copy()
+        self.gpu_mem_free = self.gpu_mem_cap.copy()
+        self.gpu_tasks = np.zeros((n, g), dtype=np.int32)
+        self.gpu_exclusive = np.zeros((n, g), dtype=bool)
+        # Usable GPUs with nothing on them, kept current so whole-GPU pods filter on (n,) not (n, g).
+        self.gpu_idle = self.gpu_valid & self.gpu_healthy
+        self.node_idle_gpus = self.gpu_idle.sum(axis=1).astype(np.int32)
+        self.gpu_usable = self.gpu_valid & self.gpu_healthy
+        self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
+        self.node_cores_free = self.node_cores_cap.copy()
+        self._ledger: dict[str, Placement] = {}
+
+    # -- sizes --------------------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.gpu_valid.sum())
+
+    def mean_gpu_memory_mib(self) -> float:
+        return float(self.gpu_mem_cap.sum() / max(1, self.total_gpus))
+
+    def capacity_vector(self) -> np.ndarray:
+        """Cluster capacity over the fair dimensions (gpu, gpumem, cpu, memory)."""
+        return np.array(
+            [self.total_gpus, self.gpu_mem_cap.sum(), self.cpu_cap.sum(), self.mem_cap.sum()],
+            dtype=np.float64,
+        )
+
+    def model_slots(self, allows: Callable[[str], bool]) -> np.ndarray:
+        """(N, G) bool: real GPU slots whose model passes `allows`."""
+        allowed = np.array([allows(m) for m in self.models] + [False], dtype=bool)  # index -1: no GPU
+        return allowed[self.gpu_model] & self.gpu_valid
+
+    def unplaceable_reason(self, pod: PodSpec) -> str | None:
+        """Why no node could ever hold the pod, even with the cluster empty; None if some node could."""
+        ok = self.cpu_cap >= pod.cpu_m
+        if not ok.any():
+            return f"cpu request {pod.cpu_m}m is more than any node has"
+        ok &= self.mem_cap >= pod.memory_mib
+        if not ok.any():
+            return f"memory request {pod.memory_mib}Mi is more than any node has"
+        g = pod.gpu
+        if g is None:
+            return None
+        slots = self.model_slots(pod.allows_model)
+        if not slots.any():
+            return "no GPU in the cluster is of an allowed model"
+        slots &= self.gpu_mem_cap >= g.mem_mib
+        if not (ok & (slots.sum(axis=1) >= g.count)).any():
+            each = f" with nvidia.com/gpumem {g.mem_mib} MiB each" if g.mem_mib else ""
+            return f"nvidia.com/gpu {g.count}{each} is more than any node has"
+        return None
+
+    def allocated_gpu_equivalents(self) -> float:
+        return float((self.gpu_cores_cap - self.gpu_cores_free).sum()) / GPU_CORES
+
+    # -- mutation -----------------------------------------------------------------------------------
+    def placement_for(self, pod: PodSpec, node: int, slots: Sequence[int]) -> Placement:
+        """The Placement that pod would get on these slots of that node."""
+        slots = tuple(int(s) for s in slots)
+        if pod.gpu is None:
+            return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
+        cap = self.gpu_mem_cap[node, list(slots)]
+        mem = tuple(
+            int(m) for m in np.broadcast_to(cap if pod.gpu.exclusive else pod.gpu.mem_for(cap), cap.shape)
+        )
+        return Placement(node, slots, pod.gpu.cores, mem, pod.cpu_m, pod.memory_mib)
+
+    def assign(self, key: str, p: Placement) -> None:
+        if key in self._ledger:
+            raise StateError(f"{key} is already placed")
+        if not self.fits(p):
+            raise StateError(f"{key} does not fit on node {self.node_names[p.node]}")
+        self._apply(p, -1)
+        self._ledger[key] = p
+
+    def release(self, key: str) -> Placement:
+        p = self._ledger.pop(key, None)
+        if p is None:
+            raise StateError(f"{key} is not placed")
+        self._apply(p, +1)
+        return p
+
+    def placement(self, key: str) -> Placement | None:
+        return self._ledger.get(key)
+
+    def placed_keys(self) -> list[str]:
+        return list(self._ledger)
+
+    def fits(self, p: Placement) -> bool:
+        """Whether a placement fits now, under HAMi's per-GPU rules."""
+        i = p.node
+        if not (0 <= i < self.num_nodes) or self.cpu_free[i] < p.cpu_m or self.mem_free[i] < p.memory_mib:
+            return False
+        if len(set(p.slots)) != len(p.slots):
+            return False  # one container never gets two slots of one GPU
+        for s, m in zip(p.slots, p.mem_mib, strict=True):
+            if not (0 <= s < self.gpu_valid.shape[1]) or not (
+                self.gpu_valid[i, s] and self.gpu_healthy[i, s]
+            ):
+                return False
+            tasks, free_cores = self.gpu_tasks[i, s], self.gpu_cores_free[i, s]
+            if self.gpu_exclusive[i, s] or tasks >= self.split[i] or free_cores < p.cores:
+                return False
+            if self.gpu_mem_free[i, s] < m or (p.cores >= GPU_CORES and tasks > 0):
+                return False
+            if p.cores == 0 and free_cores == 0:
+                return False  # HAMi: a 0-core task cannot land on a card whose cores are all taken
+        return True
+
+    def _apply(self, p: Placement, sign: int) -> None:
+        i = p.node
+        self.cpu_free[i] += sign * p.cpu_m
+        self.mem_free[i] += sign * p.memory_mib
+        if not p.slots:
+            return
+        s = list(p.slots)
+        self.gpu_cores_free[i, s] += sign * p.cores
+        self.node_cores_free[i] += sign * p.cores * len(s)
+        self.gpu_mem_free[i, s] += sign * np.asarray(p.mem_mib, dtype=np.int64)
+        self.gpu_tasks[i, s] -= sign
+        if p.cores >= GPU_CORES:
+            self.gpu_exclusive[i, s] = sign < 0
+        idle = (self.gpu_tasks[i, s] == 0) & self.gpu_healthy[i, s]
+        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, s].sum())
+        self.gpu_idle[i, s] = idle
+
+    # -- checks -------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise StateError if the arrays disagree with the ledger or break a capacity rule."""
+        cpu, mem = self.cpu_cap.copy(), self.mem_cap.copy()
+        cores, gmem = self.gpu_cores_cap.copy(), self.gpu_mem_cap.copy()
+        tasks = np.zeros_like(self.gpu_tasks)
+        exclusive = np.zeros_like(self.gpu_exclusive)
+        for p in self._ledger.values():
+            cpu[p.node] -= p.cpu_m
+            mem[p.node] -= p.memory_mib
+            for s, m in zip(p.slots, p.mem_mib, strict=True):
+                cores[p.node, s] -= p.cores
+                gmem[p.node, s] -= m
+                tasks[p.node, s] += 1
+                exclusive[p.node, s] |= p.cores >= GPU_CORES
+        checks = {
+            "free CPU": (self.cpu_free, cpu),
+            "free memory": (self.mem_free, mem),
+            "free GPU cores": (self.gpu_cores_free, cores),
+            "free GPU memory": (self.gpu_mem_free, gmem),
+            "GPU task count": (self.gpu_tasks, tasks),
+        }
+        for what, (have, want) in checks.items():
+            if not np.array_equal(have, want):
+                raise StateError(f"{what} disagrees with the placements held")
+            if (have < 0).any():
+                raise StateError(f"{what} is negative")
+        if (tasks[exclusive] != 1).any():
+            raise StateError("a whole-GPU pod shares its GPU")
+        if not np.array_equal(exclusive, self.gpu_exclusive):
+            raise StateError("exclusive marks disagree with the placements held")
+        if (tasks > self.split[:, None]).any():
+            raise StateError("a GPU holds more tasks than its split count")
+        idle = self.gpu_valid & self.gpu_healthy & (tasks == 0)
+        if not np.array_equal(idle, self.gpu_idle) or not np.array_equal(idle.sum(1), self.node_idle_gpus):
+            raise StateError("idle-GPU index disagrees with the placements held")
+        if not np.array_equal(cores.sum(axis=1), self.node_cores_free):
+            raise StateError("per-node free GPU cores disagree with the placements held")
