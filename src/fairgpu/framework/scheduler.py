@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,40 +138,47 @@ class Scheduler:
     # -- the scheduling cycle -----------------------------------------------------------------------
     def cycle(self, now: float) -> CycleResult:
         """Place what fits, in the profile's order; an unschedulable workload never blocks those behind it."""
+        result = CycleResult()
+        for _ in self.steps(now, result):
+            pass
+        return result
+
+    def steps(self, now: float, result: CycleResult) -> Iterator[None]:
+        """The cycle one attempt at a time (decisions accumulate in `result`), so a driver can time each
+        decision or stop early; closing the generator early leaves every unattempted workload pending."""
         self.view.now = now
         self.refresh_shares()
-        result = CycleResult()
         failed: set[tuple] = set()  # shapes that did not fit: capacity only shrinks within a cycle
         refused: list[set[tuple]] = [set() for _ in self._heaps]  # per queue, by admission
         skipped: dict[int, list[_Entry]] = {}
         active = [q for q, h in enumerate(self._heaps) if h]
-        while active:
-            candidates = [Candidate(q, self._heaps[q][0].workload, self._heaps[q][0].seq) for q in active]
-            q = candidates[self.profile.queue_sort.pick(candidates, self.view)].queue
-            entry = heapq.heappop(self._heaps[q])
-            if entry.key not in failed and entry.key not in refused[q]:
-                result.attempts += 1
-                reason = self._admit(entry)
-                if reason is not None:
+        try:
+            while active:
+                candidates = [Candidate(q, self._heaps[q][0].workload, self._heaps[q][0].seq) for q in active]
+                q = candidates[self.profile.queue_sort.pick(candidates, self.view)].queue
+                entry = heapq.heappop(self._heaps[q])
+                if entry.key in failed or entry.key in refused[q]:
+                    skipped.setdefault(q, []).append(entry)
+                elif (reason := self._admit(entry)) is not None:
                     refused[q].add(entry.key)
+                    skipped.setdefault(q, []).append(entry)
                 elif self._try_place(entry, result):
                     self._start(entry, result)
-                    if not self._heaps[q]:
-                        active.remove(q)
-                    continue
                 else:
                     failed.add(entry.key)
+                    skipped.setdefault(q, []).append(entry)
                     for plugin in self.profile.preempt:
                         reason = f"preempted so that {entry.workload.name} fits"
                         victims = plugin.preempt(entry.workload, q, self.view)
                         result.evictions.extend(Evict(v, reason) for v in victims)
-            skipped.setdefault(q, []).append(entry)
-            if not self._heaps[q] or all(k in failed or k in refused[q] for k in self._keys[q]):
-                active.remove(q)
-        for q, entries in skipped.items():
-            for entry in entries:
-                heapq.heappush(self._heaps[q], entry)
-        return result
+                if not self._heaps[q] or all(k in failed or k in refused[q] for k in self._keys[q]):
+                    active.remove(q)
+                result.attempts += 1
+                yield
+        finally:
+            for q, entries in skipped.items():
+                for entry in entries:
+                    heapq.heappush(self._heaps[q], entry)
 
     def _admit(self, entry: _Entry) -> str | None:
         remaining = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
