@@ -75,7 +75,11 @@ class QueueSort(Protocol):
 @runtime_checkable
 class Admit(Protocol):
     def admit(self, workload: Workload, queue: int, charge: np.ndarray, view: EngineView) -> str | None:
-        """None to admit, else why not (shown to the user)."""
+        """None to admit, else why not (shown to the user).
+
+        Usage only grows within a cycle, so the engine takes a refusal to hold for every workload of the
+        same queue and shape until the next cycle: decide on the queue and the charge, not on names.
+        """
         ...
 
 
