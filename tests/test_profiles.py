@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import gpu_node, job, tree, whole
 
+from conftest import gpu_node, job, tree, whole
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
 from fairgpu.framework.profile import (
     ProfileError,
@@ -74,7 +74,7 @@ def test_every_extension_point_is_consulted_in_order():
     calls: list[str] = []
 
     class Sort:
-        def pick(self, candidates, view):
+        def pick(self, queues, heads, view):
             calls.append("sort")
             return 0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import fraction, gpu_node, job, tree, whole
 
+from conftest import fraction, gpu_node, job, tree, whole
 from fairgpu import resources as r
 from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
@@ -22,7 +22,7 @@ def test_unschedulable_workload_does_not_block_the_ones_behind_it(two_nodes):
     s.submit(job("small", "a", whole(1), t=1))
     res = s.cycle(0)
     assert started(res) == ["small"]
-    assert s.pending_names() == ["big"]
+    assert list(s.pending) == ["big"]
     s.state.check_invariants()
 
 
@@ -133,7 +133,7 @@ def test_submit_rejects_what_can_never_run_and_keeps_state(two_nodes):
         s.submit(job("y", "nope", whole(1)))
     with pytest.raises(RequestError, match="allowed model"):
         s.submit(job("z", "a", whole(1, gpu_include=("H100",))))
-    assert s.pending_names() == [] and not s.view.demand.any()
+    assert list(s.pending) == [] and not s.view.demand.any()
 
 
 def test_remove_pending_partial_workload_releases_its_pods(two_nodes):
@@ -157,7 +157,7 @@ def test_stopping_steps_early_leaves_the_rest_pending(two_nodes):
     next(steps)
     steps.close()
     assert result.started == ["j0", "j1"]
-    assert sorted(s.pending_names()) == ["j2", "j3", "j4"]
+    assert sorted(list(s.pending)) == ["j2", "j3", "j4"]
     assert started(s.cycle(1)) == ["j2", "j3", "j4"]
 
 

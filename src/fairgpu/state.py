@@ -30,6 +30,36 @@ class Placement:
     memory_mib: int = 0
 
 
+_ARRAYS = (
+    "cpu_free",
+    "mem_free",
+    "gpu_cores_free",
+    "gpu_mem_free",
+    "gpu_tasks",
+    "gpu_exclusive",
+    "gpu_idle",
+    "node_idle_gpus",
+    "node_cores_free",
+)
+_SHARED = (
+    "nodes",
+    "node_names",
+    "node_index",
+    "models",
+    "cpu_cap",
+    "mem_cap",
+    "split",
+    "schedulable",
+    "gpu_valid",
+    "gpu_healthy",
+    "gpu_model",
+    "gpu_mem_cap",
+    "gpu_cores_cap",
+    "gpu_usable",
+    "node_cores_cap",
+)
+
+
 class ClusterState:
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         self.nodes = list(nodes)
@@ -71,6 +101,16 @@ class ClusterState:
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
         self._ledger: dict[str, Placement] = {}
+
+    def copy(self) -> ClusterState:
+        """An independent copy (arrays and ledger) for dry runs; node specs are shared, read-only."""
+        new = object.__new__(ClusterState)
+        for name in _ARRAYS:
+            setattr(new, name, getattr(self, name).copy())
+        for name in _SHARED:
+            setattr(new, name, getattr(self, name))
+        new._ledger = dict(self._ledger)
+        return new
 
     # -- sizes --------------------------------------------------------------------------------------
     @property

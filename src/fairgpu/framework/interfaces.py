@@ -28,6 +28,8 @@ class EngineView:
     entitled: np.ndarray  # (Q, R) fair share, refreshed at the start of each cycle
     usage_dom: np.ndarray  # (Q,) dominant share of usage
     entitled_dom: np.ndarray  # (Q,) dominant share of entitlement
+    history_dom: np.ndarray  # (Q,) dominant share of decayed past usage (0 where half-life is 0)
+    share_ratio: np.ndarray  # (Q,) (usage_dom + history_dom) / entitled_dom; inf when entitled to nothing
     now: float = 0.0
 
 
@@ -56,19 +58,11 @@ class FitMask:
         return self.slot_count
 
 
-@dataclass(slots=True, frozen=True)
-class Candidate:
-    """A queue's next workload, offered to QueueSort."""
-
-    queue: int
-    workload: Workload
-    seq: int
-
-
 @runtime_checkable
 class QueueSort(Protocol):
-    def pick(self, candidates: list[Candidate], view: EngineView) -> int:
-        """Index into candidates of the workload to try next."""
+    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
+        """Index (into queues/heads) of the queue whose head workload is tried next. Each head is already
+        its queue's highest-priority, oldest workload (or its least-served user's, for per-user queues)."""
         ...
 
 

@@ -52,6 +52,7 @@ class _ProfileDoc(BaseModel):
     score: list[_PluginRef | str] = Field(default_factory=list)
     permit: list[_PluginRef | str] = Field(default_factory=list)
     preempt: list[_PluginRef | str] = Field(default_factory=list)
+    reserve: bool = False
 
 
 @dataclass(slots=True)
@@ -64,6 +65,7 @@ class Profile:
     permit: list[Permit] = field(default_factory=list)
     preempt: list[Preempt] = field(default_factory=list)
     description: str = ""
+    reserve: bool = False  # hold nodes for a workload that waited past its queue's starvation_after
 
 
 def _build(ref: _PluginRef | str, point: type, where: str) -> object:
@@ -105,6 +107,7 @@ def profile_from_dict(doc: dict[str, Any]) -> Profile:
         score=scores,
         permit=refs(parsed.permit, Permit, "permit"),
         preempt=refs(parsed.preempt, Preempt, "preempt"),
+        reserve=parsed.reserve,
     )
 
 

@@ -6,7 +6,7 @@ timestamps and carry out the decisions `cycle` returns.
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,7 +15,10 @@ import numpy as np
 
 from fairgpu import fairness
 from fairgpu import resources as r
-from fairgpu.framework.interfaces import Bound, Candidate, EngineView, Evict, FitMask
+from fairgpu.framework import placement as pl
+from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.interfaces import Bound, EngineView, Evict
+from fairgpu.framework.lookahead import Fit, earliest_fit
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, RequestError, Workload
@@ -24,19 +27,41 @@ from fairgpu.state import ClusterState, Placement
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
+    """A submitted workload as the engine tracks it."""
+
     workload: Workload
     queue: int
     seq: int
     charge: np.ndarray  # the whole workload's fair vector
+    share: float  # its dominant share of the cluster
     placed: list[Placement] = field(default_factory=list)
     key: tuple = ()  # what must fit next: failures are cached by it within a cycle
+    started: float | None = None
+
+    @property
+    def user(self) -> str:
+        return self.workload.user
+
+    @property
+    def expected_end(self) -> float:
+        d = self.workload.duration
+        return math.inf if self.started is None or d is None else self.started + d
 
     def sort_key(self) -> tuple[float, float, int]:
         return (-self.workload.priority, self.workload.submit_time, self.seq)
 
-    def __lt__(self, other: _Entry) -> bool:
+    def __lt__(self, other: Entry) -> bool:
         return self.sort_key() < other.sort_key()
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for a starving workload: others may use them only if they end before `fit.at`."""
+
+    workload: str
+    fit: Fit
+    exclude: np.ndarray  # (N,) bool
 
 
 @dataclass(slots=True)
@@ -54,29 +79,35 @@ class Scheduler:
         self.profile = profile
         self.gang = bool(profile.permit)
         q, dims = len(tree), len(r.FAIR_DIMS)
-        capacity = self.state.capacity_vector()
         self.view = EngineView(
             state=self.state,
             tree=tree,
-            capacity=capacity,
+            capacity=self.state.capacity_vector(),
             usage=np.zeros((q, dims)),
             demand=np.zeros((q, dims)),
             entitled=np.zeros((q, dims)),
             usage_dom=np.zeros(q),
             entitled_dom=np.zeros(q),
+            history_dom=np.zeros(q),
+            share_ratio=np.zeros(q),
         )
         self._mean_mem = self.state.mean_gpu_memory_mib()
-        self._heaps: list[list[_Entry]] = [[] for _ in range(q)]
+        self.backlogs = [Backlog(by_user=spec.fair_within == "users") for spec in tree.queues]
         self._keys: list[Counter[tuple]] = [Counter() for _ in range(q)]
-        self._pending: dict[str, _Entry] = {}
-        self._running: dict[str, _Entry] = {}
+        self.pending: dict[str, Entry] = {}
+        self.running: dict[str, Entry] = {}
         self._charges: dict[PodSpec, np.ndarray] = {}
         self._seq = 0
+        # Decayed usage: integral of past usage (resource-seconds) with each queue's half-life.
+        self._decay_rate = np.where(tree.half_life > 0, math.log(2) / np.maximum(tree.half_life, 1e-9), 0.0)
+        self._history = np.zeros((q, dims))
+        self._history_t: float | None = None
+        self.reservation: Reservation | None = None
 
     # -- events from the driver ---------------------------------------------------------------------
     def submit(self, wl: Workload) -> None:
         """Queue a workload. Raises RequestError (nothing changed) if it can never be placed."""
-        if wl.name in self._pending or wl.name in self._running:
+        if wl.name in self.pending or wl.name in self.running:
             raise RequestError(f"workload {wl.name}: already submitted")
         qi = self.tree.index.get(wl.queue)
         if qi is None:
@@ -84,56 +115,59 @@ class Scheduler:
         if not self.tree.is_leaf[qi]:
             raise RequestError(f"workload {wl.name}: queue {wl.queue!r} has child queues; submit to a leaf")
         for pod in wl.pods:
-            self.check_placeable(pod, f"workload {wl.name}")
+            problem = self.state.unplaceable_reason(pod)
+            if problem:
+                raise RequestError(f"workload {wl.name}: {problem}")
         charge = sum((self._charge(p) for p in wl.pods), r.zeros())
-        entry = _Entry(wl, qi, self._seq, charge)
+        entry = Entry(wl, qi, self._seq, charge, float(fairness.dominant_shares(charge, self.view.capacity)))
         self._seq += 1
         entry.key = self._attempt_key(entry)
-        self._pending[wl.name] = entry
-        heapq.heappush(self._heaps[qi], entry)
+        self.pending[wl.name] = entry
+        self.backlogs[qi].push(entry)
         self._keys[qi][entry.key] += 1
         self.view.demand[qi] += charge
 
     def remove(self, name: str) -> list[Placement]:
         """A workload finished or was deleted: release whatever it holds. Returns the released placements."""
-        entry = self._running.pop(name, None)
+        entry = self.running.pop(name, None)
         if entry is None:
-            entry = self._pending.pop(name, None)
+            entry = self.pending.pop(name, None)
             if entry is None:
                 raise KeyError(name)
-            self._heaps[entry.queue].remove(entry)
-            heapq.heapify(self._heaps[entry.queue])
+            self.backlogs[entry.queue].remove(entry)
             self._forget_key(entry)
         released = [self._release(entry, i) for i in range(len(entry.placed))]
         entry.placed.clear()
         self.view.demand[entry.queue] -= entry.charge
+        if self.reservation is not None and self.reservation.workload == name:
+            self.reservation = None
         return released
 
     # -- queries ------------------------------------------------------------------------------------
-    def pending_names(self) -> list[str]:
-        return list(self._pending)
-
-    def running_names(self) -> list[str]:
-        return list(self._running)
-
     def is_backlogged(self) -> np.ndarray:
         """(Q,) whether each queue has pending workloads."""
-        return np.array([bool(h) for h in self._heaps], dtype=bool)
+        return np.array([len(b) > 0 for b in self.backlogs], dtype=bool)
 
-    def pending_count(self, queue: int) -> int:
-        return len(self._heaps[queue])
-
-    def refresh_shares(self) -> None:
+    def refresh_shares(self, now: float) -> None:
+        """Decay usage history to `now` and recompute entitlements and every queue's share ratio."""
         v = self.view
+        self._decay(now)
         v.entitled = fairness.entitlements(self.tree, v.capacity, v.demand)
         v.entitled_dom = fairness.dominant_shares(v.entitled, v.capacity)
         v.usage_dom = fairness.dominant_shares(v.usage, v.capacity)
+        v.history_dom = fairness.dominant_shares(self._history * self._decay_rate[:, None], v.capacity)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v.share_ratio = np.where(
+                v.entitled_dom > 0, (v.usage_dom + v.history_dom) / v.entitled_dom, np.inf
+            )
 
-    def check_placeable(self, pod: PodSpec, where: str) -> None:
-        """Raise RequestError if no node of this cluster could ever hold the pod, even when empty."""
-        problem = self.state.unplaceable_reason(pod)
-        if problem:
-            raise RequestError(f"{where}: {problem}")
+    def running_ends(self) -> list[tuple[float, list[str]]]:
+        """(expected end, pod keys) of every placed workload, running or partly placed."""
+        out = [(e.expected_end, list(e.workload.pod_names[: len(e.placed)])) for e in self.running.values()]
+        out += [
+            (math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed
+        ]
+        return [(t, keys) for t, keys in out if math.isfinite(t)]
 
     # -- the scheduling cycle -----------------------------------------------------------------------
     def cycle(self, now: float) -> CycleResult:
@@ -147,40 +181,39 @@ class Scheduler:
         """The cycle one attempt at a time (decisions accumulate in `result`), so a driver can time each
         decision or stop early; closing the generator early leaves every unattempted workload pending."""
         self.view.now = now
-        self.refresh_shares()
+        self.refresh_shares(now)
         failed: set[tuple] = set()  # shapes that did not fit: capacity only shrinks within a cycle
-        refused: list[set[tuple]] = [set() for _ in self._heaps]  # per queue, by admission
-        skipped: dict[int, list[_Entry]] = {}
-        active = [q for q, h in enumerate(self._heaps) if h]
+        refused: list[set[tuple]] = [set() for _ in self.backlogs]  # per queue, by admission
+        skipped: dict[int, list[Entry]] = {}
+        active = [q for q, b in enumerate(self.backlogs) if b]
         try:
             while active:
-                candidates = [Candidate(q, self._heaps[q][0].workload, self._heaps[q][0].seq) for q in active]
-                q = candidates[self.profile.queue_sort.pick(candidates, self.view)].queue
-                entry = heapq.heappop(self._heaps[q])
-                if entry.key in failed or entry.key in refused[q]:
+                heads = [self.backlogs[q].peek().workload for q in active]
+                q = active[self.profile.queue_sort.pick(active, heads, self.view)]
+                entry = self.backlogs[q].pop()
+                exclude = self._reserved_for_others(entry, now)
+                key = entry.key if exclude is None else (*entry.key, "outside-reservation")
+                if key in failed or entry.key in refused[q]:
                     skipped.setdefault(q, []).append(entry)
-                elif (reason := self._admit(entry)) is not None:
+                elif self._admit(entry) is not None:
                     refused[q].add(entry.key)
                     skipped.setdefault(q, []).append(entry)
-                elif self._try_place(entry, result):
-                    self._start(entry, result)
+                elif self._try_place(entry, result, exclude):
+                    self._start(entry, result, now)
                 else:
-                    failed.add(entry.key)
+                    failed.add(key)
                     skipped.setdefault(q, []).append(entry)
-                    for plugin in self.profile.preempt:
-                        reason = f"preempted so that {entry.workload.name} fits"
-                        victims = plugin.preempt(entry.workload, q, self.view)
-                        result.evictions.extend(Evict(v, reason) for v in victims)
-                if not self._heaps[q] or all(k in failed or k in refused[q] for k in self._keys[q]):
+                    self._on_unschedulable(entry, now, result)
+                if not self.backlogs[q] or all(k in failed or k in refused[q] for k in self._keys[q]):
                     active.remove(q)
                 result.attempts += 1
                 yield
         finally:
             for q, entries in skipped.items():
                 for entry in entries:
-                    heapq.heappush(self._heaps[q], entry)
+                    self.backlogs[q].push(entry)
 
-    def _admit(self, entry: _Entry) -> str | None:
+    def _admit(self, entry: Entry) -> str | None:
         remaining = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
         for plugin in self.profile.admit:
             reason = plugin.admit(entry.workload, entry.queue, remaining, self.view)
@@ -188,16 +221,16 @@ class Scheduler:
                 return reason
         return None
 
-    def _try_place(self, entry: _Entry, result: CycleResult) -> bool:
+    def _try_place(self, entry: Entry, result: CycleResult, exclude: np.ndarray | None) -> bool:
         wl = entry.workload
         first_new = len(entry.placed)
-        for i in range(first_new, len(wl.pods)):
-            placement = self._place_pod(wl.pods[i])
-            if placement is None:
-                break
-            self.state.assign(wl.pod_names[i], placement)
-            entry.placed.append(placement)
-            self._account(entry.queue, wl.pods[i], +1)
+        todo = range(first_new, len(wl.pods))
+        placed = pl.place_all(
+            [wl.pods[i] for i in todo], [wl.pod_names[i] for i in todo], self.view, self.profile, exclude
+        )
+        for i, p in zip(todo, placed, strict=False):
+            entry.placed.append(p)
+            self._account(entry, wl.pods[i], +1)
         if len(entry.placed) < len(wl.pods) and any(
             not p.permit(wl, len(entry.placed)) for p in self.profile.permit
         ):
@@ -214,30 +247,39 @@ class Scheduler:
             return False
         return True
 
-    def _place_pod(self, pod: PodSpec) -> Placement | None:
-        """Filter and score one pod against every node at once; None if no node fits."""
-        view, st = self.view, self.state
-        mask = FitMask(nodes=np.ones(st.num_nodes, dtype=bool))
-        for f in self.profile.filter:
-            f.filter(pod, view, mask)
-        if not mask.nodes.any():
-            return None
-        total = np.zeros(st.num_nodes)
-        for plugin, weight in self.profile.score:
-            total += weight * plugin.score(pod, view, mask)
-        node = int(np.argmax(np.where(mask.nodes, total, -np.inf)))
-        if pod.gpu is None:
-            return st.placement_for(pod, node, ())
-        slots = np.flatnonzero(mask.slots[node])
-        if self.profile.score:
-            slots = self.profile.score[0][0].gpu_order(pod, view, node, slots)
-        return st.placement_for(pod, node, slots[: pod.gpu.count])
-
-    def _start(self, entry: _Entry, result: CycleResult) -> None:
-        del self._pending[entry.workload.name]
+    def _start(self, entry: Entry, result: CycleResult, now: float) -> None:
+        del self.pending[entry.workload.name]
         self._forget_key(entry)
-        self._running[entry.workload.name] = entry
+        entry.started = now
+        self.running[entry.workload.name] = entry
         result.started.append(entry.workload.name)
+        if self.reservation is not None and self.reservation.workload == entry.workload.name:
+            self.reservation = None
+
+    def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult) -> None:
+        """A workload that is next in order does not fit: reserve for it if it starves, else preempt."""
+        wl = entry.workload
+        starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
+        if self.profile.reserve and starving and self.reservation is None and not entry.placed:
+            fit = earliest_fit(wl.pods, self.view, self.profile, now, self.running_ends())
+            if fit is not None:
+                exclude = np.zeros(self.state.num_nodes, dtype=bool)
+                exclude[list(fit.nodes)] = True
+                self.reservation = Reservation(wl.name, fit, exclude)
+        for plugin in self.profile.preempt:
+            reason = f"preempted so that {wl.name} fits"
+            result.evictions.extend(Evict(v, reason) for v in plugin.preempt(wl, entry.queue, self.view))
+
+    def _reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
+        """Nodes this workload must avoid: a reservation it would still be running into."""
+        res = self.reservation
+        if res is None or res.workload == entry.workload.name:
+            return None
+        if now >= res.fit.at:  # the estimate has passed without the workload starting: look again
+            self.reservation = None
+            return None
+        d = entry.workload.duration
+        return None if d is not None and now + d <= res.fit.at else res.exclude
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def _charge(self, pod: PodSpec) -> np.ndarray:
@@ -246,28 +288,41 @@ class Scheduler:
             c = self._charges[pod] = pod.charge(self._mean_mem)
         return c
 
-    def _placed_pods(self, entry: _Entry) -> tuple[PodSpec, ...]:
+    def _placed_pods(self, entry: Entry) -> tuple[PodSpec, ...]:
         return entry.workload.pods[: len(entry.placed)]
 
-    def _account(self, q: int, pod: PodSpec, sign: int) -> None:
+    def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         v = self.view
-        charge = self._charge(pod)
+        charge = sign * self._charge(pod)
+        self.backlogs[entry.queue].account(entry.user, float(fairness.dominant_shares(charge, v.capacity)))
+        q = entry.queue
         while q >= 0:
-            v.usage[q] += sign * charge
+            v.usage[q] += charge
             v.usage_dom[q] = fairness.dominant_shares(v.usage[q], v.capacity)
+            if v.entitled_dom[q] > 0:
+                v.share_ratio[q] = (v.usage_dom[q] + v.history_dom[q]) / v.entitled_dom[q]
             q = int(self.tree.parent[q])
 
-    def _release(self, entry: _Entry, i: int) -> Placement:
+    def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
         placement = self.state.release(wl.pod_names[i])
-        self._account(entry.queue, wl.pods[i], -1)
+        self._account(entry, wl.pods[i], -1)
         return placement
 
-    def _attempt_key(self, entry: _Entry) -> tuple:
+    def _decay(self, now: float) -> None:
+        if self._history_t is not None and now > self._history_t:
+            lam = self._decay_rate
+            keep = np.exp(-lam * (now - self._history_t))
+            # exact integral of constant usage over the interval, decayed to `now`
+            gained = np.where(lam > 0, (1 - keep) / np.where(lam > 0, lam, 1.0), 0.0)
+            self._history = self._history * keep[:, None] + self.view.usage * gained[:, None]
+        self._history_t = now if self._history_t is None else max(self._history_t, now)
+
+    def _attempt_key(self, entry: Entry) -> tuple:
         rest = entry.workload.pods[len(entry.placed) :]
         return tuple(p.key() for p in rest) if self.gang else (rest[0].key(),)
 
-    def _forget_key(self, entry: _Entry) -> None:
+    def _forget_key(self, entry: Entry) -> None:
         keys = self._keys[entry.queue]
         keys[entry.key] -= 1
         if keys[entry.key] <= 0:

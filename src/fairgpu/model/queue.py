@@ -17,6 +17,18 @@ class QueueSpec:
     guaranteed: np.ndarray = field(default_factory=r.zeros)  # fair vector; inf = not constrained
     limit: np.ndarray = field(default_factory=lambda: np.full(len(r.FAIR_DIMS), np.inf))
     parent: str | None = None
+    usage_half_life: float = 0.0  # seconds; past usage decays with it (0: only current usage counts)
+    fair_within: str = "fifo"  # "users": split the queue among its active users instead of FIFO
+    starvation_after: float = 600.0  # seconds a workload waits before the engine reserves for it
+
+    def __post_init__(self) -> None:
+        if self.fair_within not in FAIR_WITHIN:
+            raise ValueError(f"queue {self.name}: fair_within must be one of {', '.join(FAIR_WITHIN)}")
+        if self.usage_half_life < 0 or self.starvation_after < 0:
+            raise ValueError(f"queue {self.name}: durations must not be negative")
+
+
+FAIR_WITHIN = ("fifo", "users")
 
 
 class QueueTree:
@@ -54,6 +66,18 @@ class QueueTree:
         self.weight = np.array([q.weight for q in order], dtype=np.float64)
         self.guaranteed = np.array([q.guaranteed for q in order], dtype=np.float64).reshape(len(order), -1)
         self.limit = np.array([q.limit for q in order], dtype=np.float64).reshape(len(order), -1)
+        self.half_life = np.array([q.usage_half_life for q in order], dtype=np.float64)
+        # paths[i]: queue ids from the root down to i, padded with i, for top-down fair ordering
+        chains = []
+        for i in range(len(order)):
+            chain = [i]
+            while self.parent[chain[-1]] >= 0:
+                chain.append(int(self.parent[chain[-1]]))
+            chains.append(chain[::-1])
+        depth = max((len(c) for c in chains), default=1)
+        self.paths = np.array([c + [c[-1]] * (depth - len(c)) for c in chains], dtype=np.int64).reshape(
+            -1, depth
+        )
 
     def __len__(self) -> int:
         return len(self.queues)

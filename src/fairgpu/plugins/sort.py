@@ -1,15 +1,14 @@
-"""QueueSort plugins: which workload is tried next."""
+"""QueueSort plugins: which queue's head workload is tried next."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fairgpu.framework.interfaces import Candidate, EngineView, QueueSort
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, QueueSort
 from fairgpu.framework.profile import register
-
-
-def _fifo_key(c: Candidate) -> tuple[float, float, int]:
-    return (-c.workload.priority, c.workload.submit_time, c.seq)
+from fairgpu.model.pod import Workload
 
 
 @register(QueueSort, "PrioritySort")
@@ -17,22 +16,23 @@ def _fifo_key(c: Candidate) -> tuple[float, float, int]:
 class PrioritySort:
     """kube-scheduler's order: highest priority first, then earliest creation, across all tenants."""
 
-    def pick(self, candidates: list[Candidate], view: EngineView) -> int:
-        return min(range(len(candidates)), key=lambda i: _fifo_key(candidates[i]))
+    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
+        return min(range(len(heads)), key=lambda i: (-heads[i].priority, heads[i].submit_time, queues[i]))
 
 
 @register(QueueSort, "FairShare")
 @dataclass(slots=True)
 class FairShare:
-    """The queue with the lowest dominant share of its entitlement goes next; priority only breaks ties
-    inside a queue (each candidate is already its queue's highest-priority, oldest workload)."""
+    """Top-down through the queue tree, the child furthest below its entitlement goes next: its share ratio
+    (current plus decayed past usage, over entitlement) is compared first among the top-level queues, then
+    among siblings below. Priority only orders workloads inside a queue."""
 
-    def pick(self, candidates: list[Candidate], view: EngineView) -> int:
-        usage, entitled = view.usage_dom, view.entitled_dom
-
-        def key(i: int) -> tuple[float, float, float, int]:
-            q = candidates[i].queue
-            ratio = usage[q] / entitled[q] if entitled[q] > 0 else float("inf")
-            return (ratio, usage[q], *_fifo_key(candidates[i])[1:])
-
-        return min(range(len(candidates)), key=key)
+    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
+        if len(queues) == 1:
+            return 0
+        q = np.asarray(queues)
+        ratios = view.share_ratio[view.tree.paths[q]]  # (A, depth): root level first
+        submit = np.fromiter((w.submit_time for w in heads), dtype=np.float64, count=len(heads))
+        # np.lexsort sorts by its last key first
+        keys = (q, submit, view.usage_dom[q], *ratios.T[::-1])
+        return int(np.lexsort(keys)[0])

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources as pkg_resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -95,6 +95,15 @@ class QueueDoc(_Strict):
     guaranteed: dict[str, Quantity] = Field(default_factory=dict)
     limit: dict[str, Quantity] = Field(default_factory=dict)
     parent: str | None = None
+    usage_half_life: Quantity = 0
+    fair_within: Literal["fifo", "users"] = "fifo"
+    starvation_after: Quantity = "10m"
+
+    @field_validator("usage_half_life", "starvation_after")
+    @classmethod
+    def _queue_duration(cls, v: Quantity) -> Quantity:
+        parse_duration(v)
+        return v
 
     @field_validator("guaranteed", "limit")
     @classmethod

@@ -1,0 +1,87 @@
+"""Placing pods: filter and score one pod against every node at once, then pick its GPUs.
+
+Shared by the scheduling cycle and by dry runs (reservations, explanations, estimated starts), which
+pass a view over a copy of the cluster state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask
+from fairgpu.framework.profile import Profile
+from fairgpu.model.pod import PodSpec
+from fairgpu.state import Placement
+
+
+def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None) -> FitMask:
+    """The profile's filters applied in order: nodes (and GPU slots) that can take the pod now."""
+    nodes = np.ones(view.state.num_nodes, dtype=bool) if exclude is None else ~exclude
+    mask = FitMask(nodes=nodes)
+    for f in profile.filter:
+        f.filter(pod, view, mask)
+    return mask
+
+
+def place_pod(
+    pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None
+) -> Placement | None:
+    """Where the profile would put the pod now (nothing is assigned); None if no node fits."""
+    st = view.state
+    mask = feasible(pod, view, profile, exclude)
+    if not mask.nodes.any():
+        return None
+    if profile.score:
+        total = np.zeros(st.num_nodes)
+        for plugin, weight in profile.score:
+            total += weight * plugin.score(pod, view, mask)
+        node = int(np.argmax(np.where(mask.nodes, total, -np.inf)))
+    else:
+        node = int(np.argmax(mask.nodes))
+    if pod.gpu is None:
+        return st.placement_for(pod, node, ())
+    slots = np.flatnonzero(mask.slots[node])
+    if profile.score:  # the first score plugin also orders the GPUs on the chosen node
+        slots = profile.score[0][0].gpu_order(pod, view, node, slots)
+    return st.placement_for(pod, node, slots[: pod.gpu.count])
+
+
+def place_all(
+    pods: Sequence[PodSpec],
+    keys: Sequence[str],
+    view: EngineView,
+    profile: Profile,
+    exclude: np.ndarray | None = None,
+) -> list[Placement]:
+    """Assign pods in order until one does not fit; returns the placements made (a prefix of pods)."""
+    placed: list[Placement] = []
+    for pod, key in zip(pods, keys, strict=True):
+        p = place_pod(pod, view, profile, exclude)
+        if p is None:
+            break
+        view.state.assign(key, p)
+        placed.append(p)
+    return placed
+
+
+def filter_breakdown(pod: PodSpec, view: EngineView, profile: Profile) -> tuple[int, Counter[str]]:
+    """(nodes that fit, why each other node does not), each node counted under the first reason."""
+    remaining = np.ones(view.state.num_nodes, dtype=bool)
+    why: Counter[str] = Counter()
+    for f in profile.filter:
+        reasons = getattr(f, "reasons", None)
+        if reasons is None:
+            mask = FitMask(nodes=remaining.copy())
+            f.filter(pod, view, mask)
+            bad = [(f.name, ~mask.nodes)]
+        else:
+            bad = reasons(pod, view)
+        for reason, excluded in bad:
+            newly = remaining & excluded
+            if newly.any():
+                why[reason] += int(newly.sum())
+                remaining &= ~excluded
+    return int(remaining.sum()), why
