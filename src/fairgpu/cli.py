@@ -12,15 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fairgpu.framework.explain import Explanation
 from fairgpu.framework.profile import ProfileError, builtin_profiles, load_profile
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim import traces
-from fairgpu.sim.runner import SimResult, simulate
+from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Scenario, ScenarioError, parse_duration
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Fair-share GPU scheduling for Kubernetes."
-)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fair-share GPU scheduling for Kubernetes.")
 DEFAULT_PROFILES = ("kube-default", "fairgpu")
 
 
@@ -51,13 +50,14 @@ def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpu
 @app.command("simulate")
 def simulate_cmd(
     scenario: Annotated[str | None, typer.Option(help="Built-in scenario name or YAML file.")] = None,
-    profile: Annotated[
-        list[str] | None, typer.Option(help="Profile name or YAML file; repeat to compare.")
-    ] = None,
+    profile: Annotated[list[str] | None, typer.Option(help="Profile name or YAML file; repeat to compare.")] = None,
     trace: Annotated[str | None, typer.Option(help="openb:PODS.csv or philly:FILE.csv")] = None,
     nodes: Annotated[Path | None, typer.Option(help="Node CSV for an openb trace.")] = None,
     gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs for a philly trace.")] = None,
     horizon: Annotated[str | None, typer.Option(help="Override the horizon (e.g. 14d).")] = None,
+    explain: Annotated[
+        str | None, typer.Option(help="WORKLOAD@TIME: why that workload is pending at that time (e.g. b-3@2h).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
@@ -67,14 +67,53 @@ def simulate_cmd(
         if h is not None and h <= 0:
             raise ScenarioError("--horizon must be positive")
         profiles = [load_profile(p) for p in (profile or DEFAULT_PROFILES)]
+        target = _parse_explain(explain, sc) if explain is not None else None
     except (ScenarioError, ProfileError, ValueError) as err:
         raise _fail(str(err)) from None
-    results = [simulate(sc, p, horizon=h) for p in profiles]
+    if target is not None:
+        _explain(sc, profiles, h, *target, as_json)
+        return
+    results = [Simulation(sc, p, horizon=h).result() for p in profiles]
     if as_json:
         doc = results[0].to_json() if len(results) == 1 else {"runs": [r.to_json() for r in results]}
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     _print_comparison(sc, results)
+
+
+def _parse_explain(spec: str, sc: Scenario) -> tuple[str, float]:
+    name, sep, at = spec.rpartition("@")
+    if not sep or not name:
+        raise ScenarioError(f"--explain: {spec!r} must be WORKLOAD@TIME, e.g. b-3@2h")
+    if name not in {w.name for w in sc.workloads}:
+        raise ScenarioError(f"--explain: no workload named {name!r} in {sc.name}")
+    return name, parse_duration(at)
+
+
+def _explain(sc: Scenario, profiles: list, horizon: float | None, name: str, at: float, as_json: bool) -> None:
+    docs = []
+    for prof in profiles:
+        sim = Simulation(sc, prof, horizon=horizon)
+        sim.run_until(at)
+        try:
+            exp = sim.sched.explain(name, at)
+        except KeyError:
+            state = "finished" if name in sim.starts else "not submitted yet"
+            docs.append({"profile": prof.name, "workload": name, "state": state})
+            continue
+        docs.append({"profile": prof.name, **exp.to_json()})
+    if as_json:
+        sys.stdout.write(json.dumps(docs[0] if len(docs) == 1 else {"explanations": docs}) + "\n")
+        return
+    console = Console()
+    for doc in docs:
+        console.print(f"[bold]{doc['profile']}[/] at t={at:g}s", highlight=False)
+        if "reasons" not in doc:
+            console.print(f"workload {name}: {doc['state']}", highlight=False)
+            continue
+        exp = Explanation(**{k: v for k, v in doc.items() if k != "profile"})
+        for line in exp.lines():
+            console.print(escape(line), highlight=False)
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -106,9 +106,7 @@ def entitlements(tree: QueueTree, capacity: np.ndarray, leaf_demand: np.ndarray)
             continue
         idx = np.array(members)
         parent_cap = capacity if cap is not None else ent[tree.parent[idx[0]]]
-        ent[idx] = water_fill(
-            parent_cap, demand[idx], tree.weight[idx], tree.guaranteed[idx], tree.limit[idx]
-        )
+        ent[idx] = water_fill(parent_cap, demand[idx], tree.weight[idx], tree.guaranteed[idx], tree.limit[idx])
     return ent
 
 

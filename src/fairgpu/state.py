@@ -166,9 +166,7 @@ class ClusterState:
         if pod.gpu is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
         cap = self.gpu_mem_cap[node, list(slots)]
-        mem = tuple(
-            int(m) for m in np.broadcast_to(cap if pod.gpu.exclusive else pod.gpu.mem_for(cap), cap.shape)
-        )
+        mem = tuple(int(m) for m in np.broadcast_to(cap if pod.gpu.exclusive else pod.gpu.mem_for(cap), cap.shape))
         return Placement(node, slots, pod.gpu.cores, mem, pod.cpu_m, pod.memory_mib)
 
     def assign(self, key: str, p: Placement) -> None:
@@ -200,9 +198,7 @@ class ClusterState:
         if len(set(p.slots)) != len(p.slots):
             return False  # one container never gets two slots of one GPU
         for s, m in zip(p.slots, p.mem_mib, strict=True):
-            if not (0 <= s < self.gpu_valid.shape[1]) or not (
-                self.gpu_valid[i, s] and self.gpu_healthy[i, s]
-            ):
+            if not (0 <= s < self.gpu_valid.shape[1]) or not (self.gpu_valid[i, s] and self.gpu_healthy[i, s]):
                 return False
             tasks, free_cores = self.gpu_tasks[i, s], self.gpu_cores_free[i, s]
             if self.gpu_exclusive[i, s] or tasks >= self.split[i] or free_cores < p.cores:

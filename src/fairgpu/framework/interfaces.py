@@ -32,6 +32,17 @@ class EngineView:
     share_ratio: np.ndarray  # (Q,) (usage_dom + history_dom) / entitled_dom; inf when entitled to nothing
     now: float = 0.0
 
+    def add_usage(self, queue: int, charge: np.ndarray) -> None:
+        """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
+        q = queue
+        usable = self.capacity > 0
+        while q >= 0:
+            self.usage[q] += charge
+            self.usage_dom[q] = (self.usage[q, usable] / self.capacity[usable]).max() if usable.any() else 0.0
+            if self.entitled_dom[q] > 0:
+                self.share_ratio[q] = (self.usage_dom[q] + self.history_dom[q]) / self.entitled_dom[q]
+            q = int(self.tree.parent[q])
+
 
 @dataclass(slots=True)
 class FitMask:

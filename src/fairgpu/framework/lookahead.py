@@ -1,4 +1,4 @@
-"""Dry runs into the future: when would a workload fit if running work ended when it said it would?
+"""Dry runs into the future: when would a workload start if running work ended when it said it would?
 
 Used to reserve nodes for a starving gang and to estimate start times in explanations. Works on a copy of
 the cluster state; the real state is never touched.
@@ -6,9 +6,10 @@ the cluster state; the real state is never touched.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import groupby
 
 from fairgpu.framework.interfaces import EngineView
 from fairgpu.framework.placement import place_all
@@ -18,39 +19,53 @@ from fairgpu.model.pod import PodSpec
 
 @dataclass(slots=True, frozen=True)
 class Fit:
-    at: float  # when it would fit
+    at: float  # when it would start
     nodes: frozenset[int]  # where
 
 
-def earliest_fit(
-    pods: Sequence[PodSpec],
+@dataclass(slots=True, frozen=True)
+class Planned:
+    """A workload to replay: the pods still to place, and how long it runs once they all run."""
+
+    pods: Sequence[PodSpec]
+    duration: float | None
+
+
+def replay(
+    order: Sequence[Planned],
     view: EngineView,
     profile: Profile,
     now: float,
     ends: Iterable[tuple[float, Sequence[str]]],
 ) -> Fit | None:
-    """Release running pods in order of expected end (time, pod keys) until all `pods` fit together."""
+    """Place `order` one workload after another (the last is the one asked about), releasing running pods
+    at their expected ends (time, pod keys) whenever the next one does not fit. A workload ahead that
+    cannot fit even on the emptied cluster is passed over. None if the last one never fits."""
     state = view.state.copy()
     dry = replace(view, state=state)
-    keys = [f"\0dry-run-{i}" for i in range(len(pods))]
-    gpus_needed = sum(p.gpu.count for p in pods if p.gpu is not None and p.gpu.exclusive)
-
-    def attempt() -> frozenset[int] | None:
-        if gpus_needed > int(state.node_idle_gpus.sum()):
-            return None  # cannot fit yet: not enough idle GPUs in the whole cluster
-        placed = place_all(pods, keys, dry, profile)
-        for key in keys[: len(placed)]:
-            state.release(key)
-        return frozenset(p.node for p in placed) if len(placed) == len(pods) else None
-
-    nodes = attempt()
-    if nodes is not None:
-        return Fit(now, nodes)
-    for at, group in groupby(sorted(ends, key=lambda e: e[0]), key=lambda e: e[0]):
-        for _, pod_keys in group:
-            for key in pod_keys:
+    pending = [(t, i, list(keys)) for i, (t, keys) in enumerate(ends) if math.isfinite(t)]
+    heapq.heapify(pending)
+    serial = len(pending)
+    t = now
+    fit: Fit | None = None
+    for n, planned in enumerate(order):
+        keys = [f"\0replay-{n}-{i}" for i in range(len(planned.pods))]
+        gpus = sum(p.gpu.count for p in planned.pods if p.gpu is not None and p.gpu.exclusive)
+        while True:
+            placed = place_all(planned.pods, keys, dry, profile) if gpus <= state.node_idle_gpus.sum() else []
+            if len(placed) == len(planned.pods):
+                fit = Fit(t, frozenset(p.node for p in placed))
+                break
+            for key in keys[: len(placed)]:
                 state.release(key)
-        nodes = attempt()
-        if nodes is not None:
-            return Fit(max(at, now), nodes)
-    return None
+            if not pending:
+                fit = None
+                break
+            at, _, released = heapq.heappop(pending)
+            t = max(t, at)
+            for key in released:
+                state.release(key)
+        if fit is not None and planned.duration is not None:
+            heapq.heappush(pending, (t + planned.duration, serial, keys))
+            serial += 1
+    return fit

@@ -26,9 +26,7 @@ def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarr
     return mask
 
 
-def place_pod(
-    pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None
-) -> Placement | None:
+def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None) -> Placement | None:
     """Where the profile would put the pod now (nothing is assigned); None if no node fits."""
     st = view.state
     mask = feasible(pod, view, profile, exclude)
@@ -84,4 +82,8 @@ def filter_breakdown(pod: PodSpec, view: EngineView, profile: Profile) -> tuple[
             if newly.any():
                 why[reason] += int(newly.sum())
                 remaining &= ~excluded
+    fits = feasible(pod, view, profile).nodes
+    if (remaining & ~fits).any():  # each need is met on its own, but not by the same free GPUs
+        why["no set of free GPUs meets every need"] += int((remaining & ~fits).sum())
+        remaining &= fits
     return int(remaining.sum()), why

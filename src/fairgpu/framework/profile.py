@@ -124,9 +124,7 @@ def load_profile(name_or_path: str) -> Profile:
     elif path.suffix in (".yaml", ".yml") and path.is_file():
         text = path.read_text()
     else:
-        raise ProfileError(
-            f"profile {name_or_path!r}: not a built-in ({', '.join(builtin_profiles())}) or file"
-        )
+        raise ProfileError(f"profile {name_or_path!r}: not a built-in ({', '.join(builtin_profiles())}) or file")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:

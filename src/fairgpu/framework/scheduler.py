@@ -17,8 +17,9 @@ from fairgpu import fairness
 from fairgpu import resources as r
 from fairgpu.framework import placement as pl
 from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.explain import Explanation, explain
 from fairgpu.framework.interfaces import Bound, EngineView, Evict
-from fairgpu.framework.lookahead import Fit, earliest_fit
+from fairgpu.framework.lookahead import Fit, Planned, replay
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, RequestError, Workload
@@ -157,17 +158,17 @@ class Scheduler:
         v.usage_dom = fairness.dominant_shares(v.usage, v.capacity)
         v.history_dom = fairness.dominant_shares(self._history * self._decay_rate[:, None], v.capacity)
         with np.errstate(divide="ignore", invalid="ignore"):
-            v.share_ratio = np.where(
-                v.entitled_dom > 0, (v.usage_dom + v.history_dom) / v.entitled_dom, np.inf
-            )
+            v.share_ratio = np.where(v.entitled_dom > 0, (v.usage_dom + v.history_dom) / v.entitled_dom, np.inf)
 
     def running_ends(self) -> list[tuple[float, list[str]]]:
         """(expected end, pod keys) of every placed workload, running or partly placed."""
         out = [(e.expected_end, list(e.workload.pod_names[: len(e.placed)])) for e in self.running.values()]
-        out += [
-            (math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed
-        ]
+        out += [(math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed]
         return [(t, keys) for t, keys in out if math.isfinite(t)]
+
+    def explain(self, name: str, now: float) -> Explanation:
+        """Why a workload is pending, its place in its queue and in the cluster, and its estimated start."""
+        return explain(self, name, now)
 
     # -- the scheduling cycle -----------------------------------------------------------------------
     def cycle(self, now: float) -> CycleResult:
@@ -191,11 +192,11 @@ class Scheduler:
                 heads = [self.backlogs[q].peek().workload for q in active]
                 q = active[self.profile.queue_sort.pick(active, heads, self.view)]
                 entry = self.backlogs[q].pop()
-                exclude = self._reserved_for_others(entry, now)
+                exclude = self.reserved_for_others(entry, now)
                 key = entry.key if exclude is None else (*entry.key, "outside-reservation")
                 if key in failed or entry.key in refused[q]:
                     skipped.setdefault(q, []).append(entry)
-                elif self._admit(entry) is not None:
+                elif self.admission_refusal(entry) is not None:
                     refused[q].add(entry.key)
                     skipped.setdefault(q, []).append(entry)
                 elif self._try_place(entry, result, exclude):
@@ -213,7 +214,8 @@ class Scheduler:
                 for entry in entries:
                     self.backlogs[q].push(entry)
 
-    def _admit(self, entry: Entry) -> str | None:
+    def admission_refusal(self, entry: Entry) -> str | None:
+        """Why the profile's Admit plugins refuse the rest of this workload now; None if they admit it."""
         remaining = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
         for plugin in self.profile.admit:
             reason = plugin.admit(entry.workload, entry.queue, remaining, self.view)
@@ -231,9 +233,7 @@ class Scheduler:
         for i, p in zip(todo, placed, strict=False):
             entry.placed.append(p)
             self._account(entry, wl.pods[i], +1)
-        if len(entry.placed) < len(wl.pods) and any(
-            not p.permit(wl, len(entry.placed)) for p in self.profile.permit
-        ):
+        if len(entry.placed) < len(wl.pods) and any(not p.permit(wl, len(entry.placed)) for p in self.profile.permit):
             while len(entry.placed) > first_new:
                 self._release(entry, len(entry.placed) - 1)
                 entry.placed.pop()
@@ -261,7 +261,7 @@ class Scheduler:
         wl = entry.workload
         starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
         if self.profile.reserve and starving and self.reservation is None and not entry.placed:
-            fit = earliest_fit(wl.pods, self.view, self.profile, now, self.running_ends())
+            fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends())
             if fit is not None:
                 exclude = np.zeros(self.state.num_nodes, dtype=bool)
                 exclude[list(fit.nodes)] = True
@@ -270,7 +270,7 @@ class Scheduler:
             reason = f"preempted so that {wl.name} fits"
             result.evictions.extend(Evict(v, reason) for v in plugin.preempt(wl, entry.queue, self.view))
 
-    def _reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
+    def reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
         """Nodes this workload must avoid: a reservation it would still be running into."""
         res = self.reservation
         if res is None or res.workload == entry.workload.name:
@@ -292,16 +292,9 @@ class Scheduler:
         return entry.workload.pods[: len(entry.placed)]
 
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
-        v = self.view
         charge = sign * self._charge(pod)
-        self.backlogs[entry.queue].account(entry.user, float(fairness.dominant_shares(charge, v.capacity)))
-        q = entry.queue
-        while q >= 0:
-            v.usage[q] += charge
-            v.usage_dom[q] = fairness.dominant_shares(v.usage[q], v.capacity)
-            if v.entitled_dom[q] > 0:
-                v.share_ratio[q] = (v.usage_dom[q] + v.history_dom[q]) / v.entitled_dom[q]
-            q = int(self.tree.parent[q])
+        self.backlogs[entry.queue].account(entry.user, float(fairness.dominant_shares(charge, self.view.capacity)))
+        self.view.add_usage(entry.queue, charge)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload

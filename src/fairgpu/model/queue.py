@@ -75,9 +75,7 @@ class QueueTree:
                 chain.append(int(self.parent[chain[-1]]))
             chains.append(chain[::-1])
         depth = max((len(c) for c in chains), default=1)
-        self.paths = np.array([c + [c[-1]] * (depth - len(c)) for c in chains], dtype=np.int64).reshape(
-            -1, depth
-        )
+        self.paths = np.array([c + [c[-1]] * (depth - len(c)) for c in chains], dtype=np.int64).reshape(-1, depth)
 
     def __len__(self) -> int:
         return len(self.queues)

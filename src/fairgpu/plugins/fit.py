@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from fairgpu.framework.interfaces import EngineView, Filter, FitMask
 from fairgpu.framework.profile import register
 from fairgpu.model.pod import PodSpec
@@ -36,3 +38,27 @@ class Resources:
                 ok &= st.gpu_cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
+
+    def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
+        """Each way a node can fail this filter, for explanations (a node counts under the first)."""
+        st = view.state
+        out = [
+            ("node cordoned", ~st.schedulable),
+            ("insufficient CPU", st.cpu_free < pod.cpu_m),
+            ("insufficient memory", st.mem_free < pod.memory_mib),
+        ]
+        g = pod.gpu
+        if g is None:
+            return out
+        out.append(("too few GPUs", st.gpu_usable.sum(axis=1) < g.count))
+        if g.exclusive:
+            out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
+            return out
+        need = g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
+        ok = st.gpu_usable & ~st.gpu_exclusive & (st.gpu_cores_free >= max(g.cores, 1))
+        out.append(("insufficient GPU cores", ok.sum(axis=1) < g.count))
+        ok &= st.gpu_mem_free >= need
+        out.append(("insufficient GPU memory", ok.sum(axis=1) < g.count))
+        ok &= st.gpu_tasks < st.split[:, None]
+        out.append(("GPU task limit reached", ok.sum(axis=1) < g.count))
+        return out

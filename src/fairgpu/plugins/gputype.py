@@ -18,14 +18,18 @@ from fairgpu.state import ClusterState
 class GpuType:
     name: str = "GpuType"
     # (state, include, exclude) → slot mask; node inventories change rarely, pod shapes repeat.
-    _cache: dict[tuple[ClusterState, tuple[str, ...], tuple[str, ...]], np.ndarray] = field(
-        default_factory=dict
-    )
+    _cache: dict[tuple[ClusterState, tuple[str, ...], tuple[str, ...]], np.ndarray] = field(default_factory=dict)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         if pod.gpu is None or not (pod.gpu_include or pod.gpu_exclude):
             return
         mask.restrict_slots(self._slots(view.state, pod))
+
+    def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
+        if pod.gpu is None or not (pod.gpu_include or pod.gpu_exclude):
+            return []
+        allowed = self._slots(view.state, pod) & view.state.gpu_usable
+        return [("GPU model excluded", allowed.sum(axis=1) < pod.gpu.count)]
 
     def _slots(self, state: ClusterState, pod: PodSpec) -> np.ndarray:
         key = (state, pod.gpu_include, pod.gpu_exclude)

@@ -20,7 +20,6 @@ class MetricsRecorder:
 
     leaves: list[int]
     names: list[str]
-    total_gpus: float
     _t: float | None = None
     _state: tuple | None = None
     gpu_seconds: np.ndarray = field(init=False)

@@ -14,7 +14,8 @@ from fairgpu.framework.scheduler import Scheduler
 from fairgpu.sim.metrics import MetricsRecorder
 from fairgpu.sim.scenario import Scenario
 
-_FINISH, _SUBMIT = 0, 1  # at equal times, finishes free capacity before new work arrives
+_FINISH, _SUBMIT = 0, 1
+MAX_EVICTION_ROUNDS = 8  # at equal times, finishes free capacity before new work arrives
 
 
 @dataclass(slots=True)
@@ -50,81 +51,112 @@ def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
-    horizon = scenario.horizon if horizon is None else horizon
-    tree = scenario.tree()
-    sched = Scheduler(scenario.nodes, tree, profile)
-    by_name = {w.name: w for w in scenario.workloads}
-    events: list[tuple[float, int, int, str]] = []
-    for seq, wl in enumerate(scenario.workloads):
-        if wl.submit_time <= horizon:
-            events.append((wl.submit_time, _SUBMIT, seq, wl.name))
-    heapq.heapify(events)
-    seq = len(events)
-    rec = MetricsRecorder(tree.leaves, [tree.queues[i].name for i in tree.leaves], sched.state.total_gpus)
-    starts: dict[str, float] = {}
-    completed: dict[str, int] = {name: 0 for name in tree.names()}
-    cycles = 0
-    while events and events[0][0] <= horizon:
-        now = events[0][0]
-        while events and events[0][0] == now:
-            _, kind, _, name = heapq.heappop(events)
-            if kind == _SUBMIT:
-                sched.submit(by_name[name])
-            else:
-                sched.remove(name)
-                completed[by_name[name].queue] += 1
-        result = sched.cycle(now)
-        cycles += 1
-        for name in result.started:
-            starts[name] = now
-            duration = by_name[name].duration
-            if duration is not None:
-                heapq.heappush(events, (now + duration, _FINISH, seq, name))
-                seq += 1
-        rec.sample(now, sched)
-    rec.close(horizon)
+class Simulation:
+    """One scenario under one profile, advanced event by event."""
 
-    waits: dict[str, list[float]] = {name: [] for name in tree.names()}
-    for wl in scenario.workloads:
-        if wl.submit_time <= horizon:
-            # A workload still waiting at the horizon counts with the wait it has had so far.
-            waits[wl.queue].append(starts.get(wl.name, horizon) - wl.submit_time)
-    started = Counter(by_name[name].queue for name in starts)
-    hours = 3600.0
-    queues: dict[str, dict[str, Any]] = {}
-    for i, name in enumerate(rec.names):
-        w = waits[name]
-        queues[name] = {
-            "gpu_hours": float(rec.gpu_seconds[i] / hours),
-            "entitled_gpu_hours": float(rec.entitled_gpu_seconds[i] / hours),
-            "mean_share": float(rec.share_seconds[i] / horizon),
-            "mean_entitled": float(rec.entitled_seconds[i] / horizon),
-            "share_while_others_wait": (
-                float(rec.while_others_wait_gpu_seconds[i] / rec.while_others_wait_total_seconds[i])
-                if rec.while_others_wait_total_seconds[i] > 0
-                else None
-            ),
-            "backlogged_s": float(rec.backlogged_seconds[i]),
-            "wait_p50_s": _percentile(w, 50),
-            "wait_p95_s": _percentile(w, 95),
-            "wait_max_s": max(w) if w else None,
-            "submitted": len(w),
-            "started": started[name],
-            "completed": completed[name],
-            "preempted": 0,
-        }
-    capacity = sched.state.total_gpus * horizon
-    return SimResult(
-        scenario=scenario.name,
-        profile=profile.name,
-        horizon_s=horizon,
-        utilization=float(rec.allocated_gpu_seconds / capacity) if capacity else 0.0,
-        fairness_error=float(rec.error_seconds / horizon),
-        jain_index=float(rec.jain_seconds / rec.jain_time) if rec.jain_time else None,
-        evictions=0,
-        time_to_fair_share_s=rec.time_to_fair_share(),
-        queues=queues,
-        cycles=cycles,
-        starts=starts,
-    )
+    def __init__(self, scenario: Scenario, profile: Profile, horizon: float | None = None) -> None:
+        self.scenario = scenario
+        self.profile = profile
+        self.horizon = scenario.horizon if horizon is None else horizon
+        self.tree = scenario.tree()
+        self.sched = Scheduler(scenario.nodes, self.tree, profile)
+        self.by_name = {w.name: w for w in scenario.workloads}
+        self._events = [
+            (w.submit_time, _SUBMIT, seq, w.name)
+            for seq, w in enumerate(scenario.workloads)
+            if w.submit_time <= self.horizon
+        ]
+        heapq.heapify(self._events)
+        self._seq = len(self._events)
+        self.rec = MetricsRecorder(self.tree.leaves, [self.tree.queues[i].name for i in self.tree.leaves])
+        self.starts: dict[str, float] = {}
+        self.completed: Counter[str] = Counter()
+        self.preempted: Counter[str] = Counter()
+        self.cycles = 0
+
+    def run_until(self, t: float) -> None:
+        """Process every event up to time t (and the horizon), running a cycle after each instant."""
+        events, sched = self._events, self.sched
+        while events and events[0][0] <= min(t, self.horizon):
+            now = events[0][0]
+            while events and events[0][0] == now:
+                _, kind, _, name = heapq.heappop(events)
+                if kind == _SUBMIT:
+                    sched.submit(self.by_name[name])
+                else:
+                    sched.remove(name)
+                    self.completed[self.by_name[name].queue] += 1
+            self._cycle(now)
+            self.rec.sample(now, sched)
+
+    def _cycle(self, now: float, rounds: int = 0) -> None:
+        result = self.sched.cycle(now)
+        self.cycles += 1
+        for name in result.started:
+            self.starts[name] = now
+            duration = self.by_name[name].duration
+            if duration is not None:
+                heapq.heappush(self._events, (now + duration, _FINISH, self._seq, name))
+                self._seq += 1
+        # Victims lose their work and queue again; the freed room is used at once (a bounded number of
+        # rounds per instant, so a misbehaving preemption plugin cannot stall the clock).
+        if result.evictions and rounds < MAX_EVICTION_ROUNDS:
+            for ev in result.evictions:
+                wl = self.by_name[ev.workload]
+                self.sched.remove(wl.name)
+                self._events = [e for e in self._events if not (e[1] == _FINISH and e[3] == wl.name)]
+                heapq.heapify(self._events)
+                self.starts.pop(wl.name, None)
+                self.preempted[wl.queue] += 1
+                self.sched.submit(wl)
+            self._cycle(now, rounds + 1)
+
+    def result(self) -> SimResult:
+        """Run to the horizon and report."""
+        self.run_until(self.horizon)
+        horizon, rec = self.horizon, self.rec
+        rec.close(horizon)
+        waits: dict[str, list[float]] = {name: [] for name in self.tree.names()}
+        for wl in self.scenario.workloads:
+            if wl.submit_time <= horizon:
+                # A workload still waiting at the horizon counts with the wait it has had so far.
+                waits[wl.queue].append(self.starts.get(wl.name, horizon) - wl.submit_time)
+        started = Counter(self.by_name[name].queue for name in self.starts)
+        hours = 3600.0
+        queues: dict[str, dict[str, Any]] = {}
+        for i, name in enumerate(rec.names):
+            w = waits[name]
+            others = rec.while_others_wait_total_seconds[i]
+            queues[name] = {
+                "gpu_hours": float(rec.gpu_seconds[i] / hours),
+                "entitled_gpu_hours": float(rec.entitled_gpu_seconds[i] / hours),
+                "mean_share": float(rec.share_seconds[i] / horizon),
+                "mean_entitled": float(rec.entitled_seconds[i] / horizon),
+                "share_while_others_wait": float(rec.while_others_wait_gpu_seconds[i] / others) if others else None,
+                "backlogged_s": float(rec.backlogged_seconds[i]),
+                "wait_p50_s": _percentile(w, 50),
+                "wait_p95_s": _percentile(w, 95),
+                "wait_max_s": max(w) if w else None,
+                "submitted": len(w),
+                "started": started[name],
+                "completed": self.completed[name],
+                "preempted": self.preempted[name],
+            }
+        capacity = self.sched.state.total_gpus * horizon
+        return SimResult(
+            scenario=self.scenario.name,
+            profile=self.profile.name,
+            horizon_s=horizon,
+            utilization=float(rec.allocated_gpu_seconds / capacity) if capacity else 0.0,
+            fairness_error=float(rec.error_seconds / horizon),
+            jain_index=float(rec.jain_seconds / rec.jain_time) if rec.jain_time else None,
+            evictions=sum(self.preempted.values()),
+            time_to_fair_share_s=rec.time_to_fair_share(),
+            queues=queues,
+            cycles=self.cycles,
+            starts=dict(self.starts),
+        )
+
+
+def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
+    return Simulation(scenario, profile, horizon).result()

@@ -139,17 +139,13 @@ class WorkloadGroup(_Strict):
     def _requests(cls, v: dict[str, Quantity]) -> dict[str, Quantity]:
         unknown = sorted(set(v) - set(r.POD_RESOURCES))
         if unknown:
-            raise ValueError(
-                f"unknown resource {unknown[0]!r} (expected one of {', '.join(r.POD_RESOURCES)})"
-            )
+            raise ValueError(f"unknown resource {unknown[0]!r} (expected one of {', '.join(r.POD_RESOURCES)})")
         pod_from_requests(v)
         return v
 
     @model_validator(mode="after")
     def _spread(self) -> WorkloadGroup:
-        if self.duration_max is not None and parse_duration(self.duration_max) < parse_duration(
-            self.duration
-        ):
+        if self.duration_max is not None and parse_duration(self.duration_max) < parse_duration(self.duration):
             raise ValueError("duration_max must not be less than duration")
         return self
 
@@ -260,9 +256,7 @@ def build(doc: dict[str, Any]) -> Scenario:
         if q.parent is not None and q.parent not in names:
             raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
         guaranteed = r.quota_vector(q.guaranteed, default=np.inf) if q.guaranteed else r.zeros()
-        queues.append(
-            QueueSpec(q.name, q.weight, guaranteed, r.quota_vector(q.limit, default=np.inf), q.parent)
-        )
+        queues.append(QueueSpec(q.name, q.weight, guaranteed, r.quota_vector(q.limit, default=np.inf), q.parent))
     try:
         tree = QueueTree(queues)
     except ValueError as err:

@@ -42,9 +42,7 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
         yield from enumerate(reader, start=2)
 
 
-def _field(
-    path: Path, line: int, row: dict[str, str], col: str, conv: Callable[[str], T], *, min_: float = 0
-) -> T:
+def _field(path: Path, line: int, row: dict[str, str], col: str, conv: Callable[[str], T], *, min_: float = 0) -> T:
     raw = (row.get(col) or "").strip()
     try:
         value = conv(raw)
@@ -133,9 +131,7 @@ def load_openb(pods_path: Path, nodes_path: Path) -> Scenario:
         raise ScenarioError(f"{pods_path}: no pods")
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
     horizon = max(w.submit_time + (w.duration or 0) for w in workloads)
-    return Scenario(
-        f"openb:{pods_path.name}", horizon, nodes, queues, workloads, "Alibaba openb trace, queue = QoS"
-    )
+    return Scenario(f"openb:{pods_path.name}", horizon, nodes, queues, workloads, "Alibaba openb trace, queue = QoS")
 
 
 def load_philly(path: Path, gpus: int) -> Scenario:
@@ -149,10 +145,7 @@ def load_philly(path: Path, gpus: int) -> Scenario:
             f"philly-{i}",
             PHILLY_NODE["cpu_m"],
             PHILLY_NODE["memory_mib"],
-            tuple(
-                GpuDevice("V100-32GB", gpu_mem, uuid=f"GPU-philly-{i}-{j}")
-                for j in range(PHILLY_GPUS_PER_NODE)
-            ),
+            tuple(GpuDevice("V100-32GB", gpu_mem, uuid=f"GPU-philly-{i}-{j}") for j in range(PHILLY_GPUS_PER_NODE)),
         )
         for i in range(gpus // PHILLY_GPUS_PER_NODE)
     ]
@@ -186,6 +179,4 @@ def load_philly(path: Path, gpus: int) -> Scenario:
         raise ScenarioError(f"{path}: no jobs")
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
     horizon = max(w.submit_time for w in workloads)
-    return Scenario(
-        f"philly:{path.name}", horizon, nodes, queues, workloads, f"Philly VC trace on {gpus} GPUs"
-    )
+    return Scenario(f"philly:{path.name}", horizon, nodes, queues, workloads, f"Philly VC trace on {gpus} GPUs")

@@ -1,0 +1,128 @@
+"""Why a workload is pending, where it stands, and when it should start — in words a user can act on."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from fairgpu.framework import placement as pl
+from fairgpu.framework.lookahead import Planned, replay
+
+if TYPE_CHECKING:
+    from fairgpu.framework.scheduler import Entry, Scheduler
+
+# Dry-running the cluster order stops here: past this many workloads ahead, the exact rank matters little.
+MAX_ORDER_STEPS = 10_000
+
+
+@dataclass(slots=True)
+class Explanation:
+    workload: str
+    queue: str
+    state: str  # pending | running
+    submitted: float
+    started: float | None = None
+    reasons: list[str] = field(default_factory=list)
+    position_in_queue: int | None = None  # 1 = next in its queue
+    queue_pending: int = 0
+    position_in_cluster: int | None = None  # 1 = next in the whole cluster; None past MAX_ORDER_STEPS
+    cluster_pending: int = 0
+    estimated_start: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        out = [f"workload {self.workload} (queue {self.queue}): {self.state}, submitted at t={self.submitted:g}s"]
+        if self.started is not None:
+            out.append(f"started at t={self.started:g}s")
+            return out
+        out += [f"- {reason}" for reason in self.reasons]
+        out.append(f"position in queue {self.queue}: {self.position_in_queue} of {self.queue_pending}")
+        rank = self.position_in_cluster if self.position_in_cluster is not None else f">{MAX_ORDER_STEPS}"
+        out.append(f"position in cluster order: {rank} of {self.cluster_pending}")
+        when = "unknown" if self.estimated_start is None else f"t={self.estimated_start:g}s"
+        out.append(f"estimated start: {when}")
+        return out
+
+
+def explain(sched: Scheduler, name: str, now: float) -> Explanation:
+    """Raises KeyError for a workload the engine does not know (finished, or never submitted)."""
+    entry = sched.running.get(name) or sched.pending[name]
+    wl = entry.workload
+    exp = Explanation(wl.name, wl.queue, "running" if entry.started is not None else "pending", wl.submit_time)
+    if entry.started is not None:
+        exp.started = entry.started
+        return exp
+    sched.refresh_shares(now)
+    exp.reasons = _reasons(sched, entry, now)
+    order = sched.backlogs[entry.queue].ordered()
+    exp.position_in_queue = order.index(entry) + 1
+    exp.queue_pending = len(order)
+    exp.cluster_pending = len(sched.pending)
+    ahead = _ahead_in_cluster_order(sched, entry)
+    exp.position_in_cluster = None if ahead is None else len(ahead) + 1
+    res = sched.reservation
+    if res is not None and res.workload == name:
+        exp.estimated_start = res.fit.at
+    elif ahead is not None:
+        order = [Planned(e.workload.pods[len(e.placed) :], e.workload.duration) for e in [*ahead, entry]]
+        fit = replay(order, sched.view, sched.profile, now, sched.running_ends())
+        exp.estimated_start = None if fit is None else fit.at
+    return exp
+
+
+def _reasons(sched: Scheduler, entry: Entry, now: float) -> list[str]:
+    wl, view, profile = entry.workload, sched.view, sched.profile
+    out = []
+    quota = sched.admission_refusal(entry)
+    if quota:
+        out.append(f"quota: {quota}")
+    rest = wl.pods[len(entry.placed) :]
+    fits, why = pl.filter_breakdown(rest[0], view, profile)
+    if fits == 0:
+        detail = ", ".join(f"{n} {reason}" for reason, n in why.most_common())
+        out.append(f"no fit: 0/{view.state.num_nodes} nodes: {detail}")
+    elif len(rest) > 1:
+        dry = replace(view, state=view.state.copy())
+        placed = pl.place_all(rest, [f"\0explain-{i}" for i in range(len(rest))], dry, profile)
+        if len(placed) < len(rest):
+            out.append(f"gang incomplete: {len(entry.placed) + len(placed)} of {len(wl.pods)} pods fit at once")
+    res = sched.reservation
+    if res is not None and res.workload != wl.name and not out:
+        exclude = sched.reserved_for_others(entry, now)
+        if exclude is not None and pl.place_pod(rest[0], view, profile, exclude) is None:
+            out.append(f"reserved for another workload: nodes held for {res.workload} until t={res.fit.at:g}s")
+    if res is not None and res.workload == wl.name:
+        out.append(f"starving: {len(res.fit.nodes)} node(s) reserved for it from t={res.fit.at:g}s")
+    if not out:
+        q = entry.queue
+        ratio = view.share_ratio[q]
+        out.append(
+            f"fair share: waiting for its turn; queue {wl.queue} holds {view.usage_dom[q]:.1%} of the cluster"
+            f" (with past usage {view.usage_dom[q] + view.history_dom[q]:.1%}) against an entitlement of"
+            f" {view.entitled_dom[q]:.1%}" + ("" if math.isinf(ratio) else f" (ratio {ratio:.2f})")
+        )
+    return out
+
+
+def _ahead_in_cluster_order(sched: Scheduler, target: Entry) -> list[Entry] | None:
+    """Dry-run the queue sort, charging each workload as if placed, until the target comes up: the
+    workloads that come before it (None if more than MAX_ORDER_STEPS do)."""
+    view = sched.view
+    dry = replace(view, usage=view.usage.copy(), usage_dom=view.usage_dom.copy(), share_ratio=view.share_ratio.copy())
+    orders = {q: b.ordered() for q, b in enumerate(sched.backlogs) if len(b)}
+    cursor: Counter[int] = Counter()
+    ahead: list[Entry] = []
+    while len(ahead) < MAX_ORDER_STEPS:
+        active = [q for q in orders if cursor[q] < len(orders[q])]
+        heads = [orders[q][cursor[q]] for q in active]
+        i = sched.profile.queue_sort.pick(active, [h.workload for h in heads], dry)
+        if heads[i] is target:
+            return ahead
+        ahead.append(heads[i])
+        cursor[active[i]] += 1
+        dry.add_usage(active[i], heads[i].charge)
+    return None
