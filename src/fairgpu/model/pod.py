@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.model.node import GPU_CORES
 
+T = TypeVar("T")
+
 
 class RequestError(ValueError):
-    """A pod's resource request that can never be placed; the message names the field."""
+    """A pod's resource request that can never be placed; `field` names the resource when one is at fault."""
+
+    def __init__(self, problem: str, field: str | None = None) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+def parse_request(name: str, raw: object, parse: Callable[[object], T]) -> T:
+    """One resource value, with a RequestError naming the resource if it is not a valid quantity."""
+    try:
+        return parse(raw)
+    except r.QuantityError as err:
+        raise RequestError(str(err), name) from err
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,22 +63,19 @@ def gpu_request(requests: Mapping[str, object]) -> GpuRequest | None:
     given = {k: requests[k] for k in (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT) if k in requests}
     if not given:
         return None
-    try:
-        count = r.count(given.get(r.GPU, 1))
-        cores_given = r.GPUCORES in given
-        cores = r.count(given.get(r.GPUCORES, 0))
-        mem = r.gpumem_mib(given.get(r.GPUMEM, 0))
-        pct = float(r.parse_quantity(given.get(r.GPUMEM_PCT, 0)))
-    except r.QuantityError as err:
-        raise RequestError(str(err)) from err
+    count = parse_request(r.GPU, given.get(r.GPU, 1), r.count)
+    cores_given = r.GPUCORES in given
+    cores = parse_request(r.GPUCORES, given.get(r.GPUCORES, 0), r.count)
+    mem = parse_request(r.GPUMEM, given.get(r.GPUMEM, 0), r.gpumem_mib)
+    pct = float(parse_request(r.GPUMEM_PCT, given.get(r.GPUMEM_PCT, 0), r.parse_quantity))
     if count == 0:
-        if len(given) > 1 and any(r.parse_quantity(v) != 0 for k, v in given.items() if k != r.GPU):
-            raise RequestError(f"{r.GPU}: 0 GPUs cannot carry gpucores/gpumem requests")
+        if cores or mem or pct > 0:
+            raise RequestError("0 GPUs cannot carry gpucores/gpumem requests", r.GPU)
         return None
     if cores > GPU_CORES:
-        raise RequestError(f"{r.GPUCORES}: {cores} is more than 100 % of a GPU")
+        raise RequestError(f"{cores} is more than 100 % of a GPU", r.GPUCORES)
     if pct > 100:
-        raise RequestError(f"{r.GPUMEM_PCT}: {pct:g} is more than 100 % of a GPU's memory")
+        raise RequestError(f"{pct:g} is more than 100 % of a GPU's memory", r.GPUMEM_PCT)
     mem_pct = 100 if (mem or pct <= 0) else int(pct)
     if not cores_given and mem == 0 and mem_pct == 100:
         cores = GPU_CORES  # HAMi's webhook makes a gpu-only (or 100 %-memory) request an exclusive card

@@ -27,6 +27,7 @@ from fairgpu.model import (
     gpu_request,
 )
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
+from fairgpu.model.pod import parse_request
 from fairgpu.state import ClusterState
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -156,17 +157,14 @@ class WorkloadGroup(_Strict):
 def pod_from_requests(
     req: dict[str, Quantity], include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
 ) -> PodSpec:
-    """A PodSpec from Kubernetes-style resource requests, HAMi defaults applied. Raises ValueError."""
-    try:
-        return PodSpec(
-            cpu_m=r.cpu_millicores(req.get(r.CPU, 0)),
-            memory_mib=r.memory_mib(req.get(r.MEMORY, 0)),
-            gpu=gpu_request(req),
-            gpu_include=include,
-            gpu_exclude=exclude,
-        )
-    except (r.QuantityError, RequestError) as err:
-        raise ValueError(str(err)) from err
+    """A PodSpec from Kubernetes-style resource requests, HAMi defaults applied. Raises RequestError."""
+    return PodSpec(
+        cpu_m=parse_request(r.CPU, req.get(r.CPU, 0), r.cpu_millicores),
+        memory_mib=parse_request(r.MEMORY, req.get(r.MEMORY, 0), r.memory_mib),
+        gpu=gpu_request(req),
+        gpu_include=include,
+        gpu_exclude=exclude,
+    )
 
 
 class ScenarioDoc(_Strict):
@@ -212,6 +210,9 @@ def _first_error(err: ValidationError) -> str:
     e = err.errors()[0]
     msg = e["msg"].removeprefix("Value error, ")
     loc = tuple(p for p in e["loc"] if p not in ("str", "int", "float"))
+    cause = e.get("ctx", {}).get("error")
+    if isinstance(cause, RequestError) and cause.field:  # the fault is in one resource of the mapping
+        loc, msg = (*loc, cause.field), cause.problem
     if e["type"] == "extra_forbidden":
         return f"{_loc(loc)}: unknown key"
     if e["type"] == "missing":
@@ -256,7 +257,18 @@ def build(doc: dict[str, Any]) -> Scenario:
         if q.parent is not None and q.parent not in names:
             raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
         guaranteed = r.quota_vector(q.guaranteed, default=np.inf) if q.guaranteed else r.zeros()
-        queues.append(QueueSpec(q.name, q.weight, guaranteed, r.quota_vector(q.limit, default=np.inf), q.parent))
+        queues.append(
+            QueueSpec(
+                q.name,
+                q.weight,
+                guaranteed,
+                r.quota_vector(q.limit, default=np.inf),
+                q.parent,
+                usage_half_life=parse_duration(q.usage_half_life),
+                fair_within=q.fair_within,
+                starvation_after=parse_duration(q.starvation_after),
+            )
+        )
     try:
         tree = QueueTree(queues)
     except ValueError as err:
