@@ -63,9 +63,9 @@ def simulate_cmd(
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
     try:
         sc = _load_input(scenario, trace, nodes, gpus)
-        h = parse_duration(horizon) if horizon is not None else None
+        h = _option_duration("--horizon", horizon) if horizon is not None else None
         if h is not None and h <= 0:
-            raise ScenarioError("--horizon must be positive")
+            raise ScenarioError("--horizon: must be positive")
         profiles = [load_profile(p) for p in (profile or DEFAULT_PROFILES)]
         target = _parse_explain(explain, sc) if explain is not None else None
     except (ScenarioError, ProfileError, ValueError) as err:
@@ -87,7 +87,14 @@ def _parse_explain(spec: str, sc: Scenario) -> tuple[str, float]:
         raise ScenarioError(f"--explain: {spec!r} must be WORKLOAD@TIME, e.g. b-3@2h")
     if name not in {w.name for w in sc.workloads}:
         raise ScenarioError(f"--explain: no workload named {name!r} in {sc.name}")
-    return name, parse_duration(at)
+    return name, _option_duration("--explain", at)
+
+
+def _option_duration(option: str, value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as err:
+        raise ScenarioError(f"{option}: {err}") from None
 
 
 def _explain(sc: Scenario, profiles: list, horizon: float | None, name: str, at: float, as_json: bool) -> None:

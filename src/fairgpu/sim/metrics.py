@@ -1,7 +1,8 @@
 """Fairness, utilization and wait metrics of a simulated run (design/metrics.md, "Fairness").
 
 The cluster is piecewise constant between events, so every time-average here is an exact integral over
-those intervals rather than a sampled estimate.
+those intervals rather than a sampled estimate. Every queue of the tree is recorded (an inner queue holds
+what its children hold); fairness_error and the Jain index are over leaf queues, where workloads live.
 """
 
 from __future__ import annotations
@@ -12,21 +13,43 @@ import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model.queue import QueueTree
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Per-event samples, each holding until the next: shares are dominant shares of the cluster."""
+
+    t: list[float] = field(default_factory=list)
+    share: list[np.ndarray] = field(default_factory=list)  # (Q,)
+    entitled: list[np.ndarray] = field(default_factory=list)  # (Q,)
+    gpus: list[np.ndarray] = field(default_factory=list)  # (Q,) GPU-equivalents held
+    allocated_gpus: list[float] = field(default_factory=list)
+
+    def window_gpu_seconds(self, start: float, end: float) -> np.ndarray:
+        """(Q,) GPU-seconds each queue held in [start, end)."""
+        out = np.zeros(len(self.gpus[0])) if self.gpus else np.zeros(0)
+        for i, t0 in enumerate(self.t):
+            t1 = self.t[i + 1] if i + 1 < len(self.t) else end
+            lo, hi = max(t0, start), min(t1, end)
+            if hi > lo:
+                out += self.gpus[i] * (hi - lo)
+        return out
 
 
 @dataclass(slots=True)
 class MetricsRecorder:
     """Feed it `sample(t, scheduler)` after each event's cycle and `close(horizon)` at the end."""
 
-    leaves: list[int]
-    names: list[str]
+    tree: QueueTree
+    timeline: Timeline = field(default_factory=Timeline)
     _t: float | None = None
     _state: tuple | None = None
     gpu_seconds: np.ndarray = field(init=False)
     entitled_gpu_seconds: np.ndarray = field(init=False)
     share_seconds: np.ndarray = field(init=False)
     entitled_seconds: np.ndarray = field(init=False)
-    # per queue: its GPU-seconds, and all queues' GPU-seconds, while some *other* queue was backlogged
+    # per queue: its GPU-seconds, and all queues' GPU-seconds, while some *other* leaf queue was backlogged
     while_others_wait_gpu_seconds: np.ndarray = field(init=False)
     while_others_wait_total_seconds: np.ndarray = field(init=False)
     backlogged_seconds: np.ndarray = field(init=False)
@@ -40,29 +63,40 @@ class MetricsRecorder:
     _reached: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        n = len(self.leaves)
-        self.gpu_seconds = np.zeros(n)
-        self.entitled_gpu_seconds = np.zeros(n)
-        self.share_seconds = np.zeros(n)
-        self.entitled_seconds = np.zeros(n)
-        self.while_others_wait_gpu_seconds = np.zeros(n)
-        self.while_others_wait_total_seconds = np.zeros(n)
-        self.backlogged_seconds = np.zeros(n)
+        n = len(self.tree)
+        for name in (
+            "gpu_seconds",
+            "entitled_gpu_seconds",
+            "share_seconds",
+            "entitled_seconds",
+            "while_others_wait_gpu_seconds",
+            "while_others_wait_total_seconds",
+            "backlogged_seconds",
+        ):
+            setattr(self, name, np.zeros(n))
         self._open_since = [None] * n
         self._was_backlogged = np.zeros(n, dtype=bool)
 
     def sample(self, t: float, sched: Scheduler) -> None:
         self._advance(t)
-        v = sched.view
-        leaves = self.leaves
-        usage = v.usage_dom[leaves].copy()
-        entitled = v.entitled_dom[leaves].copy()
-        gpus = v.usage[leaves, r.DIM_GPU].copy()
-        entitled_gpus = v.entitled[leaves, r.DIM_GPU].copy()
-        backlogged = sched.is_backlogged()[leaves]
-        allocated = sched.state.allocated_gpu_equivalents()
-        self._state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated)
-        for i in np.flatnonzero(backlogged & ~self._was_backlogged):
+        v, tree = sched.view, self.tree
+        backlogged = sched.is_backlogged()
+        for i in reversed(range(len(tree))):  # an inner queue is backlogged when a child is
+            if tree.parent[i] >= 0:
+                backlogged[tree.parent[i]] |= backlogged[i]
+        usage, entitled = v.usage_dom.copy(), v.entitled_dom.copy()
+        gpus, allocated = v.usage[:, r.DIM_GPU].copy(), sched.state.allocated_gpu_equivalents()
+        self._state = (usage, entitled, gpus, v.entitled[:, r.DIM_GPU].copy(), backlogged, allocated)
+        tl = self.timeline
+        if tl.t and tl.t[-1] == t:  # several cycles at one instant: the last one holds
+            for lst in (tl.t, tl.share, tl.entitled, tl.gpus, tl.allocated_gpus):
+                lst.pop()
+        tl.t.append(t)
+        tl.share.append(usage)
+        tl.entitled.append(entitled)
+        tl.gpus.append(gpus)
+        tl.allocated_gpus.append(allocated)
+        for i in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
             self._open_since[i] = t
         for i, since in enumerate(self._open_since):
             # Reached at 90 % of the entitlement, or when nothing of it waits any more.
@@ -75,29 +109,31 @@ class MetricsRecorder:
         if self._t is not None and self._state is not None and t > self._t:
             dt = t - self._t
             usage, entitled, gpus, entitled_gpus, backlogged, allocated = self._state
+            leaf = self.tree.is_leaf
             self.gpu_seconds += gpus * dt
             self.entitled_gpu_seconds += entitled_gpus * dt
             self.share_seconds += usage * dt
             self.entitled_seconds += entitled * dt
             self.backlogged_seconds += backlogged * dt
-            self.error_seconds += 0.5 * float(np.abs(usage - entitled).sum()) * dt
+            self.error_seconds += 0.5 * float(np.abs(usage - entitled)[leaf].sum()) * dt
             self.allocated_gpu_seconds += allocated * dt
-            contenders = backlogged & (entitled > 0)
+            contenders = backlogged & leaf & (entitled > 0)
             if contenders.sum() >= 2:
                 x = usage[contenders] / entitled[contenders]
                 denom = len(x) * float((x * x).sum())
                 self.jain_seconds += (float(x.sum()) ** 2 / denom if denom > 0 else 0.0) * dt
                 self.jain_time += dt
-            others_wait = (int(backlogged.sum()) - backlogged) > 0
+            waiting = backlogged & leaf
+            others_wait = (int(waiting.sum()) - waiting) > 0
             self.while_others_wait_gpu_seconds += np.where(others_wait, gpus, 0.0) * dt
-            self.while_others_wait_total_seconds += np.where(others_wait, float(gpus.sum()), 0.0) * dt
+            self.while_others_wait_total_seconds += np.where(others_wait, float(gpus[leaf].sum()), 0.0) * dt
         self._t = t if self._t is None else max(self._t, t)
 
     def close(self, horizon: float) -> None:
         self._advance(horizon)
 
     def time_to_fair_share(self) -> dict[str, float | int | None]:
-        """Median and max seconds from a queue becoming backlogged to holding 90 % of its entitlement."""
+        """Median and max seconds from a leaf queue becoming backlogged to holding 90 % of its entitlement."""
         reached = self._reached
         return {
             "median": float(np.median(reached)) if reached else None,

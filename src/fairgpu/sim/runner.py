@@ -11,7 +11,7 @@ import numpy as np
 
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.sim.metrics import MetricsRecorder
+from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
 _FINISH, _SUBMIT = 0, 1
@@ -31,6 +31,7 @@ class SimResult:
     queues: dict[str, dict[str, Any]]
     cycles: int = 0
     starts: dict[str, float] = field(default_factory=dict)  # workload → start time
+    timeline: Timeline = field(default_factory=Timeline)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,7 +69,7 @@ class Simulation:
         ]
         heapq.heapify(self._events)
         self._seq = len(self._events)
-        self.rec = MetricsRecorder(self.tree.leaves, [self.tree.queues[i].name for i in self.tree.leaves])
+        self.rec = MetricsRecorder(self.tree)
         self.starts: dict[str, float] = {}
         self.completed: Counter[str] = Counter()
         self.preempted: Counter[str] = Counter()
@@ -116,18 +117,27 @@ class Simulation:
         self.run_until(self.horizon)
         horizon, rec = self.horizon, self.rec
         rec.close(horizon)
-        waits: dict[str, list[float]] = {name: [] for name in self.tree.names()}
+        tree = self.tree
+        waits: list[list[float]] = [[] for _ in tree.queues]
         for wl in self.scenario.workloads:
             if wl.submit_time <= horizon:
                 # A workload still waiting at the horizon counts with the wait it has had so far.
-                waits[wl.queue].append(self.starts.get(wl.name, horizon) - wl.submit_time)
+                waits[tree.index[wl.queue]].append(self.starts.get(wl.name, horizon) - wl.submit_time)
         started = Counter(self.by_name[name].queue for name in self.starts)
+        counts = np.array(
+            [[started[q], self.completed[q], self.preempted[q]] for q in tree.names()], dtype=np.int64
+        ).reshape(len(tree), 3)
+        for i in reversed(range(len(tree))):  # an inner queue reports what its subtree did
+            if tree.parent[i] >= 0:
+                waits[tree.parent[i]] += waits[i]
+                counts[tree.parent[i]] += counts[i]
         hours = 3600.0
         queues: dict[str, dict[str, Any]] = {}
-        for i, name in enumerate(rec.names):
-            w = waits[name]
+        for i, spec in enumerate(tree.queues):
+            w = waits[i]
             others = rec.while_others_wait_total_seconds[i]
-            queues[name] = {
+            queues[spec.name] = {
+                "parent": spec.parent,
                 "gpu_hours": float(rec.gpu_seconds[i] / hours),
                 "entitled_gpu_hours": float(rec.entitled_gpu_seconds[i] / hours),
                 "mean_share": float(rec.share_seconds[i] / horizon),
@@ -138,9 +148,9 @@ class Simulation:
                 "wait_p95_s": _percentile(w, 95),
                 "wait_max_s": max(w) if w else None,
                 "submitted": len(w),
-                "started": started[name],
-                "completed": self.completed[name],
-                "preempted": self.preempted[name],
+                "started": int(counts[i, 0]),
+                "completed": int(counts[i, 1]),
+                "preempted": int(counts[i, 2]),
             }
         capacity = self.sched.state.total_gpus * horizon
         return SimResult(
@@ -155,6 +165,7 @@ class Simulation:
             queues=queues,
             cycles=self.cycles,
             starts=dict(self.starts),
+            timeline=rec.timeline,
         )
 
 
