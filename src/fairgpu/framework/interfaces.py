@@ -71,6 +71,10 @@ class FitMask:
 
 @runtime_checkable
 class QueueSort(Protocol):
+    # "queue": each queue offers its workloads by its own policy (fair_within); "fifo": strictly by
+    # priority then submit time, as one cluster-wide heap would
+    within_queue: str
+
     def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
         """Index (into queues/heads) of the queue whose head workload is tried next. Each head is already
         its queue's highest-priority, oldest workload (or its least-served user's, for per-user queues)."""

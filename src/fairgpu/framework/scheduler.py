@@ -26,6 +26,8 @@ from fairgpu.model.pod import PodSpec, RequestError, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
 
+_OUTSIDE = "outside-reservation"
+
 
 @dataclass(slots=True)
 class Entry:
@@ -93,7 +95,8 @@ class Scheduler:
             share_ratio=np.zeros(q),
         )
         self._mean_mem = self.state.mean_gpu_memory_mib()
-        self.backlogs = [Backlog(by_user=spec.fair_within == "users") for spec in tree.queues]
+        honour = profile.queue_sort.within_queue == "queue"
+        self.backlogs = [Backlog(by_user=honour and spec.fair_within == "users") for spec in tree.queues]
         self._keys: list[Counter[tuple]] = [Counter() for _ in range(q)]
         self.pending: dict[str, Entry] = {}
         self.running: dict[str, Entry] = {}
@@ -193,7 +196,10 @@ class Scheduler:
                 q = active[self.profile.queue_sort.pick(active, heads, self.view)]
                 entry = self.backlogs[q].pop()
                 exclude = self.reserved_for_others(entry, now)
-                key = entry.key if exclude is None else (*entry.key, "outside-reservation")
+                # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, but a
+                # queue whose every shape failed either way counts as done for this cycle (a short job
+                # that could have backfilled behind a long one of its shape waits for the next cycle).
+                key = entry.key if exclude is None else (*entry.key, _OUTSIDE)
                 if key in failed or entry.key in refused[q]:
                     skipped.setdefault(q, []).append(entry)
                 elif self.admission_refusal(entry) is not None:
@@ -205,7 +211,9 @@ class Scheduler:
                     failed.add(key)
                     skipped.setdefault(q, []).append(entry)
                     self._on_unschedulable(entry, now, result)
-                if not self.backlogs[q] or all(k in failed or k in refused[q] for k in self._keys[q]):
+                if not self.backlogs[q] or all(
+                    k in failed or k in refused[q] or (*k, _OUTSIDE) in failed for k in self._keys[q]
+                ):
                     active.remove(q)
                 result.attempts += 1
                 yield

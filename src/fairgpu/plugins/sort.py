@@ -16,6 +16,8 @@ from fairgpu.model.pod import Workload
 class PrioritySort:
     """kube-scheduler's order: highest priority first, then earliest creation, across all tenants."""
 
+    within_queue: str = "fifo"
+
     def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
         return min(range(len(heads)), key=lambda i: (-heads[i].priority, heads[i].submit_time, queues[i]))
 
@@ -26,6 +28,8 @@ class FairShare:
     """Top-down through the queue tree, the child furthest below its entitlement goes next: its share ratio
     (current plus decayed past usage, over entitlement) is compared first among the top-level queues, then
     among siblings below. Priority only orders workloads inside a queue."""
+
+    within_queue: str = "queue"
 
     def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
         if len(queues) == 1:

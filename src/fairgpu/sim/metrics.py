@@ -123,8 +123,11 @@ class MetricsRecorder:
                 denom = len(x) * float((x * x).sum())
                 self.jain_seconds += (float(x.sum()) ** 2 / denom if denom > 0 else 0.0) * dt
                 self.jain_time += dt
-            waiting = backlogged & leaf
-            others_wait = (int(waiting.sum()) - waiting) > 0
+            waiting = (backlogged & leaf).astype(np.int64)
+            for i in reversed(range(len(waiting))):  # waiting leaves within each subtree
+                if self.tree.parent[i] >= 0:
+                    waiting[self.tree.parent[i]] += waiting[i]
+            others_wait = (int((backlogged & leaf).sum()) - waiting) > 0
             self.while_others_wait_gpu_seconds += np.where(others_wait, gpus, 0.0) * dt
             self.while_others_wait_total_seconds += np.where(others_wait, float(gpus[leaf].sum()), 0.0) * dt
         self._t = t if self._t is None else max(self._t, t)

@@ -7,7 +7,10 @@ Microsoft Philly traces (CC BY 4.0).
 
 from __future__ import annotations
 
+import ast
 import csv
+import gzip
+import json
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +30,7 @@ OPENB_DEFAULT_GPU_MEMORY_MIB = 32768
 PHILLY_GPUS_PER_NODE = 8
 PHILLY_NODE = {"cpu_m": 64_000, "memory_mib": 512 * 1024, "gpu_memory_mib": 32768}
 PHILLY_PER_GPU = {"cpu_m": 4_000, "memory_mib": 32 * 1024}
+PHILLY_THROUGHPUTS = "simulation_throughputs.json.gz"  # Gavel's, beside the trace CSV
 
 T = TypeVar("T")
 
@@ -134,9 +138,40 @@ def load_openb(pods_path: Path, nodes_path: Path) -> Scenario:
     return Scenario(f"openb:{pods_path.name}", horizon, nodes, queues, workloads, "Alibaba openb trace, queue = QoS")
 
 
+def _philly_throughputs(path: Path) -> dict[str, dict[int, float]] | None:
+    """Gavel's measured V100 throughputs: job type → {GPUs: steps per second alone}; None if absent."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        out: dict[str, dict[int, float]] = {}
+        for key, entry in doc["v100"].items():
+            job_type, gpus = ast.literal_eval(key)
+            out.setdefault(job_type, {})[int(gpus)] = float(entry["null"])
+        return out
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError) as err:
+        raise ScenarioError(f"{path}: not a Gavel throughput file: {err}") from None
+
+
+def _philly_derived_duration(
+    path: Path, line: int, row: dict[str, str], gpus: int, throughputs: dict[str, dict[int, float]] | None
+) -> float:
+    """Gavel measured no throughput at this GPU count (e.g. 16, 32, 12): scale the throughput at the
+    largest measured count below it linearly with the GPUs (data-parallel), as the trace's steps assume."""
+    job_type = (row.get("job_type") or "").strip()
+    measured = (throughputs or {}).get(job_type)
+    if not measured:
+        why = f"no {PHILLY_THROUGHPUTS} beside the trace" if throughputs is None else f"no throughput for {job_type!r}"
+        raise ScenarioError(f"{path}:{line}: iso_duration_s_v100: empty, and {why} to derive it")
+    base = max((g for g in measured if g <= gpus), default=min(measured))
+    steps = _field(path, line, row, "total_steps", float, min_=1)
+    return steps / (measured[base] * gpus / base)
+
+
 def load_philly(path: Path, gpus: int) -> Scenario:
     """Philly-VC replay on `gpus` V100s (8 per node): one queue per VC, equal weights; a job of more than
-    8 GPUs is a gang of 8-GPU pods, run time is its V100 duration."""
+    8 GPUs is a gang of 8-GPU pods, run time is its V100 duration (derived from Gavel's throughputs where
+    the trace leaves it empty)."""
     if gpus < PHILLY_GPUS_PER_NODE or gpus % PHILLY_GPUS_PER_NODE:
         raise ScenarioError(f"--gpus: {gpus} must be a positive multiple of {PHILLY_GPUS_PER_NODE}")
     gpu_mem = PHILLY_NODE["gpu_memory_mib"]
@@ -150,7 +185,9 @@ def load_philly(path: Path, gpus: int) -> Scenario:
         for i in range(gpus // PHILLY_GPUS_PER_NODE)
     ]
     workloads = []
-    for line, row in _rows(path, ("vc", "job_seq", "arrival_time_s", "num_gpus", "iso_duration_s_v100")):
+    throughputs = _philly_throughputs(path.parent / PHILLY_THROUGHPUTS)
+    required = ("vc", "job_seq", "job_type", "total_steps", "arrival_time_s", "num_gpus", "iso_duration_s_v100")
+    for line, row in _rows(path, required):
         n = _field(path, line, row, "num_gpus", int, min_=1)
         if n > gpus:
             raise ScenarioError(f"{path}:{line}: num_gpus: {n} is more than the cluster's {gpus} GPUs")
@@ -166,13 +203,17 @@ def load_philly(path: Path, gpus: int) -> Scenario:
                 )
             )
         vc = row["vc"].strip()
+        if (row.get("iso_duration_s_v100") or "").strip():
+            duration = _field(path, line, row, "iso_duration_s_v100", float)
+        else:
+            duration = _philly_derived_duration(path, line, row, n, throughputs)
         workloads.append(
             Workload(
                 name=f"{vc}-{row['job_seq'].strip()}",
                 queue=vc,
                 pods=tuple(pods),
                 submit_time=_field(path, line, row, "arrival_time_s", float),
-                duration=max(1.0, _field(path, line, row, "iso_duration_s_v100", float)),
+                duration=max(1.0, duration),
             )
         )
     if not workloads:
