@@ -24,16 +24,20 @@ class Timeline:
     share: list[np.ndarray] = field(default_factory=list)  # (Q,)
     entitled: list[np.ndarray] = field(default_factory=list)  # (Q,)
     gpus: list[np.ndarray] = field(default_factory=list)  # (Q,) GPU-equivalents held
+    entitled_gpus: list[np.ndarray] = field(default_factory=list)  # (Q,) GPU-equivalents entitled
+    backlogged: list[np.ndarray] = field(default_factory=list)  # (Q,) bool
     allocated_gpus: list[float] = field(default_factory=list)
 
-    def window_gpu_seconds(self, start: float, end: float) -> np.ndarray:
-        """(Q,) GPU-seconds each queue held in [start, end)."""
-        out = np.zeros(len(self.gpus[0])) if self.gpus else np.zeros(0)
+    def window_gpu_seconds(self, start: float, end: float, series: str = "gpus") -> np.ndarray:
+        """(Q,) GPU-seconds each queue held (or, with series="entitled_gpus", was entitled to) in
+        [start, end)."""
+        values = getattr(self, series)
+        out = np.zeros(len(values[0])) if values else np.zeros(0)
         for i, t0 in enumerate(self.t):
             t1 = self.t[i + 1] if i + 1 < len(self.t) else end
             lo, hi = max(t0, start), min(t1, end)
             if hi > lo:
-                out += self.gpus[i] * (hi - lo)
+                out += values[i] * (hi - lo)
         return out
 
 
@@ -86,16 +90,15 @@ class MetricsRecorder:
                 backlogged[tree.parent[i]] |= backlogged[i]
         usage, entitled = v.usage_dom.copy(), v.entitled_dom.copy()
         gpus, allocated = v.usage[:, r.DIM_GPU].copy(), sched.state.allocated_gpu_equivalents()
-        self._state = (usage, entitled, gpus, v.entitled[:, r.DIM_GPU].copy(), backlogged, allocated)
+        entitled_gpus = v.entitled[:, r.DIM_GPU].copy()
+        self._state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated)
         tl = self.timeline
+        series = (tl.t, tl.share, tl.entitled, tl.gpus, tl.entitled_gpus, tl.backlogged, tl.allocated_gpus)
         if tl.t and tl.t[-1] == t:  # several cycles at one instant: the last one holds
-            for lst in (tl.t, tl.share, tl.entitled, tl.gpus, tl.allocated_gpus):
-                lst.pop()
-        tl.t.append(t)
-        tl.share.append(usage)
-        tl.entitled.append(entitled)
-        tl.gpus.append(gpus)
-        tl.allocated_gpus.append(allocated)
+            for values in series:
+                values.pop()
+        for values, value in zip(series, (t, usage, entitled, gpus, entitled_gpus, backlogged, allocated), strict=True):
+            values.append(value)
         for i in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
             self._open_since[i] = t
         for i, since in enumerate(self._open_since):
