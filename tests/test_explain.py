@@ -1,0 +1,124 @@
+"""Explanations: why a workload is pending, where it stands, and when it should start."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import gpu_node, job, tree, whole
+from fairgpu import resources as r
+from fairgpu.cli import app
+from fairgpu.framework.profile import load_profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import PodSpec, QueueSpec, QueueTree
+from fairgpu.model.pod import GpuRequest
+
+
+def test_no_fit_counts_nodes_per_reason():
+    nodes = [gpu_node(f"a{i}") for i in range(3)] + [gpu_node("l0", model="L40S", mem_mib=49152)]
+    s = Scheduler(nodes, tree("a"), load_profile("fairgpu"))
+    s.submit(job("filler", "a", whole(8), pods=3))
+    s.cycle(0)
+    big_mem = PodSpec(cpu_m=100, memory_mib=100, gpu=GpuRequest(1, 10, 60_000))
+    s.submit(job("x", "a", big_mem, t=1))
+    s.cycle(1)
+    exp = s.explain("x", 1)
+    assert exp.state == "pending"
+    assert exp.reasons == ["no fit: 0/4 nodes: 3 insufficient GPU cores, 1 insufficient GPU memory"]
+
+
+def test_model_exclusion_is_named():
+    nodes = [gpu_node("a0"), gpu_node("l0", model="L40S", mem_mib=49152)]
+    s = Scheduler(nodes, tree("a"), load_profile("fairgpu"))
+    s.submit(job("filler", "a", whole(8)))
+    s.cycle(0)
+    s.submit(job("x", "a", whole(1, gpu_include=("A100",)), t=1))
+    s.cycle(1)
+    assert s.explain("x", 1).reasons == ["no fit: 0/2 nodes: 1 GPU model excluded, 1 too few idle GPUs"]
+
+
+def test_quota_refusal_is_named_and_start_estimated():
+    limit = np.full(len(r.FAIR_DIMS), np.inf)
+    limit[r.DIM_GPU] = 2
+    queues = QueueTree([QueueSpec("a", limit=limit)])
+    s = Scheduler([gpu_node("n0")], queues, load_profile("fairgpu"))
+    for i in range(3):
+        s.submit(job(f"j{i}", "a", whole(1), t=i))
+    s.cycle(0)
+    exp = s.explain("j2", 0)
+    assert exp.reasons[0] == "quota: queue a would exceed its gpu limit"
+    assert (exp.position_in_queue, exp.queue_pending) == (1, 1)
+
+
+def test_gang_incomplete_and_estimated_start_from_running_ends():
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], tree("a"), load_profile("fairgpu"))
+    s.submit(job("filler", "a", whole(6)))  # runs 60 s
+    s.cycle(0)
+    s.submit(job("gang", "a", whole(4), pods=3, t=10))  # 12 GPUs, 10 free
+    s.cycle(10)
+    exp = s.explain("gang", 10)
+    assert exp.reasons == ["gang incomplete: 2 of 3 pods fit at once"]
+    assert exp.estimated_start == pytest.approx(60.0)  # when filler ends
+
+
+def test_fair_share_wait_and_cluster_position():
+    s = Scheduler([gpu_node("n0", gpus=2)], tree("a", "b"), load_profile("fairgpu"))
+    for i in range(4):
+        s.submit(job(f"a{i}", "a", whole(1), t=0))
+    s.cycle(0)  # a holds both GPUs
+    s.submit(job("b0", "b", whole(1), t=1))
+    s.submit(job("a9", "a", whole(1), t=1))
+    exp_b, exp_a = s.explain("b0", 1), s.explain("a9", 1)
+    assert exp_b.position_in_cluster == 1  # b is furthest below its share
+    assert exp_a.position_in_cluster == 4 and exp_a.position_in_queue == 3
+    assert exp_b.reasons[0].startswith("no fit")
+    assert exp_b.estimated_start == pytest.approx(60.0)
+
+
+def test_reserved_nodes_are_explained_to_the_others():
+    queues = QueueTree([QueueSpec("stream"), QueueSpec("train", starvation_after=0)])
+    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
+    for i in range(4):
+        s.submit(job(f"s{i}", "stream", whole(1), t=0))
+    s.cycle(0)
+    s.submit(job("gang", "train", whole(2), pods=2, t=1))
+    s.cycle(1)
+    assert s.reservation is not None and s.reservation.workload == "gang"
+    assert any(x.startswith("starving: 2 node(s) reserved") for x in s.explain("gang", 1).reasons)
+    s.remove("s0")  # one GPU frees; a long stream job may not take it
+    s.submit(job("late", "stream", whole(1), t=2))
+    s.cycle(2)
+    assert "late" in s.pending
+    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=60s"]
+
+
+def test_running_and_unknown_workloads():
+    s = Scheduler([gpu_node("n0")], tree("a"), load_profile("fairgpu"))
+    s.submit(job("x", "a", whole(1)))
+    s.cycle(5)
+    exp = s.explain("x", 5)
+    assert (exp.state, exp.started) == ("running", 5)
+    with pytest.raises(KeyError):
+        s.explain("nope", 5)
+
+
+def test_cli_explain_prints_for_each_profile_and_as_json():
+    result = CliRunner().invoke(app, ["simulate", "--scenario", "gang-starvation", "--explain", "gang-0@61m"])
+    assert result.exit_code == 0, result.output
+    assert "kube-default at t=3660s" in result.output and "fairgpu at t=3660s" in result.output
+    assert "estimated start" in result.output
+    result = CliRunner().invoke(
+        app, ["simulate", "--scenario", "gang-starvation", "--profile", "fairgpu", "--explain", "gang-0@61m", "--json"]
+    )
+    doc = json.loads(result.stdout)
+    assert doc["state"] == "pending" and doc["estimated_start"] > 3660
+    assert any(x.startswith("starving") for x in doc["reasons"])
+
+
+def test_cli_explain_rejects_unknown_workload():
+    result = CliRunner().invoke(app, ["simulate", "--scenario", "demo", "--explain", "nope@1h"])
+    assert result.exit_code == 2
+    assert "--explain: no workload named 'nope'" in result.output
