@@ -57,6 +57,7 @@ _SHARED = (
     "gpu_cores_cap",
     "gpu_usable",
     "node_cores_cap",
+    "_unplaceable",
 )
 
 
@@ -101,6 +102,7 @@ class ClusterState:
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
         self._ledger: dict[str, Placement] = {}
+        self._unplaceable: dict[tuple, str | None] = {}
 
     def copy(self) -> ClusterState:
         """An independent copy (arrays and ledger) for dry runs; node specs are shared, read-only."""
@@ -138,6 +140,12 @@ class ClusterState:
 
     def unplaceable_reason(self, pod: PodSpec) -> str | None:
         """Why no node could ever hold the pod, even with the cluster empty; None if some node could."""
+        key = pod.key()
+        if key not in self._unplaceable:  # capacity never changes, and pod shapes repeat
+            self._unplaceable[key] = self._unplaceable_now(pod)
+        return self._unplaceable[key]
+
+    def _unplaceable_now(self, pod: PodSpec) -> str | None:
         ok = self.cpu_cap >= pod.cpu_m
         if not ok.any():
             return f"cpu request {pod.cpu_m}m is more than any node has"

@@ -26,8 +26,6 @@ from fairgpu.model.pod import PodSpec, RequestError, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
 
-_OUTSIDE = "outside-reservation"
-
 
 @dataclass(slots=True)
 class Entry:
@@ -39,7 +37,8 @@ class Entry:
     charge: np.ndarray  # the whole workload's fair vector
     share: float  # its dominant share of the cluster
     placed: list[Placement] = field(default_factory=list)
-    key: tuple = ()  # what must fit next: failures are cached by it within a cycle
+    key: int = -1  # id of what must fit next: failures are cached by it within a cycle
+    order: tuple[float, float, int] = ()  # (-priority, submit time, seq): its place within its queue
     started: float | None = None
 
     @property
@@ -51,11 +50,8 @@ class Entry:
         d = self.workload.duration
         return math.inf if self.started is None or d is None else self.started + d
 
-    def sort_key(self) -> tuple[float, float, int]:
-        return (-self.workload.priority, self.workload.submit_time, self.seq)
-
     def __lt__(self, other: Entry) -> bool:
-        return self.sort_key() < other.sort_key()
+        return self.order < other.order
 
 
 @dataclass(slots=True)
@@ -97,7 +93,8 @@ class Scheduler:
         self._mean_mem = self.state.mean_gpu_memory_mib()
         honour = profile.queue_sort.within_queue == "queue"
         self.backlogs = [Backlog(by_user=honour and spec.fair_within == "users") for spec in tree.queues]
-        self._keys: list[Counter[tuple]] = [Counter() for _ in range(q)]
+        self._keys: list[Counter[int]] = [Counter() for _ in range(q)]  # live attempt-key ids per queue
+        self._key_ids: dict[tuple, int] = {}  # attempt key (pod shapes) → small int, cheap to hash
         self.pending: dict[str, Entry] = {}
         self.running: dict[str, Entry] = {}
         self._charges: dict[PodSpec, np.ndarray] = {}
@@ -124,6 +121,7 @@ class Scheduler:
                 raise RequestError(f"workload {wl.name}: {problem}")
         charge = sum((self._charge(p) for p in wl.pods), r.zeros())
         entry = Entry(wl, qi, self._seq, charge, float(fairness.dominant_shares(charge, self.view.capacity)))
+        entry.order = (-wl.priority, wl.submit_time, self._seq)
         self._seq += 1
         entry.key = self._attempt_key(entry)
         self.pending[wl.name] = entry
@@ -186,8 +184,9 @@ class Scheduler:
         decision or stop early; closing the generator early leaves every unattempted workload pending."""
         self.view.now = now
         self.refresh_shares(now)
-        failed: set[tuple] = set()  # shapes that did not fit: capacity only shrinks within a cycle
-        refused: list[set[tuple]] = [set() for _ in self.backlogs]  # per queue, by admission
+        failed: set[int] = set()  # shapes that did not fit: capacity only shrinks within a cycle
+        failed_outside: set[int] = set()  # ... kept out of reserved nodes (they fit in less)
+        refused: list[set[int]] = [set() for _ in self.backlogs]  # per queue, by admission
         skipped: dict[int, list[Entry]] = {}
         active = [q for q, b in enumerate(self.backlogs) if b]
         try:
@@ -199,8 +198,8 @@ class Scheduler:
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, but a
                 # queue whose every shape failed either way counts as done for this cycle (a short job
                 # that could have backfilled behind a long one of its shape waits for the next cycle).
-                key = entry.key if exclude is None else (*entry.key, _OUTSIDE)
-                if key in failed or entry.key in refused[q]:
+                shapes_failed = failed if exclude is None else failed_outside
+                if entry.key in shapes_failed or entry.key in refused[q]:
                     skipped.setdefault(q, []).append(entry)
                 elif self.admission_refusal(entry) is not None:
                     refused[q].add(entry.key)
@@ -208,12 +207,11 @@ class Scheduler:
                 elif self._try_place(entry, result, exclude):
                     self._start(entry, result, now)
                 else:
-                    failed.add(key)
+                    shapes_failed.add(entry.key)
                     skipped.setdefault(q, []).append(entry)
                     self._on_unschedulable(entry, now, result)
-                if not self.backlogs[q] or all(
-                    k in failed or k in refused[q] or (*k, _OUTSIDE) in failed for k in self._keys[q]
-                ):
+                live = self._keys[q].keys()
+                if not self.backlogs[q] or all(k in failed or k in refused[q] or k in failed_outside for k in live):
                     active.remove(q)
                 result.attempts += 1
                 yield
@@ -319,9 +317,10 @@ class Scheduler:
             self._history = self._history * keep[:, None] + self.view.usage * gained[:, None]
         self._history_t = now if self._history_t is None else max(self._history_t, now)
 
-    def _attempt_key(self, entry: Entry) -> tuple:
+    def _attempt_key(self, entry: Entry) -> int:
         rest = entry.workload.pods[len(entry.placed) :]
-        return tuple(p.key() for p in rest) if self.gang else (rest[0].key(),)
+        key = tuple(p.key() for p in rest) if self.gang else (rest[0].key(),)
+        return self._key_ids.setdefault(key, len(self._key_ids))
 
     def _forget_key(self, entry: Entry) -> None:
         keys = self._keys[entry.queue]
