@@ -74,6 +74,29 @@ def draw_pod(rng: np.random.Generator) -> PodSpec:
     return PodSpec(cpu_m=CPU_M_SHARED, memory_mib=MEM_MIB_SHARED, gpu=gpu)
 
 
+def build_queues(leaves: int, depth: int, rng: np.random.Generator) -> tuple[list[str], QueueTree]:
+    """`leaves` tenant queues; with depth > 1, under a tree of organisations (weights 1–4) that many levels
+    deep, each inner queue with about the same number of children."""
+    names = [f"tenant-{i:03d}" for i in range(leaves)]
+    if depth <= 1:
+        return names, QueueTree([QueueSpec(name=q, weight=1.0) for q in names])
+    fanout = max(2, round(leaves ** (1 / depth)))
+    specs: list[QueueSpec] = []
+    level = [None]
+    for d in range(depth - 1):
+        below = []
+        for parent in level:
+            for k in range(fanout):
+                name = f"org-{d}-{len(specs):03d}" if parent is None else f"{parent}.{k}"
+                specs.append(QueueSpec(name=name, weight=float(rng.integers(1, 5)), parent=parent))
+                below.append(name)
+        level = below
+    specs += [
+        QueueSpec(name=q, weight=float(rng.integers(1, 5)), parent=level[i % len(level)]) for i, q in enumerate(names)
+    ]
+    return names, QueueTree(specs)
+
+
 def build_workloads(pods: int, queues: list[str], rng: np.random.Generator) -> list[Workload]:
     """Workloads of the standard mix totalling exactly `pods` pods (the last gang is cut to fit)."""
     out: list[Workload] = []
@@ -94,8 +117,7 @@ def percentile_ms(values: list[float], pct: float) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     rng = np.random.default_rng(args.seed)
-    queue_names = [f"tenant-{i:02d}" for i in range(args.queues)]
-    tree = QueueTree([QueueSpec(name=q, weight=1.0) for q in queue_names])
+    queue_names, tree = build_queues(args.queues, args.depth, rng)
     nodes = build_cluster(args.nodes)
     workloads = build_workloads(args.pods, queue_names, rng)
     profile = load_profile(args.profile)
@@ -140,6 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "pods": args.pods,
         "workloads": len(workloads),
         "queues": args.queues,
+        "depth": args.depth,
         "profile": args.profile,
         "seed": args.seed,
         "pods_placed": placed,
@@ -159,7 +182,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pods", type=int, default=50_000, help="pending pods, gangs included (default 50000)")
     p.add_argument("--profile", default="fairgpu", help="built-in profile or YAML path (default fairgpu)")
     p.add_argument("--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
-    p.add_argument("--queues", type=int, default=20, help="tenants of equal weight (default 20)")
+    p.add_argument("--queues", type=int, default=20, help="tenant (leaf) queues (default 20)")
+    p.add_argument("--depth", type=int, default=1, help="levels of the queue tree (default 1: flat, equal weights)")
     args = p.parse_args(argv)
     for name in ("nodes", "pods", "queues"):
         if getattr(args, name) < 1:

@@ -74,9 +74,11 @@ def test_every_extension_point_is_consulted_in_order():
     calls: list[str] = []
 
     class Sort:
-        def pick(self, queues, heads, view):
+        within_queue = "fifo"
+
+        def pick(self, active, view):
             calls.append("sort")
-            return 0
+            return next(iter(active.queues))
 
     class Deny:
         def admit(self, workload, queue, charge, view):

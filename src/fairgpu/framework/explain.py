@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fairgpu.framework import placement as pl
+from fairgpu.framework.interfaces import ActiveQueues
 from fairgpu.framework.lookahead import Planned, replay
 
 if TYPE_CHECKING:
@@ -116,13 +117,15 @@ def _ahead_in_cluster_order(sched: Scheduler, target: Entry) -> list[Entry] | No
     orders = {q: b.ordered() for q, b in enumerate(sched.backlogs) if len(b)}
     cursor: Counter[int] = Counter()
     ahead: list[Entry] = []
+    active = ActiveQueues(sched.tree, list(orders), lambda q: orders[q][cursor[q]].workload)
     while len(ahead) < MAX_ORDER_STEPS:
-        active = [q for q in orders if cursor[q] < len(orders[q])]
-        heads = [orders[q][cursor[q]] for q in active]
-        i = sched.profile.queue_sort.pick(active, [h.workload for h in heads], dry)
-        if heads[i] is target:
+        q = sched.profile.queue_sort.pick(active, dry)
+        head = orders[q][cursor[q]]
+        if head is target:
             return ahead
-        ahead.append(heads[i])
-        cursor[active[i]] += 1
-        dry.add_usage(active[i], heads[i].charge)
+        ahead.append(head)
+        cursor[q] += 1
+        if cursor[q] == len(orders[q]):
+            active.remove(q)
+        dry.add_usage(q, head.charge)
     return None

@@ -6,6 +6,7 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -74,15 +75,38 @@ class FitMask:
         return self.slot_count
 
 
+class ActiveQueues:
+    """The leaf queues that still have a workload to try in this cycle, and their head workloads.
+
+    `count[i]` is how many active leaves lie in queue i's subtree (itself included), so a sort can
+    descend the queue tree without looking at every leaf.
+    """
+
+    def __init__(self, tree: QueueTree, queues: list[int], head: Callable[[int], Workload]) -> None:
+        self.tree = tree
+        self.queues = set(queues)
+        self.head = head
+        self.count = np.zeros(len(tree), dtype=np.int64)
+        for q in queues:
+            self.count[tree.paths_of[q]] += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.queues)
+
+    def remove(self, q: int) -> None:
+        self.queues.discard(q)
+        self.count[self.tree.paths_of[q]] -= 1
+
+
 @runtime_checkable
 class QueueSort(Protocol):
     # "queue": each queue offers its workloads by its own policy (fair_within); "fifo": strictly by
     # priority then submit time, as one cluster-wide heap would
     within_queue: str
 
-    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
-        """Index (into queues/heads) of the queue whose head workload is tried next. Each head is already
-        its queue's highest-priority, oldest workload (or its least-served user's, for per-user queues)."""
+    def pick(self, active: ActiveQueues, view: EngineView) -> int:
+        """The leaf queue whose head workload is tried next. Each head is already its queue's
+        highest-priority, oldest workload (or its least-served user's, for per-user queues)."""
         ...
 
 

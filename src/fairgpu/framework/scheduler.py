@@ -18,7 +18,7 @@ from fairgpu import resources as r
 from fairgpu.framework import placement as pl
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.explain import Explanation, explain
-from fairgpu.framework.interfaces import Bound, EngineView, Evict
+from fairgpu.framework.interfaces import ActiveQueues, Bound, EngineView, Evict
 from fairgpu.framework.lookahead import Fit, Planned, replay
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
@@ -188,11 +188,13 @@ class Scheduler:
         failed_outside: set[int] = set()  # ... kept out of reserved nodes (they fit in less)
         refused: list[set[int]] = [set() for _ in self.backlogs]  # per queue, by admission
         skipped: dict[int, list[Entry]] = {}
-        active = [q for q, b in enumerate(self.backlogs) if b]
+        backlogs = self.backlogs
+        active = ActiveQueues(
+            self.tree, [q for q, b in enumerate(backlogs) if b], lambda q: backlogs[q].peek().workload
+        )
         try:
             while active:
-                heads = [self.backlogs[q].peek().workload for q in active]
-                q = active[self.profile.queue_sort.pick(active, heads, self.view)]
+                q = self.profile.queue_sort.pick(active, self.view)
                 entry = self.backlogs[q].pop()
                 exclude = self.reserved_for_others(entry, now)
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, but a

@@ -76,6 +76,7 @@ class QueueTree:
             chains.append(chain[::-1])
         depth = max((len(c) for c in chains), default=1)
         self.paths = np.array([c + [c[-1]] * (depth - len(c)) for c in chains], dtype=np.int64).reshape(-1, depth)
+        self.paths_of = [np.array(c, dtype=np.int64) for c in chains]  # root → i, unpadded
 
     def __len__(self) -> int:
         return len(self.queues)

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from fairgpu.framework.interfaces import EngineView, QueueSort
+from fairgpu.framework.interfaces import ActiveQueues, EngineView, QueueSort
 from fairgpu.framework.profile import register
-from fairgpu.model.pod import Workload
 
 
 @register(QueueSort, "PrioritySort")
@@ -18,25 +15,35 @@ class PrioritySort:
 
     within_queue: str = "fifo"
 
-    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
-        return min(range(len(heads)), key=lambda i: (-heads[i].priority, heads[i].submit_time, queues[i]))
+    def pick(self, active: ActiveQueues, view: EngineView) -> int:
+        def key(q: int) -> tuple[float, float, int]:
+            head = active.head(q)
+            return (-head.priority, head.submit_time, q)
+
+        return min(active.queues, key=key)
 
 
 @register(QueueSort, "FairShare")
 @dataclass(slots=True)
 class FairShare:
     """Top-down through the queue tree, the child furthest below its entitlement goes next: its share ratio
-    (current plus decayed past usage, over entitlement) is compared first among the top-level queues, then
-    among siblings below. Priority only orders workloads inside a queue."""
+    (current plus decayed past usage, over entitlement) is compared among the top-level queues, then among
+    the chosen one's children, and so on down to a leaf. Priority only orders workloads inside a queue.
+    Each pick looks at one set of siblings per level, not at every queue."""
 
     within_queue: str = "queue"
 
-    def pick(self, queues: list[int], heads: list[Workload], view: EngineView) -> int:
-        if len(queues) == 1:
-            return 0
-        q = np.asarray(queues)
-        ratios = view.share_ratio[view.tree.paths[q]]  # (A, depth): root level first
-        submit = np.fromiter((w.submit_time for w in heads), dtype=np.float64, count=len(heads))
-        # np.lexsort sorts by its last key first
-        keys = (q, submit, view.usage_dom[q], *ratios.T[::-1])
-        return int(np.lexsort(keys)[0])
+    def pick(self, active: ActiveQueues, view: EngineView) -> int:
+        tree, ratio, usage, count = view.tree, view.share_ratio, view.usage_dom, active.count
+        level = tree.roots
+        while True:
+            live = [q for q in level if count[q] > 0]
+
+            def key(q: int) -> tuple[float, float, float, int]:
+                first = active.head(q).submit_time if tree.is_leaf[q] else 0.0
+                return (ratio[q], usage[q], first, q)
+
+            best = min(live, key=key) if len(live) > 1 else live[0]
+            if tree.is_leaf[best]:
+                return best
+            level = tree.children[best]
