@@ -613,3 +613,25 @@ def test_entitlements_honour_nested_guarantees(case) -> None:
             f"{tree.names()[i]}: entitled {ent[i]} = {got:.4f} of demand {d}, guaranteed {tree.guaranteed[i]} "
             f"covers {floor:.4f} of it"
         )
+
+
+@FAST
+@given(queue_trees(guarantees=False, limits=False), st.data())
+def test_equal_siblings_get_equal_entitlements(case, data) -> None:
+    """Two sibling leaves with the same weight, guarantee, limit and demand are entitled to the same,
+    whatever the rest of the tree wants."""
+    tree, capacity, demand = case
+    pairs = [
+        (a, b)
+        for kids in [tree.roots, *tree.children]
+        for a in kids
+        for b in kids
+        if a < b and tree.is_leaf[a] and tree.is_leaf[b]
+    ]
+    if not pairs:
+        return
+    a, b = data.draw(st.sampled_from(pairs))
+    tree.weight[b] = tree.weight[a]
+    demand[b] = demand[a]
+    ent = entitlements(tree, capacity, demand)
+    np.testing.assert_allclose(ent[a], ent[b], rtol=1e-6, atol=TOL * (capacity.max() + 1.0))
