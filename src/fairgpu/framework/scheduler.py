@@ -234,10 +234,34 @@ class Scheduler:
                     active.remove(q)
                 result.attempts += 1
                 yield
+            yield from self._grow(now, result)
         finally:
             for q, entries in skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
+
+    def _grow(self, now: float, result: CycleResult) -> Iterator[None]:
+        """After every pending workload had its turn, elastic workloads grow into what is left, the
+        queue furthest below its share first, one pod at a time."""
+        growing = [e for e in self.running.values() if len(e.placed) < len(e.workload.pods) and not e.terminating]
+        growing.sort(key=lambda e: (self.view.share_ratio[e.queue], e.order))
+        for entry in growing:
+            wl = entry.workload
+            exclude = self.reserved_for_others(entry, now)
+            while len(entry.placed) < len(wl.pods):
+                i = len(entry.placed)
+                pod = wl.pods[i]
+                if any(a.admit(wl, entry.queue, self._charge(pod), self.view) for a in self.profile.admit):
+                    break
+                placement = pl.place_pod(pod, self.view, self.profile, exclude)
+                if placement is None:
+                    break
+                self.state.assign(wl.pod_names[i], placement)
+                entry.placed.append(placement)
+                self._account(entry, pod, +1)
+                result.bound.append(Bound(wl.name, i, wl.pod_names[i], placement))
+            result.attempts += 1
+            yield
 
     def admission_refusal(self, entry: Entry) -> str | None:
         """Why the profile's Admit plugins refuse the rest of this workload now; None if they admit it."""
@@ -265,7 +289,7 @@ class Scheduler:
             return False
         for i in range(first_new, len(entry.placed)):
             result.bound.append(Bound(wl.name, i, wl.pod_names[i], entry.placed[i]))
-        if len(entry.placed) < len(wl.pods):
+        if len(entry.placed) < wl.needed:
             self._forget_key(entry)
             entry.key = self._attempt_key(entry)
             self._keys[entry.queue][entry.key] += 1
@@ -390,7 +414,8 @@ class Scheduler:
 
     def _attempt_key(self, entry: Entry) -> int:
         rest = entry.workload.pods[len(entry.placed) :]
-        key = tuple(p.key() for p in rest) if self.gang else (rest[0].key(),)
+        needed = entry.workload.needed - len(entry.placed)
+        key = (needed, tuple(p.key() for p in rest)) if self.gang else (rest[0].key(),)
         return self._key_ids.setdefault(key, len(self._key_ids))
 
     def _forget_key(self, entry: Entry) -> None:

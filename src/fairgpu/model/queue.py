@@ -16,7 +16,7 @@ class PreemptionPolicy:
 
     enabled: bool = True  # False: "preemption: never" — this queue never triggers an eviction
     reclaim: bool = True  # take back lent guarantee from queues borrowing above their guarantee
-    fair_share: bool = True  # evict from queues above their fair share, down to it
+    fair_share: bool = False  # evict from queues above their fair share, down to it
     within_queue: str = "Never"  # "LowerPriority": evict this queue's own lower-priority workloads
     min_runtime: float = 0.0  # seconds: a younger workload of this queue is not a victim
     grace_period: float = 0.0  # seconds between the eviction notice and its GPUs being free
