@@ -177,6 +177,7 @@ class PreemptContext:
     now: float
     units: list[VictimUnit]
     profile: Profile  # for dry-run placement
+    usage: np.ndarray  # (Q, R) as it will be once evictions already under way complete
 
     def potential(self, units: list[VictimUnit]) -> EngineView:
         """A view over the cluster as it would be with all these units evicted."""

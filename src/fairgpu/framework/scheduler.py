@@ -39,6 +39,7 @@ class Entry:
     placed: list[Placement] = field(default_factory=list)
     key: int = -1  # id of what must fit next: failures are cached by it within a cycle
     terminating: bool = False  # being evicted: holds its resources until the driver removes it
+    leaving: np.ndarray | None = None  # fair vector the eviction takes away
     order: tuple[float, float, int] = ()  # (-priority, submit time, seq): its place within its queue
     started: float | None = None
 
@@ -64,6 +65,7 @@ class Reservation:
     fit: Fit
     exclude: np.ndarray  # (N,) bool
     starving: bool
+    queue: int
 
 
 @dataclass(slots=True)
@@ -150,14 +152,14 @@ class Scheduler:
     def shrink(self, name: str, pods: tuple[int, ...]) -> list[Placement]:
         """An elastic workload's extra pods were evicted: release them; they can grow back later."""
         entry = self.running[name]
-        if min(pods) < entry.workload.needed or max(pods) >= len(entry.placed):
-            raise ValueError(f"workload {name}: only placed pods above min_pods can be shrunk")
+        n = len(entry.placed)
+        if sorted(pods) != list(range(n - len(pods), n)) or n - len(pods) < entry.workload.needed:
+            raise ValueError(f"workload {name}: only its newest pods above min_pods can be shrunk")
         released = []
-        for i in sorted(pods, reverse=True):  # placed pods are a prefix: drop from the end
-            while len(entry.placed) > i:
-                released.append(self._release(entry, len(entry.placed) - 1))
-                entry.placed.pop()
-        entry.terminating = False
+        for _ in pods:  # placed pods stay a prefix: the newest go first
+            released.append(self._release(entry, len(entry.placed) - 1))
+            entry.placed.pop()
+        entry.terminating, entry.leaving = False, None
         return released
 
     # -- queries ------------------------------------------------------------------------------------
@@ -204,6 +206,9 @@ class Scheduler:
         refused: list[set[int]] = [set() for _ in self.backlogs]  # per queue, by admission
         skipped: dict[int, list[Entry]] = {}
         attempted: set[str] = set()  # this cycle, in order
+        # (queue, shape) that neither fits nor can make room by preemption this cycle; a queue offers
+        # the highest priority first, so a failure holds for the rest of its workloads of that shape
+        hopeless: set[tuple[int, int]] = set()
         backlogs = self.backlogs
         active = ActiveQueues(
             self.tree, [q for q, b in enumerate(backlogs) if b], lambda q: backlogs[q].peek().workload
@@ -218,8 +223,11 @@ class Scheduler:
                 # queue whose every shape failed either way counts as done for this cycle (a short job
                 # that could have backfilled behind a long one of its shape waits for the next cycle).
                 shapes_failed = failed if exclude is None else failed_outside
-                if entry.key in shapes_failed or entry.key in refused[q]:
+                if entry.key in refused[q]:
                     skipped.setdefault(q, []).append(entry)
+                elif entry.key in shapes_failed:  # does not fit: it may still make room by preemption
+                    skipped.setdefault(q, []).append(entry)
+                    self._preempt_once(entry, now, result, hopeless)
                 elif self.admission_refusal(entry) is not None:
                     refused[q].add(entry.key)
                     skipped.setdefault(q, []).append(entry)
@@ -228,9 +236,11 @@ class Scheduler:
                 else:
                     shapes_failed.add(entry.key)
                     skipped.setdefault(q, []).append(entry)
-                    self._on_unschedulable(entry, now, result, attempted)
+                    self._on_unschedulable(entry, now, result, attempted, hopeless)
                 live = self._keys[q].keys()
-                if not self.backlogs[q] or all(k in failed or k in refused[q] or k in failed_outside for k in live):
+                if not self.backlogs[q] or all(
+                    k in refused[q] or ((k in failed or k in failed_outside) and (q, k) in hopeless) for k in live
+                ):
                     active.remove(q)
                 result.attempts += 1
                 yield
@@ -304,14 +314,14 @@ class Scheduler:
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
 
-    def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, attempted: set[str]) -> None:
+    def _on_unschedulable(
+        self, entry: Entry, now: float, result: CycleResult, attempted: set[str], hopeless: set[tuple[int, int]]
+    ) -> None:
         """A workload that is next in order does not fit: preempt for it if its queue's policy allows,
         else reserve the soonest-freeing nodes if it starves."""
         wl = entry.workload
-        if wl.name in self.reservations:
-            return  # already holding nodes (its victims are still leaving, or it waits for them to free)
-        if self.profile.preempt and self._preempt(entry, now, result):
-            return
+        if wl.name in self.reservations or self._preempt_once(entry, now, result, hopeless):
+            return  # holding nodes (its victims are leaving, or it waits for them to free), or now will
         starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
         # One starving workload holds nodes at a time; one ahead of it in this cycle's order takes over.
         holder = next((n for n, res in self.reservations.items() if res.starving), None)
@@ -321,13 +331,27 @@ class Scheduler:
         if self.profile.reserve and starving and holder is None and not entry.placed:
             fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends())
             if fit is not None:
-                self._reserve(wl.name, fit, starving=True)
+                self._reserve(entry, fit, starving=True)
+
+    def _preempt_once(self, entry: Entry, now: float, result: CycleResult, hopeless: set[tuple[int, int]]) -> bool:
+        """Preempt for a workload that does not fit, unless its queue may not or its shape already failed to
+        make room this cycle. True if victims are now being evicted for it."""
+        shape = (entry.queue, entry.key)
+        if entry.workload.name in self.reservations or shape in hopeless:
+            return False
+        may = self.profile.preempt and self.tree.queues[entry.queue].preemption.enabled
+        if may and self._preempt(entry, now, result):
+            return True
+        hopeless.add(shape)
+        return False
 
     def _preempt(self, entry: Entry, now: float, result: CycleResult) -> bool:
         wl = entry.workload
         rest = wl.pods[len(entry.placed) :]
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
-        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, self._victim_units(), self.profile)
+        ctx = PreemptContext(
+            wl, entry.queue, charge, rest, self.view, now, self._victim_units(), self.profile, self._committed_usage()
+        )
         for plugin in self.profile.preempt:
             victims = plugin.preempt(ctx)
             if not victims:
@@ -338,12 +362,28 @@ class Scheduler:
                 grace = self.tree.queues[victim.queue].preemption.grace_period
                 at = max(at, now + grace)
                 victim.terminating = True
+                victim.leaving = unit.charge
                 pods = None if unit.whole else unit.pods
                 result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods))
             nodes = frozenset(p.node for u in victims for p in u.placements)
-            self._reserve(wl.name, Fit(at, nodes), starving=False)
+            self._reserve(entry, Fit(at, nodes), starving=False)
             return True
         return False
+
+    def _committed_usage(self) -> np.ndarray:
+        """(Q, R) usage as it will be once pending evictions complete: victims' leaving charge gone,
+        and what preemptors already made room for counted as theirs."""
+        usage = self.view.usage.copy()
+        for e in self.running.values():
+            if e.terminating:
+                for q in self.tree.paths_of[e.queue]:
+                    usage[q] -= e.leaving
+        for name, res in self.reservations.items():
+            e = self.pending.get(name)
+            if not res.starving and e is not None:
+                for q in self.tree.paths_of[e.queue]:
+                    usage[q] += e.charge
+        return usage
 
     def _victim_units(self) -> list[VictimUnit]:
         """Running work that could be evicted: whole workloads, and each elastic workload's extra pods."""
@@ -354,27 +394,30 @@ class Scheduler:
             wl, n = e.workload, len(e.placed)
             pods = tuple(range(n))
             units.append(VictimUnit(wl, e.queue, e.started, pods, tuple(e.placed), self._pods_charge(wl, pods), True))
-            for i in range(wl.needed, n):
+            if n > wl.needed:  # an elastic workload gives back its newest extra pod first (placed pods stay a prefix)
+                last = (n - 1,)
                 units.append(
-                    VictimUnit(wl, e.queue, e.started, (i,), (e.placed[i],), self._pods_charge(wl, (i,)), False)
+                    VictimUnit(wl, e.queue, e.started, last, (e.placed[-1],), self._pods_charge(wl, last), False)
                 )
         return units
 
     def _pods_charge(self, wl: Workload, pods: tuple[int, ...]) -> np.ndarray:
         return sum((self._charge(wl.pods[i]) for i in pods), r.zeros())
 
-    def _reserve(self, name: str, fit: Fit, starving: bool) -> None:
+    def _reserve(self, entry: Entry, fit: Fit, starving: bool) -> None:
         exclude = np.zeros(self.state.num_nodes, dtype=bool)
         exclude[list(fit.nodes)] = True
-        self.reservations[name] = Reservation(name, fit, exclude, starving)
+        name = entry.workload.name
+        self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue)
 
     def reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
-        """Nodes this workload must avoid: reservations for others that it would still be running into."""
+        """Nodes this workload must avoid: reservations for others that it would still be running into.
+        Room made by preemption is held for the preempting queue as a whole, not for one workload in it."""
         exclude = None
         for name, res in list(self.reservations.items()):
-            if name == entry.workload.name:
+            if name == entry.workload.name or (not res.starving and res.queue == entry.queue):
                 continue
-            if now > res.fit.at and res.starving:  # the estimate passed without it starting: look again
+            if now > res.fit.at:  # the time passed without it starting: look again
                 del self.reservations[name]
                 continue
             d = entry.workload.duration

@@ -40,13 +40,13 @@ class Preemption:
         policy = tree.queues[p].preemption
         if not policy.enabled:
             return []
-        after_p = _ratio(view, p, view.usage[p] + ctx.charge)
-        within_guarantee = bool(np.all(view.usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
+        after_p = _ratio(view, p, ctx.usage[p] + ctx.charge)
+        within_guarantee = bool(np.all(ctx.usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
         eligible = [u for u in ctx.units if self._eligible(u, ctx, within_guarantee, after_p)]
         if not eligible:
             return []
         chosen = self._choose(ctx, eligible)
-        if not chosen or not _no_ping_pong(view, p, ctx.charge, after_p, chosen):
+        if not chosen or not _no_ping_pong(view, ctx.usage, p, after_p, chosen):
             return []
         return chosen
 
@@ -57,14 +57,14 @@ class Preemption:
         victim_policy = tree.queues[q].preemption
         if ctx.now - u.started < victim_policy.min_runtime:
             return False
-        q_within_guarantee = bool(np.all(view.usage[q] <= tree.guaranteed[q] + _TOL))
+        q_within_guarantee = bool(np.all(ctx.usage[q] <= tree.guaranteed[q] + _TOL))
         if u.whole and not wl.preemptible and q_within_guarantee:
             return False
         if q == ctx.queue:
             return policy.within_queue == "LowerPriority" and wl.priority < ctx.workload.priority
-        borrowing = bool(np.any(view.usage[q] > tree.guaranteed[q] + _TOL))
+        borrowing = bool(np.any(ctx.usage[q] > tree.guaranteed[q] + _TOL))
         reclaim = policy.reclaim and within_guarantee and borrowing
-        fair = policy.fair_share and after_p <= 1.0 + _TOL and view.share_ratio[q] > 1.0 + _TOL
+        fair = policy.fair_share and after_p <= 1.0 + _TOL and _ratio(view, q, ctx.usage[q]) > 1.0 + _TOL
         return reclaim or fair
 
     def _choose(self, ctx: PreemptContext, eligible: list[VictimUnit]) -> list[VictimUnit]:
@@ -156,13 +156,13 @@ def _costs(ctx: PreemptContext, units: list[VictimUnit]) -> np.ndarray:
     )
 
 
-def _no_ping_pong(view: EngineView, p: int, charge: np.ndarray, after_p: float, chosen: list[VictimUnit]) -> bool:
+def _no_ping_pong(view: EngineView, usage: np.ndarray, p: int, after_p: float, chosen: list[VictimUnit]) -> bool:
     """After the evictions, the preemptor's share ratio is no higher than any victim queue's."""
     removed: dict[int, np.ndarray] = {}
     for u in chosen:
         if u.queue != p:
             removed[u.queue] = removed.get(u.queue, 0) + u.charge
-    return all(after_p <= _ratio(view, q, view.usage[q] - gone) + _TOL for q, gone in removed.items())
+    return all(after_p <= _ratio(view, q, usage[q] - gone) + _TOL for q, gone in removed.items())
 
 
 def _verified(ctx: PreemptContext, chosen: list[VictimUnit]) -> bool:
