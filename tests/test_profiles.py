@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import gpu_node, job, tree, whole
@@ -109,7 +110,7 @@ def test_every_extension_point_is_consulted_in_order():
     class Victim:
         def preempt(self, ctx):
             calls.append("preempt")
-            return [u for u in ctx.units if u.workload.name == "ok"]
+            return np.array([i for i, u in enumerate(ctx.victims.units) if u.workload.name == "ok"])
 
     from fairgpu.framework.profile import Profile
     from fairgpu.plugins.fit import Resources

@@ -30,6 +30,39 @@ class Placement:
     memory_mib: int = 0
 
 
+@dataclass(slots=True, frozen=True)
+class Footprint:
+    """What a set of placements holds, as arrays: per pod (node, cpu, memory) and per GPU slot taken
+    (node, slot, cores, MiB). `pod_tag`/`slot_tag` say which group (e.g. victim) each row belongs to."""
+
+    pod_node: np.ndarray
+    pod_cpu: np.ndarray
+    pod_mem: np.ndarray
+    pod_tag: np.ndarray
+    slot_node: np.ndarray
+    slot_idx: np.ndarray
+    slot_cores: np.ndarray
+    slot_mem: np.ndarray
+    slot_tag: np.ndarray
+
+    @classmethod
+    def from_rows(cls, pods: Sequence[tuple[int, ...]], slots: Sequence[tuple[int, ...]]) -> Footprint:
+        """From rows (node, cpu, memory, tag) per pod and (node, slot, cores, MiB, tag) per GPU slot."""
+        pod_cols = [np.array(c, dtype=np.int64) for c in zip(*pods, strict=True)] if pods else [_EMPTY] * 4
+        slot_cols = [np.array(c, dtype=np.int64) for c in zip(*slots, strict=True)] if slots else [_EMPTY] * 5
+        return cls(*pod_cols, *slot_cols)
+
+    def select(self, tags: np.ndarray) -> Footprint:
+        """Only the rows of the groups where `tags` (a boolean per group) is true."""
+        p, s = tags[self.pod_tag], tags[self.slot_tag]
+        return Footprint(
+            self.pod_node[p], self.pod_cpu[p], self.pod_mem[p], self.pod_tag[p],
+            self.slot_node[s], self.slot_idx[s], self.slot_cores[s], self.slot_mem[s], self.slot_tag[s],
+        )  # fmt: skip
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
 _ARRAYS = (
     "cpu_free",
     "mem_free",
@@ -114,23 +147,20 @@ class ClusterState:
         new._ledger = dict(self._ledger)
         return new
 
-    def without(self, placements: Sequence[Placement]) -> ClusterState:
-        """A dry-run copy with these placements' resources freed, in a few vectorised updates (the
-        ledger is not changed: the copy answers "what would fit", it is never committed)."""
+    def without(self, fp: Footprint) -> ClusterState:
+        """A dry-run copy with a footprint's resources freed, in a few vectorised updates (the ledger is
+        not changed: the copy answers "what would fit", it is never committed)."""
         new = self.copy()
-        if not placements:
-            return new
-        nodes = np.fromiter((p.node for p in placements), dtype=np.int64, count=len(placements))
-        np.add.at(new.cpu_free, nodes, [p.cpu_m for p in placements])
-        np.add.at(new.mem_free, nodes, [p.memory_mib for p in placements])
-        rows = [(p.node, s, p.cores, m) for p in placements for s, m in zip(p.slots, p.mem_mib, strict=True)]
-        if rows:
-            n, s, cores, mem = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
+        np.add.at(new.cpu_free, fp.pod_node, fp.pod_cpu)
+        np.add.at(new.mem_free, fp.pod_node, fp.pod_mem)
+        if len(fp.slot_node):
+            n, s, cores = fp.slot_node, fp.slot_idx, fp.slot_cores
             np.add.at(new.gpu_cores_free, (n, s), cores)
-            np.add.at(new.gpu_mem_free, (n, s), mem)
+            np.add.at(new.gpu_mem_free, (n, s), fp.slot_mem)
             np.add.at(new.gpu_tasks, (n, s), -1)
             np.add.at(new.node_cores_free, n, cores)
-            new.gpu_exclusive[n[cores >= GPU_CORES], s[cores >= GPU_CORES]] = False
+            whole = cores >= GPU_CORES
+            new.gpu_exclusive[n[whole], s[whole]] = False
             new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
             new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
         return new

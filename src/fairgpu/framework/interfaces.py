@@ -14,7 +14,7 @@ import numpy as np
 
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
-from fairgpu.state import ClusterState, Placement
+from fairgpu.state import ClusterState, Footprint, Placement
 
 if TYPE_CHECKING:
     from fairgpu.framework.profile import Profile
@@ -165,9 +165,39 @@ class VictimUnit:
 
 
 @dataclass(slots=True)
+class VictimTable:
+    """Every unit of running work that could be evicted, as arrays for vectorised policy and cost."""
+
+    units: list[VictimUnit]
+    queue: np.ndarray  # (U,)
+    started: np.ndarray
+    priority: np.ndarray
+    preemptible: np.ndarray  # bool
+    whole: np.ndarray  # bool
+    charge: np.ndarray  # (U, R)
+    footprint: Footprint  # rows tagged by unit
+    alive: np.ndarray  # bool: False once it is being evicted
+
+    @classmethod
+    def of(cls, units: list[VictimUnit], dims: int, footprint: Footprint) -> VictimTable:
+        n = len(units)
+        return cls(
+            units,
+            np.fromiter((u.queue for u in units), dtype=np.int64, count=n),
+            np.fromiter((u.started for u in units), dtype=np.float64, count=n),
+            np.fromiter((u.workload.priority for u in units), dtype=np.int64, count=n),
+            np.fromiter((u.workload.preemptible for u in units), dtype=bool, count=n),
+            np.fromiter((u.whole for u in units), dtype=bool, count=n),
+            np.array([u.charge for u in units], dtype=np.float64).reshape(n, dims),
+            footprint,
+            np.ones(n, dtype=bool),
+        )
+
+
+@dataclass(slots=True)
 class PreemptContext:
     """What a Preempt plugin decides with: the workload that does not fit, the running work it could
-    displace (already excluding work being evicted), and dry runs over copies of the cluster state."""
+    displace (units being evicted already are not alive), and dry runs over copies of the cluster state."""
 
     workload: Workload
     queue: int
@@ -175,19 +205,20 @@ class PreemptContext:
     pods: tuple[PodSpec, ...]  # the pods still to place
     view: EngineView
     now: float
-    units: list[VictimUnit]
+    victims: VictimTable
     profile: Profile  # for dry-run placement
     usage: np.ndarray  # (Q, R) as it will be once evictions already under way complete
 
-    def potential(self, units: list[VictimUnit]) -> EngineView:
-        """A view over the cluster as it would be with all these units evicted."""
-        return replace(self.view, state=self.view.state.without([p for u in units for p in u.placements]))
+    def potential(self, units: np.ndarray) -> EngineView:
+        """A view over the cluster as it would be with these units (a boolean per unit) evicted."""
+        return replace(self.view, state=self.view.state.without(self.victims.footprint.select(units)))
 
 
 @runtime_checkable
 class Preempt(Protocol):
-    def preempt(self, ctx: PreemptContext) -> list[VictimUnit]:
-        """The units to evict so that the workload fits (verified by a dry-run placement); [] if none."""
+    def preempt(self, ctx: PreemptContext) -> np.ndarray | None:
+        """Which units (indices into ctx.victims) to evict so that the workload fits, verified by a
+        dry-run placement; None if it should not preempt."""
         ...
 
 

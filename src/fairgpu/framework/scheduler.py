@@ -18,13 +18,21 @@ from fairgpu import resources as r
 from fairgpu.framework import placement as pl
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.explain import Explanation, explain
-from fairgpu.framework.interfaces import ActiveQueues, Bound, EngineView, Evict, PreemptContext, VictimUnit
+from fairgpu.framework.interfaces import (
+    ActiveQueues,
+    Bound,
+    EngineView,
+    Evict,
+    PreemptContext,
+    VictimTable,
+    VictimUnit,
+)
 from fairgpu.framework.lookahead import Fit, Planned, replay
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, RequestError, Workload
 from fairgpu.model.queue import QueueTree
-from fairgpu.state import ClusterState, Placement
+from fairgpu.state import ClusterState, Footprint, Placement
 
 
 @dataclass(slots=True)
@@ -40,6 +48,8 @@ class Entry:
     key: int = -1  # id of what must fit next: failures are cached by it within a cycle
     terminating: bool = False  # being evicted: holds its resources until the driver removes it
     leaving: np.ndarray | None = None  # fair vector the eviction takes away
+    version: int = 0  # bumped whenever its placements change
+    footprint: tuple | None = None  # (version, pod rows, slot rows, charge held): victim-table cache
     order: tuple[float, float, int] = ()  # (-priority, submit time, seq): its place within its queue
     started: float | None = None
 
@@ -109,6 +119,11 @@ class Scheduler:
         self._history = np.zeros((q, dims))
         self._history_t: float | None = None
         self.reservations: dict[str, Reservation] = {}  # by the workload they hold nodes for
+        self._leaving = np.zeros((q, dims))  # what evictions under way will take from each queue
+        self._placement_version = 0  # bumped on every assign/release, so cached victim tables know
+        self._victim_version = -1
+        self._victim_table: VictimTable | None = None
+        self._victim_index: dict[str, list[int]] = {}
 
     # -- events from the driver ---------------------------------------------------------------------
     def submit(self, wl: Workload) -> None:
@@ -143,6 +158,7 @@ class Scheduler:
                 raise KeyError(name)
             self.backlogs[entry.queue].remove(entry)
             self._forget_key(entry)
+        self._forget_leaving(entry)
         released = [self._release(entry, i) for i in range(len(entry.placed))]
         entry.placed.clear()
         self.view.demand[entry.queue] -= entry.charge
@@ -159,8 +175,14 @@ class Scheduler:
         for _ in pods:  # placed pods stay a prefix: the newest go first
             released.append(self._release(entry, len(entry.placed) - 1))
             entry.placed.pop()
-        entry.terminating, entry.leaving = False, None
+        self._forget_leaving(entry)
         return released
+
+    def _forget_leaving(self, entry: Entry) -> None:
+        if entry.terminating and entry.leaving is not None:
+            for q in self.tree.paths_of[entry.queue]:
+                self._leaving[q] -= entry.leaving
+        entry.terminating, entry.leaving = False, None
 
     # -- queries ------------------------------------------------------------------------------------
     def is_backlogged(self) -> np.ndarray:
@@ -349,35 +371,36 @@ class Scheduler:
         wl = entry.workload
         rest = wl.pods[len(entry.placed) :]
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
+        table = self._victims()
         ctx = PreemptContext(
-            wl, entry.queue, charge, rest, self.view, now, self._victim_units(), self.profile, self._committed_usage()
+            wl, entry.queue, charge, rest, self.view, now, table, self.profile, self._committed_usage()
         )
         for plugin in self.profile.preempt:
-            victims = plugin.preempt(ctx)
-            if not victims:
+            chosen = plugin.preempt(ctx)
+            if chosen is None or not len(chosen):
                 continue
-            at = now
-            for unit in victims:
+            at, nodes = now, set()
+            for i in chosen:
+                unit = table.units[i]
                 victim = self.running[unit.workload.name]
                 grace = self.tree.queues[victim.queue].preemption.grace_period
                 at = max(at, now + grace)
                 victim.terminating = True
                 victim.leaving = unit.charge
+                for q in self.tree.paths_of[victim.queue]:
+                    self._leaving[q] += unit.charge
+                table.alive[self._victim_index[victim.workload.name]] = False
+                nodes.update(p.node for p in unit.placements)
                 pods = None if unit.whole else unit.pods
                 result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods))
-            nodes = frozenset(p.node for u in victims for p in u.placements)
-            self._reserve(entry, Fit(at, nodes), starving=False)
+            self._reserve(entry, Fit(at, frozenset(nodes)), starving=False)
             return True
         return False
 
     def _committed_usage(self) -> np.ndarray:
-        """(Q, R) usage as it will be once pending evictions complete: victims' leaving charge gone,
+        """(Q, R) usage as it will be once evictions under way complete: victims' leaving charge gone,
         and what preemptors already made room for counted as theirs."""
-        usage = self.view.usage.copy()
-        for e in self.running.values():
-            if e.terminating:
-                for q in self.tree.paths_of[e.queue]:
-                    usage[q] -= e.leaving
+        usage = self.view.usage - self._leaving
         for name, res in self.reservations.items():
             e = self.pending.get(name)
             if not res.starving and e is not None:
@@ -385,21 +408,48 @@ class Scheduler:
                     usage[q] += e.charge
         return usage
 
-    def _victim_units(self) -> list[VictimUnit]:
-        """Running work that could be evicted: whole workloads, and each elastic workload's extra pods."""
-        units = []
+    def _victims(self) -> VictimTable:
+        """Running work that could be evicted — whole workloads, and each elastic workload's newest extra
+        pod — as arrays; rebuilt only when what runs has changed since the last preemption decision, from
+        per-workload rows that are recomputed only for workloads whose placements changed."""
+        if self._victim_table is not None and self._victim_version == self._placement_version:
+            return self._victim_table
+        units: list[VictimUnit] = []
+        index: dict[str, list[int]] = {}
+        pod_rows: list[tuple[int, int, int, int]] = []
+        slot_rows: list[tuple[int, int, int, int, int]] = []
         for e in self.running.values():
-            if e.terminating or e.started is None:
+            if e.started is None:
                 continue
+            if e.footprint is None or e.footprint[0] != e.version:
+                held = self._pods_charge(e.workload, tuple(range(len(e.placed))))
+                pods_of = [(p.node, p.cpu_m, p.memory_mib) for p in e.placed]
+                slots_of = [
+                    [(p.node, s, p.cores, m) for s, m in zip(p.slots, p.mem_mib, strict=True)] for p in e.placed
+                ]
+                e.footprint = (e.version, pods_of, slots_of, held)
+            _, pods_of, slots_of, held = e.footprint
             wl, n = e.workload, len(e.placed)
-            pods = tuple(range(n))
-            units.append(VictimUnit(wl, e.queue, e.started, pods, tuple(e.placed), self._pods_charge(wl, pods), True))
-            if n > wl.needed:  # an elastic workload gives back its newest extra pod first (placed pods stay a prefix)
+            u = len(units)
+            index[wl.name] = [u]
+            units.append(VictimUnit(wl, e.queue, e.started, tuple(range(n)), tuple(e.placed), held, True))
+            pod_rows += [(*row, u) for row in pods_of]
+            slot_rows += [(*row, u) for rows in slots_of for row in rows]
+            if n > wl.needed:  # elastic: the newest extra pod goes first (placed pods stay a prefix)
+                u += 1
+                index[wl.name].append(u)
                 last = (n - 1,)
                 units.append(
                     VictimUnit(wl, e.queue, e.started, last, (e.placed[-1],), self._pods_charge(wl, last), False)
                 )
-        return units
+                pod_rows.append((*pods_of[-1], u))
+                slot_rows += [(*row, u) for row in slots_of[-1]]
+        table = VictimTable.of(units, len(r.FAIR_DIMS), Footprint.from_rows(pod_rows, slot_rows))
+        for name, ids in index.items():
+            if self.running[name].terminating:
+                table.alive[ids] = False
+        self._victim_table, self._victim_index, self._victim_version = table, index, self._placement_version
+        return table
 
     def _pods_charge(self, wl: Workload, pods: tuple[int, ...]) -> np.ndarray:
         return sum((self._charge(wl.pods[i]) for i in pods), r.zeros())
@@ -436,6 +486,8 @@ class Scheduler:
         return entry.workload.pods[: len(entry.placed)]
 
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
+        self._placement_version += 1
+        entry.version += 1
         charge = sign * self._charge(pod)
         self.backlogs[entry.queue].account(entry.user, float(fairness.dominant_shares(charge, self.view.capacity)))
         self.view.add_usage(entry.queue, charge)

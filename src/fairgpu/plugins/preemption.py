@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, Preempt, PreemptContext, VictimUnit
+from fairgpu.framework.interfaces import EngineView, Preempt, PreemptContext
 from fairgpu.framework.placement import feasible, place_all
 from fairgpu.framework.profile import register
 from fairgpu.model.pod import PodSpec
@@ -35,97 +35,85 @@ _TOL = 1e-9
 @register(Preempt, "Preemption")
 @dataclass(slots=True)
 class Preemption:
-    def preempt(self, ctx: PreemptContext) -> list[VictimUnit]:
+    def preempt(self, ctx: PreemptContext) -> np.ndarray | None:
         view, tree, p = ctx.view, ctx.view.tree, ctx.queue
         policy = tree.queues[p].preemption
         if not policy.enabled:
-            return []
+            return None
         after_p = _ratio(view, p, ctx.usage[p] + ctx.charge)
-        within_guarantee = bool(np.all(ctx.usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
-        eligible = [u for u in ctx.units if self._eligible(u, ctx, within_guarantee, after_p)]
-        if not eligible:
-            return []
+        eligible = self._eligible(ctx, after_p)
+        if not eligible.any():
+            return None
         chosen = self._choose(ctx, eligible)
-        if not chosen or not _no_ping_pong(view, ctx.usage, p, after_p, chosen):
-            return []
-        return chosen
+        if chosen is None or not _no_ping_pong(ctx, after_p, chosen):
+            return None
+        return np.flatnonzero(chosen)
 
     @staticmethod
-    def _eligible(u: VictimUnit, ctx: PreemptContext, within_guarantee: bool, after_p: float) -> bool:
-        view, tree = ctx.view, ctx.view.tree
-        q, wl, policy = u.queue, u.workload, tree.queues[ctx.queue].preemption
-        victim_policy = tree.queues[q].preemption
-        if ctx.now - u.started < victim_policy.min_runtime:
-            return False
-        q_within_guarantee = bool(np.all(ctx.usage[q] <= tree.guaranteed[q] + _TOL))
-        if u.whole and not wl.preemptible and q_within_guarantee:
-            return False
-        if q == ctx.queue:
-            return policy.within_queue == "LowerPriority" and wl.priority < ctx.workload.priority
-        borrowing = bool(np.any(ctx.usage[q] > tree.guaranteed[q] + _TOL))
-        reclaim = policy.reclaim and within_guarantee and borrowing
-        fair = policy.fair_share and after_p <= 1.0 + _TOL and _ratio(view, q, ctx.usage[q]) > 1.0 + _TOL
-        return reclaim or fair
+    def _eligible(ctx: PreemptContext, after_p: float) -> np.ndarray:
+        """(U,) which victim units this workload's queue may evict, by both queues' policies."""
+        view, tree, t, p = ctx.view, ctx.view.tree, ctx.victims, ctx.queue
+        policy = tree.queues[p].preemption
+        usage = ctx.usage
+        within = np.all(usage <= tree.guaranteed + _TOL, axis=1)  # (Q,)
+        borrowing = np.any(usage > tree.guaranteed + _TOL, axis=1)
+        ratio = np.array([_ratio(view, q, usage[q]) for q in range(len(tree))])
+        p_within = bool(np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
+        other = np.zeros(len(tree), dtype=bool)
+        if policy.reclaim and p_within:
+            other |= borrowing
+        if policy.fair_share and after_p <= 1.0 + _TOL:
+            other |= ratio > 1.0 + _TOL
+        other[p] = False
+        ok = other[t.queue]
+        if policy.within_queue == "LowerPriority":
+            ok |= (t.queue == p) & (t.priority < ctx.workload.priority)
+        min_runtime = np.array([q.preemption.min_runtime for q in tree.queues])
+        ok &= ctx.now - t.started >= min_runtime[t.queue]
+        ok &= ~(t.whole & ~t.preemptible & within[t.queue])  # preemptible: false holds within the guarantee
+        return ok & t.alive
 
-    def _choose(self, ctx: PreemptContext, eligible: list[VictimUnit]) -> list[VictimUnit]:
+    def _choose(self, ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray | None:
         """Pod by pod: the node where the cheapest eligible GPUs make room; then a verifying dry run."""
         cost = _costs(ctx, eligible)
-        order = np.argsort(cost, kind="stable")
-        eligible = [eligible[i] for i in order]
-        cost = cost[order]
-        chosen: list[VictimUnit] = []
-        taken: set[int] = set()
+        chosen = np.zeros(len(eligible), dtype=bool)
         for pod in ctx.pods:
-            pick = self._for_pod(pod, ctx, eligible, cost, taken, chosen)
+            pick = self._for_pod(pod, ctx, eligible & ~chosen, cost, chosen)
             if pick is None:
-                return []
-            for i in pick:
-                taken.add(i)
-                chosen.append(eligible[i])
-        return chosen if _verified(ctx, chosen) else []
+                return None
+            chosen |= pick
+        return chosen if _verified(ctx, chosen) else None
 
     @staticmethod
     def _for_pod(
-        pod: PodSpec,
-        ctx: PreemptContext,
-        eligible: list[VictimUnit],
-        cost: np.ndarray,
-        taken: set[int],
-        chosen: list[VictimUnit],
-    ) -> list[int] | None:
-        free_now = ctx.potential(chosen)
-        if feasible(pod, free_now, ctx.profile).nodes.any():
-            return []  # fits with the victims already chosen (e.g. another pod of an evicted gang left)
-        rest = [i for i in range(len(eligible)) if i not in taken]
-        best = ctx.potential(chosen + [eligible[i] for i in rest])
+        pod: PodSpec, ctx: PreemptContext, rest: np.ndarray, cost: np.ndarray, chosen: np.ndarray
+    ) -> np.ndarray | None:
+        pick = np.zeros(len(rest), dtype=bool)
+        if chosen.any() and feasible(pod, ctx.potential(chosen), ctx.profile).nodes.any():
+            return pick  # fits with the victims already chosen (e.g. where an evicted gang's other pod ran)
+        best = ctx.potential(chosen | rest)
         can = feasible(pod, best, ctx.profile).nodes
         if not can.any():
             return None
-        # Per (node, GPU slot): the cost of the rest's victims holding it; per node, of those on it at all.
-        st = best.state
+        # Per GPU slot, the cost of the victims holding it; per node, the cheapest slots the pod needs.
+        fp, st = ctx.victims.footprint, best.state
+        rows = rest[fp.slot_tag]
         slot_cost = np.zeros(st.gpu_valid.shape)
-        node_cost = np.zeros(st.num_nodes)
-        holders: dict[int, list[int]] = {}
-        for i in rest:
-            for pl in eligible[i].placements:
-                holders.setdefault(pl.node, []).append(i)
-                node_cost[pl.node] += cost[i]
-                for s in pl.slots:
-                    slot_cost[pl.node, s] += cost[i]
+        np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
         need = pod.gpu.count if pod.gpu is not None else 0
         if need:
             ranked = np.sort(np.where(st.gpu_usable, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
-            ranked = node_cost
+            prow = rest[fp.pod_tag]
+            ranked = np.bincount(fp.pod_node[prow], weights=cost[fp.pod_tag[prow]], minlength=st.num_nodes)
         node = int(np.argmin(np.where(can, ranked, np.inf)))
-        # Evict the cheapest holders on that node until the pod fits there (dry runs on the node only).
-        pick: list[int] = []
-        for i in sorted(set(holders.get(node, [])), key=lambda i: cost[i]):
-            pick.append(i)
-            trial = ctx.potential(chosen + [eligible[j] for j in pick])
-            only_node = np.ones(st.num_nodes, dtype=bool)
-            only_node[node] = False
-            if feasible(pod, trial, ctx.profile, exclude=only_node).nodes.any():
+        others = np.ones(st.num_nodes, dtype=bool)
+        others[node] = False
+        # Evict the cheapest units holding that node until the pod fits there (dry runs on that node only).
+        on_node = np.unique(fp.pod_tag[(fp.pod_node == node) & rest[fp.pod_tag]])
+        for u in on_node[np.argsort(cost[on_node], kind="stable")]:
+            pick[u] = True
+            if feasible(pod, ctx.potential(chosen | pick), ctx.profile, exclude=others).nodes.any():
                 return pick
         return None
 
@@ -137,35 +125,34 @@ def _ratio(view: EngineView, q: int, usage: np.ndarray) -> float:
     return dom / ent if ent > 0 else float("inf")
 
 
-def _costs(ctx: PreemptContext, units: list[VictimUnit]) -> np.ndarray:
-    """Eviction cost, lower first: queues furthest above their fair share, then an elastic workload's
-    extra pods, then lowest priority, then the least GPU-seconds of work lost."""
-    ratio = ctx.view.share_ratio
-    over = sorted({u.queue for u in units}, key=lambda q: -ratio[q])
-    rank = {q: i for i, q in enumerate(over)}
-    prios = sorted({u.workload.priority for u in units})
-    prank = {pr: i for i, pr in enumerate(prios)}
-    lost = np.array([u.charge[0] * max(0.0, ctx.now - u.started) for u in units])
-    scale = float(lost.max()) + 1.0
-    return np.array(
-        [
-            ((rank[u.queue] * 2 + (1 if u.whole else 0)) * (len(prios) + 1) + prank[u.workload.priority]) * scale
-            + lost[i]
-            for i, u in enumerate(units)
-        ]
-    )
+def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
+    """(U,) eviction cost, lower first: queues furthest above their fair share, then an elastic
+    workload's extra pods, then lowest priority, then the least GPU-seconds of work lost."""
+    t, view = ctx.victims, ctx.view
+    ratio = np.array([_ratio(view, q, ctx.usage[q]) for q in range(len(view.tree))])
+    queue_rank = np.empty(len(ratio), dtype=np.int64)
+    queue_rank[np.argsort(-ratio, kind="stable")] = np.arange(len(ratio))
+    _, prio_rank = np.unique(t.priority, return_inverse=True)
+    levels = int(prio_rank.max()) + 2 if len(prio_rank) else 2
+    lost = t.charge[:, 0] * np.maximum(ctx.now - t.started, 0.0)
+    scale = float(lost[eligible].max()) + 1.0 if eligible.any() else 1.0
+    tier = (queue_rank[t.queue] * 2 + t.whole) * levels + prio_rank
+    return tier * scale + lost
 
 
-def _no_ping_pong(view: EngineView, usage: np.ndarray, p: int, after_p: float, chosen: list[VictimUnit]) -> bool:
+def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bool:
     """After the evictions, the preemptor's share ratio is no higher than any victim queue's."""
-    removed: dict[int, np.ndarray] = {}
-    for u in chosen:
-        if u.queue != p:
-            removed[u.queue] = removed.get(u.queue, 0) + u.charge
-    return all(after_p <= _ratio(view, q, usage[q] - gone) + _TOL for q, gone in removed.items())
+    t, p = ctx.victims, ctx.queue
+    for q in np.unique(t.queue[chosen]):
+        if q == p:
+            continue
+        gone = t.charge[chosen & (t.queue == q)].sum(axis=0)
+        if after_p > _ratio(ctx.view, int(q), ctx.usage[q] - gone) + _TOL:
+            return False
+    return True
 
 
-def _verified(ctx: PreemptContext, chosen: list[VictimUnit]) -> bool:
+def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
     dry = ctx.potential(chosen)
     keys = [f"\0preempt-{i}" for i in range(len(ctx.pods))]
