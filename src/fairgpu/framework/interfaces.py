@@ -208,6 +208,7 @@ class PreemptContext:
     victims: VictimTable
     profile: Profile  # for dry-run placement
     usage: np.ndarray  # (Q, R) as it will be once evictions already under way complete
+    exclude: np.ndarray | None = None  # (N,) nodes held for other workloads, which it may not use
 
     def potential(self, units: np.ndarray) -> EngineView:
         """A view over the cluster as it would be with these units (a boolean per unit) evicted."""

@@ -372,9 +372,8 @@ class Scheduler:
         rest = wl.pods[len(entry.placed) :]
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
         table = self._victims()
-        ctx = PreemptContext(
-            wl, entry.queue, charge, rest, self.view, now, table, self.profile, self._committed_usage()
-        )
+        usage, exclude = self._committed_usage(), self.reserved_for_others(entry, now)
+        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, table, self.profile, usage, exclude)
         for plugin in self.profile.preempt:
             chosen = plugin.preempt(ctx)
             if chosen is None or not len(chosen):

@@ -89,10 +89,10 @@ class Preemption:
         pod: PodSpec, ctx: PreemptContext, rest: np.ndarray, cost: np.ndarray, chosen: np.ndarray
     ) -> np.ndarray | None:
         pick = np.zeros(len(rest), dtype=bool)
-        if chosen.any() and feasible(pod, ctx.potential(chosen), ctx.profile).nodes.any():
+        if chosen.any() and feasible(pod, ctx.potential(chosen), ctx.profile, ctx.exclude).nodes.any():
             return pick  # fits with the victims already chosen (e.g. where an evicted gang's other pod ran)
         best = ctx.potential(chosen | rest)
-        can = feasible(pod, best, ctx.profile).nodes
+        can = feasible(pod, best, ctx.profile, ctx.exclude).nodes
         if not can.any():
             return None
         # Per GPU slot, the cost of the victims holding it; per node, the cheapest slots the pod needs.
@@ -156,4 +156,4 @@ def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
     dry = ctx.potential(chosen)
     keys = [f"\0preempt-{i}" for i in range(len(ctx.pods))]
-    return len(place_all(ctx.pods, keys, dry, ctx.profile)) == len(ctx.pods)
+    return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)

@@ -1,0 +1,190 @@
+"""Quotas, borrowing and preemption: the acceptance figures of the built-in scenarios, and a property
+test that preemption on random scenarios never ping-pongs, stays bounded and always serves its preemptor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairgpu.framework.profile import load_profile
+from fairgpu.sim import scenario as scenarios
+from fairgpu.sim.runner import SimResult, Simulation
+
+_cache: dict[str, tuple[scenarios.Scenario, SimResult, Simulation]] = {}
+
+
+def run(name: str) -> tuple[scenarios.Scenario, SimResult, Simulation]:
+    if name not in _cache:
+        sc = scenarios.load(name)
+        sim = Simulation(sc, load_profile("fairgpu"))
+        _cache[name] = (sc, sim.result(), sim)
+    return _cache[name]
+
+
+def gpus_at(res: SimResult, sc: scenarios.Scenario, queue: str, t: float) -> float:
+    """GPUs the queue held at time t (the sample in force then)."""
+    tl = res.timeline
+    i = int(np.searchsorted(tl.t, t, side="right")) - 1
+    return float(tl.gpus[i][sc.tree().index[queue]])
+
+
+def held_between(res: SimResult, sc: scenarios.Scenario, queue: str, start: float, end: float) -> np.ndarray:
+    tl, q = res.timeline, sc.tree().index[queue]
+    return np.array([g[q] for t, g in zip(tl.t, tl.gpus, strict=True) if start <= t < end])
+
+
+def test_reclaim_returns_the_guarantee_within_the_grace_period():
+    sc, res, _ = run("reclaim")
+    returns, grace = 2 * 3600, 300
+    assert held_between(res, sc, "b", 1800, returns).min() == 64  # b kept the borrowed GPUs while a was idle
+    assert gpus_at(res, sc, "a", returns + grace) == 32  # the cycle when the victims' grace ends
+    assert res.queues["b"]["preempted"] == 32 and res.queues["a"]["preempted"] == 0
+    # Minimal loss: the victims are the 32 of b's 64 running jobs that started last (one every 10 s).
+    minimal = sum(returns + grace - 10.0 * k for k in range(32, 64)) / 3600
+    assert res.queues["b"]["lost_gpu_hours"] == pytest.approx(minimal)
+
+
+def test_static_partition_is_never_exceeded_nor_borrowed():
+    sc, res, _ = run("static-partition")
+    tl, tree = res.timeline, sc.tree()
+    a, b = tree.index["a"], tree.index["b"]
+    assert max(g[a] for g in tl.gpus) == 16  # even with 48 GPUs idle for three hours
+    assert max(g[b] for g in tl.gpus) == 48  # even while a is idle
+    assert held_between(res, sc, "a", 0, 3600).max() == 16
+
+
+def test_non_preemptive_queue_waits_for_work_to_finish():
+    sc, res, _ = run("non-preemptive")
+    assert res.evictions == 0
+    returns, longest = 2 * 3600, 3600  # b's jobs run at most an hour
+    tl, q = res.timeline, sc.tree().index["a"]
+    i = int(np.searchsorted(tl.t, returns + longest, side="right")) - 1
+    assert tl.gpus[i][q] >= 0.9 * tl.entitled_gpus[i][q]
+
+
+def test_fair_share_preemption_reaches_the_share_at_once_with_minimal_evictions():
+    sc, res, _ = run("fair-share-preemption")
+    arrives, grace = 2 * 3600, 120
+    tl, q = res.timeline, sc.tree().index["c"]
+    i = int(np.searchsorted(tl.t, arrives + grace, side="right")) - 1
+    assert tl.gpus[i][q] >= 0.9 * tl.entitled_gpus[i][q]
+    # Bound: every eviction frees exactly one GPU that c then uses, so evictions <= c's entitlement (32).
+    assert res.evictions <= tl.entitled_gpus[i][q] + 1e-9
+    assert res.queues["a"]["preempted"] == res.queues["b"]["preempted"]  # from both, down to their share
+
+
+def test_no_gang_is_ever_left_partly_running():
+    sc = scenarios.load("gang-victims")
+    sim = Simulation(sc, load_profile("fairgpu"))
+    evicted = 0
+    for t in range(0, int(sc.horizon) + 1, 60):
+        sim.run_until(t)
+        for entry in sim.sched.running.values():
+            assert len(entry.placed) == len(entry.workload.pods), entry.workload.name
+        evicted = sum(sim.preempted.values())
+    assert evicted > 0  # gangs were victims, and each went whole
+
+
+def test_priority_within_queue_evicts_only_the_queues_own_lower_priority_work():
+    _, res, _ = run("priority-within-queue")
+    assert res.queues["a"]["preempted"] == 8 and res.queues["b"]["preempted"] == 0
+    assert all(res.starts[f"urgent-{k}"] <= 30 * 60 + 60 for k in range(8))  # within the 1-minute grace
+
+
+def test_elastic_workloads_shrink_before_any_whole_workload_is_evicted():
+    sc, res, _ = run("elastic")
+    assert res.queues["b"]["preempted"] == 16  # sixteen extra pods given back, one at a time
+    assert res.queues["b"]["lost_gpu_hours"] == 0  # no whole elastic workload was evicted
+    assert gpus_at(res, sc, "a", 3600 + 600) == 16
+    assert gpus_at(res, sc, "b", 3599) == 32  # grown into the idle cluster first
+
+
+# -- property: random scenarios --------------------------------------------------------------------------------
+
+
+@st.composite
+def random_scenarios(draw: st.DrawFn) -> dict:
+    nq = draw(st.integers(2, 3))
+    queues, workloads = [], []
+    for i in range(nq):
+        policy = {
+            "reclaim": draw(st.booleans()),
+            "fair_share": draw(st.booleans()),
+            "within_queue": draw(st.sampled_from(["Never", "LowerPriority"])),
+            "min_runtime": draw(st.sampled_from([0, 300, 1200])),
+            "grace_period": draw(st.sampled_from([0, 60, 300])),
+        }
+        q = {"name": f"q{i}", "weight": draw(st.sampled_from([1, 2])), "preemption": policy}
+        if draw(st.booleans()):
+            q["guaranteed"] = {"nvidia.com/gpu": draw(st.integers(1, 8))}
+        queues.append(q)
+        for k in range(draw(st.integers(1, 3))):
+            workloads.append(
+                {
+                    "queue": f"q{i}",
+                    "name": f"w{i}x{k}",
+                    "at": draw(st.integers(0, 7200)),
+                    "count": draw(st.integers(1, 12)),
+                    "every": draw(st.sampled_from([0, 30, 300])),
+                    "pods": draw(st.integers(1, 3)),
+                    "priority": draw(st.sampled_from([0, 0, 10])),
+                    "duration": draw(st.sampled_from(["10m", "1h", "3h"])),
+                    "requests": {"nvidia.com/gpu": draw(st.integers(1, 4)), "cpu": "1", "memory": "1Gi"},
+                }
+            )
+    return {
+        "name": "random",
+        "horizon": "6h",
+        "cluster": {
+            "nodes": [{"count": 2, "gpus": 8, "gpu_model": "A100", "gpu_memory": "80Gi", "cpu": 64, "memory": "512Gi"}]
+        },
+        "queues": queues,
+        "workloads": workloads,
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_scenarios())
+def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
+    sc = scenarios.build(doc)
+    sim = Simulation(sc, load_profile("fairgpu"))
+    log: list[tuple[float, str, str, str, str]] = []  # (time, victim, victim queue, preemptor, its queue)
+    original = sim.sched.cycle
+    by_name = {w.name: w for w in sc.workloads}
+
+    def recording(now: float):
+        result = original(now)
+        for ev in result.evictions:
+            preemptor = ev.reason.removeprefix("preempted for ")
+            log.append((now, ev.workload, by_name[ev.workload].queue, preemptor, by_name[preemptor].queue))
+        return result
+
+    sim.sched.cycle = recording  # type: ignore[method-assign]
+    res = sim.result()
+    tree = sc.tree()
+    # 1. No ping-pong: no pair of queues evicts each other's work in opposite directions within the
+    #    victim queue's min_runtime.
+    for t1, _, vq1, _, pq1 in log:
+        for t2, _, vq2, _, pq2 in log:
+            if (vq1, pq1) == (pq2, vq2) and vq1 != pq1 and t1 < t2:
+                window = tree.queues[tree.index[vq2]].preemption.min_runtime
+                assert t2 - t1 >= window, (t1, t2, vq1, pq1)
+    # 2. Bounded: a preemptor decides once (it then holds the room until its victims are gone), and each
+    #    victim it picks holds at least one GPU on the node one of its pods needs; so, per preemptor,
+    #    evictions <= the GPUs its pods ask for.
+    per_preemptor: dict[str, int] = {}
+    for *_, p, _ in log:
+        per_preemptor[p] = per_preemptor.get(p, 0) + 1
+    for p, n in per_preemptor.items():
+        assert n <= sum(pod.gpu.count for pod in by_name[p].pods), (p, n)
+    # 3. Every eviction is followed by its preemptor's placement, once the victims' grace has passed
+    #    (unless the horizon came first).
+    grace = {q.name: q.preemption.grace_period for q in tree.queues}
+    for t, _, _, p, _ in log:
+        if t + max(grace.values()) < res.horizon_s:
+            assert p in res.starts or p in sim.sched.running, (p, t)
+    for entry in sim.sched.running.values():
+        assert len(entry.placed) >= entry.workload.needed
+    sim.sched.state.check_invariants()
