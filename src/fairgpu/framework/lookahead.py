@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from fairgpu.framework.interfaces import EngineView
 from fairgpu.framework.placement import place_all
 from fairgpu.framework.profile import Profile
@@ -37,10 +39,12 @@ def replay(
     profile: Profile,
     now: float,
     ends: Iterable[tuple[float, Sequence[str]]],
+    exclude: np.ndarray | None = None,
 ) -> Fit | None:
     """Place `order` one workload after another (the last is the one asked about), releasing running pods
     at their expected ends (time, pod keys) whenever the next one does not fit. A workload ahead that
-    cannot fit even on the emptied cluster is passed over. None if the last one never fits."""
+    cannot fit even on the emptied cluster is passed over. None if the last one never fits. `exclude`:
+    nodes none of them may use (held for other workloads)."""
     state = view.state.copy()
     dry = replace(view, state=state)
     pending = [(t, i, list(keys)) for i, (t, keys) in enumerate(ends) if math.isfinite(t)]
@@ -52,7 +56,8 @@ def replay(
         keys = [f"\0replay-{n}-{i}" for i in range(len(planned.pods))]
         gpus = sum(p.gpu.count for p in planned.pods if p.gpu is not None and p.gpu.exclusive)
         while True:
-            placed = place_all(planned.pods, keys, dry, profile) if gpus <= state.node_idle_gpus.sum() else []
+            enough = gpus <= state.node_idle_gpus.sum()
+            placed = place_all(planned.pods, keys, dry, profile, exclude) if enough else []
             if len(placed) == len(planned.pods):
                 fit = Fit(t, frozenset(p.node for p in placed))
                 break

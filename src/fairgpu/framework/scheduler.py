@@ -120,6 +120,7 @@ class Scheduler:
         self._history_t: float | None = None
         self.reservations: dict[str, Reservation] = {}  # by the workload they hold nodes for
         self._leaving = np.zeros((q, dims))  # what evictions under way will take from each queue
+        self._max_grace = max((spec.preemption.grace_period for spec in tree.queues), default=0.0)
         self._placement_version = 0  # bumped on every assign/release, so cached victim tables know
         self._victim_version = -1
         self._victim_table: VictimTable | None = None
@@ -351,7 +352,8 @@ class Scheduler:
             del self.reservations[holder]
             holder = None
         if self.profile.reserve and starving and holder is None and not entry.placed:
-            fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends())
+            held = self.reserved_for_others(entry, now)
+            fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends(), held)
             if fit is not None:
                 self._reserve(entry, fit, starving=True)
 
@@ -372,7 +374,8 @@ class Scheduler:
         rest = wl.pods[len(entry.placed) :]
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
         table = self._victims()
-        usage, exclude = self._committed_usage(), self.reserved_for_others(entry, now)
+        # It starts only when its victims' grace has passed: plan around reservations it would then meet.
+        usage, exclude = self._committed_usage(), self.reserved_for_others(entry, now, now + self._max_grace)
         ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, table, self.profile, usage, exclude)
         for plugin in self.profile.preempt:
             chosen = plugin.preempt(ctx)
@@ -459,18 +462,21 @@ class Scheduler:
         name = entry.workload.name
         self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue)
 
-    def reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
-        """Nodes this workload must avoid: reservations for others that it would still be running into.
-        Room made by preemption is held for the preempting queue as a whole, not for one workload in it."""
+    def reserved_for_others(self, entry: Entry, now: float, start: float | None = None) -> np.ndarray | None:
+        """Nodes this workload must avoid: reservations for others that it would still be running into,
+        if it started at `start` (default now). Room made by preemption is shared by that queue's preempting
+        workloads (their victims are chosen together), and held from everyone else."""
+        own = self.reservations.get(entry.workload.name)
+        preempting = own is not None and not own.starving
         exclude = None
         for name, res in list(self.reservations.items()):
-            if name == entry.workload.name or (not res.starving and res.queue == entry.queue):
+            if name == entry.workload.name or (not res.starving and res.queue == entry.queue and preempting):
                 continue
             if now > res.fit.at:  # the time passed without it starting: look again
                 del self.reservations[name]
                 continue
             d = entry.workload.duration
-            if d is None or now + d > res.fit.at:
+            if d is None or (now if start is None else start) + d > res.fit.at:
                 exclude = res.exclude if exclude is None else exclude | res.exclude
         return exclude
 
