@@ -145,7 +145,7 @@ def random_scenarios(draw: st.DrawFn) -> dict:
     }
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(random_scenarios())
 def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
     sc = scenarios.build(doc)
@@ -154,8 +154,11 @@ def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
     original = sim.sched.cycle
     by_name = {w.name: w for w in sc.workloads}
 
+    started: set[str] = set()  # every workload that ever started (a preemptor may be evicted later)
+
     def recording(now: float):
         result = original(now)
+        started.update(result.started)
         for ev in result.evictions:
             preemptor = ev.reason.removeprefix("preempted for ")
             log.append((now, ev.workload, by_name[ev.workload].queue, preemptor, by_name[preemptor].queue))
@@ -184,7 +187,7 @@ def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
     grace = {q.name: q.preemption.grace_period for q in tree.queues}
     for t, _, _, p, _ in log:
         if t + max(grace.values()) < res.horizon_s:
-            assert p in res.starts or p in sim.sched.running, (p, t)
+            assert p in started, (p, t)
     for entry in sim.sched.running.values():
         assert len(entry.placed) >= entry.workload.needed
     sim.sched.state.check_invariants()

@@ -375,7 +375,10 @@ class Scheduler:
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
         table = self._victims()
         # It starts only when its victims' grace has passed: plan around reservations it would then meet.
-        usage, exclude = self._committed_usage(), self.reserved_for_others(entry, now, now + self._max_grace)
+        usage, exclude = (
+            self._committed_usage(),
+            self.reserved_for_others(entry, now, now + self._max_grace, preempting=True),
+        )
         ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, table, self.profile, usage, exclude)
         for plugin in self.profile.preempt:
             chosen = plugin.preempt(ctx)
@@ -462,12 +465,15 @@ class Scheduler:
         name = entry.workload.name
         self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue)
 
-    def reserved_for_others(self, entry: Entry, now: float, start: float | None = None) -> np.ndarray | None:
+    def reserved_for_others(
+        self, entry: Entry, now: float, start: float | None = None, preempting: bool = False
+    ) -> np.ndarray | None:
         """Nodes this workload must avoid: reservations for others that it would still be running into,
         if it started at `start` (default now). Room made by preemption is shared by that queue's preempting
-        workloads (their victims are chosen together), and held from everyone else."""
+        workloads (their victims are chosen together; `preempting`: it is choosing victims now), and held
+        from everyone else."""
         own = self.reservations.get(entry.workload.name)
-        preempting = own is not None and not own.starving
+        preempting = preempting or (own is not None and not own.starving)
         exclude = None
         for name, res in list(self.reservations.items()):
             if name == entry.workload.name or (not res.starving and res.queue == entry.queue and preempting):
