@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import heapq
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import Scheduler
+from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
 _FINISH, _SUBMIT = 0, 1
 MAX_EVICTION_ROUNDS = 8  # at equal times, finishes free capacity before new work arrives
+
+
+class CycleObserver(Protocol):
+    """Told about every cycle (with its wall-clock cost), e.g. to feed Prometheus counters; the engine
+    itself stays clock-free."""
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -74,6 +82,7 @@ class Simulation:
         self.completed: Counter[str] = Counter()
         self.preempted: Counter[str] = Counter()
         self.cycles = 0
+        self.observer: CycleObserver | None = None
 
     def run_until(self, t: float) -> None:
         """Process every event up to time t (and the horizon), running a cycle after each instant."""
@@ -91,8 +100,11 @@ class Simulation:
             self.rec.sample(now, sched)
 
     def _cycle(self, now: float, rounds: int = 0) -> None:
+        began = time.perf_counter()
         result = self.sched.cycle(now)
         self.cycles += 1
+        if self.observer is not None:
+            self.observer.on_cycle(self.sched, result, now, time.perf_counter() - began)
         for name in result.started:
             self.starts[name] = now
             duration = self.by_name[name].duration
