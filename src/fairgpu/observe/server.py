@@ -53,7 +53,8 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
         return endpoint
 
     def info(_: Request) -> dict[str, Any]:
-        return {"name": source.name, "profile": source.profile, "horizon": source.horizon}
+        names = source.sched.tree.names()
+        return {"name": source.name, "profile": source.profile, "horizon": source.horizon, "queues": names}
 
     def workload(request: Request) -> dict[str, Any]:
         return source.sched.explain(request.path_params["name"], source.now).to_json()

@@ -42,9 +42,8 @@ async function api(path) {
 }
 
 function colorOf(queue) {
-  let hash = 0;
-  for (const ch of queue) hash = (hash * 31 + ch.charCodeAt(0)) >>> 0;
-  return COLORS[hash % COLORS.length];
+  const i = state.info.queues.indexOf(queue);  // by place in the tree, so colours stay put between views
+  return COLORS[(i < 0 ? 0 : i) % COLORS.length];
 }
 
 // ---- cluster view -----------------------------------------------------------------------------
@@ -116,25 +115,27 @@ async function nodeView(root, name) {
     return h("div", { class: "gpu", "data-testid": "gpu", "data-index": g.index, "data-cores": g.cores_allocated, "data-pods": g.pods.length },
       h("strong", {}, `GPU ${g.index}`), ` ${g.model} · ${g.uuid}${g.healthy ? "" : " · unhealthy"} · `,
       h("span", { "data-testid": "gpu-cores" }, `${g.cores_allocated}% cores`), ` · ${g.memory_allocated_mib} / ${g.memory_total_mib} MiB`,
-      bar(pods, 100, "cores-bar"), bar(mem, Math.max(1, g.memory_total_mib), "memory-bar"),
+      h("div", { class: "legend" }, "cores"), bar(pods, 100, "cores-bar"),
+      h("div", { class: "legend" }, "memory"), bar(mem, Math.max(1, g.memory_total_mib), "memory-bar"),
       h("div", { class: "pods" }, g.pods.length ? g.pods.map((p) => `${p.pod} [${p.queue}] ${p.cores}%, ${p.memory_mib} MiB`).join(" · ") : "no pods"));
   });
   root.replaceChildren(
     h("h2", { "data-testid": "node-name" }, `Node ${doc.node}`),
     h("p", {}, `CPU ${fmt(doc.cpu_m.allocated / 1000, 1)} / ${fmt(doc.cpu_m.total / 1000, 0)} cores · memory ${fmt(doc.memory_mib.allocated / 1024, 0)} / ${fmt(doc.memory_mib.total / 1024, 0)} GiB`
       + (doc.schedulable ? "" : " · cordoned")),
-    gpus,
+    h("p", { class: "legend" }, state.info.queues.map((q) => h("span", { style: `color:${colorOf(q)}` }, `■ ${q} `))),
+    ...gpus,
     doc.cpu_only_pods.length ? h("p", { class: "pods" }, `CPU-only pods: ${doc.cpu_only_pods.map((p) => p.pod).join(", ")}`) : "");
 }
 
 // ---- queue view -------------------------------------------------------------------------------
-function stepPath(times, values, x, y) {
+function stepPath(times, values, x, y, now) {
   let d = "";
   values.forEach((v, i) => {
     const px = x(times[i]).toFixed(1), py = y(v).toFixed(1);
     d += i === 0 ? `M${px},${py}` : `H${px}V${py}`;
   });
-  return d + (times.length ? `H${x(state.info.horizon ?? times[times.length - 1]).toFixed(1)}` : "");
+  return d + (times.length ? `H${x(now).toFixed(1)}` : "");  // the last sample holds until now
 }
 
 function queueChart(doc, q, res) {
@@ -155,9 +156,9 @@ function queueChart(doc, q, res) {
   end.textContent = `${(tmax / 3600).toFixed(1)} h`;
   svg.append(end);
   if (guar) svg.append(s("line", { x1: L, x2: W - 8, y1: y(guar), y2: y(guar), stroke: "#12b76a", "stroke-dasharray": "2 3" }));
-  svg.append(s("path", { d: stepPath(times, hist.fair_share, x, y), fill: "none", stroke: "#f79009", "stroke-width": 1.5, "stroke-dasharray": "5 3" }));
-  svg.append(s("path", { d: stepPath(times, hist.usage, x, y), fill: "none", stroke: "#2f6fde", "stroke-width": 1.5 }));
-  if (state.t !== null) svg.append(s("line", { x1: x(state.t), x2: x(state.t), y1: 8, y2: H - B, stroke: "#f04438" }));
+  svg.append(s("path", { d: stepPath(times, hist.fair_share, x, y, doc.time), fill: "none", stroke: "#f79009", "stroke-width": 1.5, "stroke-dasharray": "5 3" }));
+  svg.append(s("path", { d: stepPath(times, hist.usage, x, y, doc.time), fill: "none", stroke: "#2f6fde", "stroke-width": 1.5 }));
+  svg.append(s("line", { x1: x(doc.time), x2: x(doc.time), y1: 8, y2: H - B, stroke: "#f04438" }));
   return h("div", { class: "chart", "data-testid": "queue-chart", "data-queue": q.name },
     h("strong", {}, q.name), ` — ${res}: usage `, h("span", { "data-testid": "queue-usage" }, fmt(q.usage[res], 2)),
     ` · fair share `, h("span", { "data-testid": "queue-fair-share" }, fmt(q.fair_share[res], 2)),
