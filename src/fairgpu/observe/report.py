@@ -15,7 +15,7 @@ from fairgpu.sim.scenario import Scenario
 
 POINTS = 400  # samples per plotted series: timelines have one sample per event, far more than a plot shows
 COLORS = ("#2f6fde", "#f79009", "#12b76a", "#9e77ed", "#ee46bc", "#06aed4", "#f04438", "#667085")
-W, H, LEFT, BOTTOM, TOP, RIGHT = 460, 220, 52, 34, 12, 12
+W, H, LEFT, BOTTOM, TOP, RIGHT = 460, 236, 52, 34, 28, 12
 
 
 @dataclass(slots=True)
@@ -55,6 +55,7 @@ def line_chart(title: str, series: Sequence[Series], xlabel: str, ylabel: str, y
         f'<svg class="chart" viewBox="0 0 {W} {H + 16 * ((len(series) + 2) // 3)}" role="img" '
         f'aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg">'
     ]
+    out.append(f'<text x="{LEFT}" y="16" class="title">{html.escape(title)}</text>')
     for v in _ticks(y_hi):
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{py(v):.1f}" y2="{py(v):.1f}" class="grid"/>')
         out.append(f'<text x="{LEFT - 4}" y="{py(v) + 3:.1f}" text-anchor="end">{v:g}</text>')
@@ -166,7 +167,8 @@ body { font: 14px/1.4 system-ui, sans-serif; color: #1d2330; margin: 24px; }
 h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
 .cols { display: grid; grid-template-columns: repeat(var(--cols), minmax(0, 1fr)); gap: 16px; }
 svg.chart { width: 100%; max-width: 560px; font-size: 11px; fill: #475467; }
-svg .grid { stroke: #eaecf0; } svg .frame { fill: none; stroke: #98a2b3; }
+svg .grid { stroke: #eaecf0; } svg .title { font-size: 13px; font-weight: 600; fill: #1d2330; }
+svg .frame { fill: none; stroke: #98a2b3; }
 table { border-collapse: collapse; } th, td { border: 1px solid #d0d5dd; padding: 4px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 """
@@ -197,7 +199,10 @@ def render(
     cols = len(results)
 
     def row(title: str, per_run: list[str]) -> str:
-        cells = "".join(f'<div class="run">{c}</div>' for c in per_run)
+        cells = "".join(
+            f'<div class="run"><h3>{html.escape(r.profile)}</h3>{c}</div>'
+            for r, c in zip(results, per_run, strict=True)
+        )
         return f'<h2>{html.escape(title)}</h2><div class="cols" style="--cols:{cols}">{cells}</div>'
 
     parts = [
