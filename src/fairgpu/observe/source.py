@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from fairgpu.framework.scheduler import Scheduler
@@ -35,3 +38,36 @@ class Source(Protocol):
     def is_leader(self) -> bool: ...
 
     def ready(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class LiveSource:
+    """A scheduler driven in real time (a controller, a benchmark): always at the present, no seeking."""
+
+    sched: Scheduler
+    name: str
+    clock: Callable[[], float] = time.time
+    leader: Callable[[], bool] = lambda: True
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    history: QueueHistory = field(default_factory=QueueHistory)
+
+    @property
+    def profile(self) -> str:
+        return self.sched.profile.name
+
+    @property
+    def now(self) -> float:
+        return self.clock()
+
+    @property
+    def horizon(self) -> float | None:
+        return None
+
+    def seek(self, t: float) -> None:
+        """The present is the only time a live cluster can show."""
+
+    def is_leader(self) -> bool:
+        return self.leader()
+
+    def ready(self) -> bool:
+        return True
