@@ -14,10 +14,12 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from fairgpu import resources as r
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.observe.accounting import gpu_accounting
+from fairgpu.state import ClusterState
 
 if TYPE_CHECKING:
     from fairgpu.observe.source import Source
@@ -29,6 +31,7 @@ ATTEMPT_BUCKETS = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0
 # Quantities in the engine's units (resources.py) → Prometheus base units.
 _TO_BASE = {"gpu": 1.0, "gpumem": float(r.MIB), "cpu": 1e-3, "memory": float(r.MIB)}
 _SCALE = np.array([_TO_BASE[d] for d in r.FAIR_DIMS])
+GPU_LABELS = ("node", "gpu_uuid", "gpu_index", "model")
 
 
 class SchedulingMetrics:
@@ -85,19 +88,32 @@ class EngineCollector(Collector):
 
     def __init__(self, source: Source) -> None:
         self.source = source
+        # per-GPU label sets never change for one ClusterState: built once, shared by the four GPU metrics
+        self._gpu_labels: tuple[ClusterState, list[dict[str, str]]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         src = self.source
         with src.lock:
             sched = src.sched
             yield from _queue_metrics(sched)
-            yield from _gpu_metrics(sched)
+            yield from _gpu_metrics(sched.state, self._labels_of(sched.state))
             yield from _cluster_metrics(sched)
             leader = GaugeMetricFamily(
                 P + "leader_election_master_status", "1 when this replica is the leader.", labels=["name"]
             )
             leader.add_metric(["fairgpu"], 1.0 if src.is_leader() else 0.0)
             yield leader
+
+    def _labels_of(self, st: ClusterState) -> list[dict[str, str]]:
+        if self._gpu_labels is None or self._gpu_labels[0] is not st:
+            rows, cols = np.nonzero(st.gpu_valid)
+            labels = [
+                {"node": st.node_names[i], "gpu_uuid": st.nodes[i].gpus[j].uuid, "gpu_index": str(j),
+                 "model": st.models[st.gpu_model[i, j]]}
+                for i, j in zip(rows.tolist(), cols.tolist(), strict=True)
+            ]  # fmt: skip
+            self._gpu_labels = (st, labels)
+        return self._gpu_labels[1]
 
 
 def _queue_metrics(sched: Scheduler) -> Iterator[Metric]:
@@ -138,14 +154,8 @@ def _queue_metrics(sched: Scheduler) -> Iterator[Metric]:
     yield pods
 
 
-def _gpu_metrics(sched: Scheduler) -> Iterator[Metric]:
-    st = sched.state
-    labels = ["node", "gpu_uuid", "gpu_index", "model"]
-    rows, cols = np.nonzero(st.gpu_valid)
-    keys = [
-        [st.node_names[i], st.nodes[i].gpus[j].uuid, str(j), st.models[st.gpu_model[i, j]]]
-        for i, j in zip(rows.tolist(), cols.tolist(), strict=True)
-    ]
+def _gpu_metrics(st: ClusterState, labels: list[dict[str, str]]) -> Iterator[Metric]:
+    rows, cols = np.nonzero(st.gpu_valid)  # the order `labels` was built in
     series = (
         ("gpu_cores_allocated_ratio", "Fraction of the GPU's cores held by pods.",
          (st.gpu_cores_cap - st.gpu_cores_free)[rows, cols] / 100.0),
@@ -155,9 +165,9 @@ def _gpu_metrics(sched: Scheduler) -> Iterator[Metric]:
         ("gpu_shared_pods", "Pods sharing the GPU.", st.gpu_tasks[rows, cols].astype(np.float64)),
     )  # fmt: skip
     for name, doc, values in series:
-        fam = GaugeMetricFamily(P + name, doc, labels=labels)
-        for key, value in zip(keys, values.tolist(), strict=True):
-            fam.add_metric(key, value)
+        fam = GaugeMetricFamily(P + name, doc, labels=list(GPU_LABELS))
+        # Samples built directly: add_metric would copy a label dict per GPU on every scrape
+        fam.samples = [Sample(P + name, key, value) for key, value in zip(labels, values.tolist(), strict=True)]
         yield fam
 
 
