@@ -4,15 +4,22 @@ numbers, logs no console error and fetches nothing off this machine. Screenshots
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import pytest
+from prometheus_client import CollectorRegistry
 from tests.browser import SCREENSHOTS, Watch, chromium
+from tests.conftest import fraction, gpu_node, whole
 
 from fairgpu.framework.profile import load_profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.model.node import GPU_CORES
+from fairgpu.observe.metrics import SchedulingMetrics
 from fairgpu.observe.serve import replay_app
-from fairgpu.observe.server import Background
+from fairgpu.observe.server import Background, create_app
+from fairgpu.observe.source import LiveSource
 from fairgpu.sim import scenario as scenario_mod
 
 T = 3600.0  # an hour into the demo: every team has work running and waiting
@@ -135,3 +142,32 @@ def test_time_slider_moves_the_replay(page, server):
         assert source.now == 600
         running = len(source.sched.running)
     assert page.text_content("[data-testid=running-workloads]") == str(running)
+
+
+def test_cluster_view_of_a_thousand_nodes_renders_quickly(browser):
+    """1,000 nodes × 8 GPUs, half of them shared by fractional pods: the page shows it all in a few seconds."""
+    nodes = [gpu_node(f"node-{i:04d}") for i in range(1000)]
+    tree = QueueTree([QueueSpec("a"), QueueSpec("b")])
+    sched = Scheduler(nodes, tree, load_profile("fairgpu"))
+    for i in range(4000):
+        sched.submit(Workload(f"w-{i}", "a", (whole(),), 0.0, duration=60.0))
+        sched.submit(Workload(f"f-{i}", "b", (fraction(25, 10240),), 0.0, duration=60.0))
+    sched.cycle(0.0)
+    allocated = sched.state.allocated_gpu_equivalents()
+    registry = CollectorRegistry()
+    SchedulingMetrics(registry)
+    with Background(create_app(LiveSource(sched, "thousand", clock=lambda: 0.0), registry)) as bg:
+        page = browser.new_page()
+        watch = Watch()
+        watch.attach(page)
+        began = time.perf_counter()
+        page.goto(f"{bg.url}/#/cluster")
+        page.wait_for_selector("[data-testid=heatmap-memory_pct]", timeout=30_000)
+        seconds = time.perf_counter() - began
+        assert page.text_content("[data-testid=total-nodes]") == "1000"
+        assert page.text_content("[data-testid=allocated-gpus]") == f"{allocated:.2f}"
+        assert page.locator("#clock").is_hidden()  # a live cluster has no time slider
+        shot(page, "cluster-1000-nodes")
+        page.close()
+    assert watch.errors == [] and watch.external == []
+    assert seconds < 5.0, seconds
