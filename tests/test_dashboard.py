@@ -171,3 +171,12 @@ def test_cluster_view_of_a_thousand_nodes_renders_quickly(browser):
         page.close()
     assert watch.errors == [] and watch.external == []
     assert seconds < 5.0, seconds
+
+
+def test_play_advances_the_replay(page, server):
+    open_view(page, server, "/queues", "[data-testid=queue-chart] svg path")
+    page.click("#play")
+    # one step is 1/200 of the 6 h horizon: 108 s
+    page.wait_for_function("Number(document.getElementById('view').dataset.loadedAt) > 3600", timeout=20_000)
+    page.click("#play")
+    assert float(page.get_attribute("#view", "data-loaded-at")) >= 3600 + 108

@@ -63,8 +63,8 @@ function heatmap(doc, key, title) {
     const x0 = (n % perRow) * (cols * cell + 3), y0 = Math.floor(n / perRow) * (cell + 3);
     slots.forEach((v, j) => {
       if (v < 0) return;
-      const a = v / 100;  // white (nothing allocated) to blue (all of it)
-      ctx.fillStyle = `rgb(${Math.round(255 - 208 * a)},${Math.round(255 - 144 * a)},${Math.round(255 - 33 * a)})`;
+      const a = v / 100;  // light grey (nothing allocated, still visible as a GPU) to blue (all of it)
+      ctx.fillStyle = `rgb(${Math.round(228 - 181 * a)},${Math.round(231 - 120 * a)},${Math.round(236 - 14 * a)})`;
       ctx.fillRect(x0 + j * cell, y0, cell - 1, cell);
     });
   });
@@ -74,7 +74,7 @@ function heatmap(doc, key, title) {
     const n = Math.floor(y / (cell + 3)) * perRow + Math.floor(x / (cols * cell + 3));
     if (n < hm.nodes.length) location.hash = `#/node/${encodeURIComponent(hm.nodes[n])}`;
   });
-  return h("div", {}, h("h3", {}, title), canvas, h("div", { class: "legend" }, "white: 0 % allocated · blue: 100 %"));
+  return h("div", {}, h("h3", {}, title), canvas, h("div", { class: "legend" }, "grey: 0 % allocated · blue: 100 % · no cell: no GPU in that slot"));
 }
 
 async function clusterView(root) {
