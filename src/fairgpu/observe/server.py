@@ -39,11 +39,13 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
 
     def api(build):
         def endpoint(request: Request) -> Response:
-            try:
-                at(request)
-            except ValueError as err:
-                return JSONResponse({"error": str(err)}, status_code=400)
+            # one lock over the move and the read, so a concurrent request for another time cannot
+            # slip in between and the document is all of one instant
             with source.lock:
+                try:
+                    at(request)
+                except ValueError as err:
+                    return JSONResponse({"error": str(err)}, status_code=400)
                 try:
                     doc = build(request)
                 except KeyError as err:
