@@ -82,3 +82,29 @@ def test_waits_count_workloads_still_waiting_at_the_horizon():
     submitted = sum(1 for w in sc.workloads if w.queue == "research" and w.submit_time <= 1800)
     assert len(waits["research"]) == submitted
     assert waits["research"].max() == pytest.approx(res.queues["research"]["wait_max_s"])
+
+
+def test_fill_chart_shows_in_the_browser(tmp_path):
+    """Synthetic medians standing in for `fairgpu fill`: the chart draws one visible line per policy."""
+    sc = scenario_mod.load("demo")
+    curves = {
+        policy: {L: max(0.0, (L - 80) * slope) + base for L in range(0, 135, 5)}
+        for policy, slope, base in (("FGD", 0.3, 0.0), ("BestFit", 0.45, 0.5), ("Random", 0.7, 1.0))
+    }
+    path = tmp_path / "fill.html"
+    path.write_text(report.render(sc, [], fill=curves))
+    with chromium() as context:
+        context.set_offline(True)
+        page = context.new_page()
+        watch = Watch()
+        watch.attach(page)
+        page.goto(path.as_uri())
+        lines = page.locator("svg.chart polyline")
+        assert lines.count() == 3
+        for i in range(3):
+            box = lines.nth(i).bounding_box()
+            assert box is not None and box["width"] > 200
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "report-fill.png"), full_page=True)
+        page.close()
+    assert watch.errors == [] and watch.external == []
