@@ -148,7 +148,8 @@ def test_queue_gauges_match_the_engine(scraped):
 
 def test_counters_and_histograms_count_what_the_driver_saw(scraped):
     families, source = scraped
-    started = len(source.sim.starts)  # the fairgpu profile does not preempt, so every start is still counted
+    # every start, a preempted workload's restarts included (the simulator counts runs per workload)
+    started = sum(source.sim._run.values())
     attempts = samples(families, "fairgpu_schedule_attempts", "_total")
     assert attempts[(("profile", "fairgpu"), ("result", "scheduled"))] == started > 0
     assert samples(families, "fairgpu_pod_scheduling_sli_duration_seconds", "_count")[()] == started
@@ -156,5 +157,8 @@ def test_counters_and_histograms_count_what_the_driver_saw(scraped):
     assert sum(per_queue.values()) == started
     cycles = samples(families, "fairgpu_scheduling_attempt_duration_seconds", "_count")
     assert 0 < cycles[(("profile", "fairgpu"),)] <= source.sim.cycles
+    decided = sum(samples(families, "fairgpu_preemptions", "_total").values())
+    assert decided >= sum(source.sim.preempted.values())  # evictions are carried out after their grace period
+    assert all(dict(k)["reason"] == "preempted" for k in samples(families, "fairgpu_preemptions", "_total"))
     assert samples(families, "fairgpu_leader_election_master_status")[(("name", "fairgpu"),)] == 1
     assert 0 < samples(families, "fairgpu_fairness_jain_index")[()] <= 1

@@ -107,9 +107,9 @@ def test_every_extension_point_is_consulted_in_order():
             return placed == len(workload.pods)
 
     class Victim:
-        def preempt(self, workload, queue, view):
+        def preempt(self, ctx):
             calls.append("preempt")
-            return ["running"]
+            return [u for u in ctx.units if u.workload.name == "ok"]
 
     from fairgpu.framework.profile import Profile
     from fairgpu.plugins.fit import Resources
@@ -134,5 +134,5 @@ def test_every_extension_point_is_consulted_in_order():
     assert res.started == ["ok"]
     placement = res.bound[0].placement
     assert placement.node == 1 and placement.slots == (1,)  # filter removed n0; gpu_order reversed slots
-    assert [e.workload for e in res.evictions] == ["running"]
+    assert [e.workload for e in res.evictions] == ["ok"]  # toobig's victim, chosen by the plugin
     assert {"sort", "admit", "filter", "score", "permit", "preempt"} <= set(calls)

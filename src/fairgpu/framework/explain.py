@@ -65,8 +65,8 @@ def explain(sched: Scheduler, name: str, now: float) -> Explanation:
     exp.cluster_pending = len(sched.pending)
     ahead = _ahead_in_cluster_order(sched, entry)
     exp.position_in_cluster = None if ahead is None else len(ahead) + 1
-    res = sched.reservation
-    if res is not None and res.workload == name:
+    res = sched.reservations.get(name)
+    if res is not None:
         exp.estimated_start = res.fit.at
     elif ahead is not None:
         order = [Planned(e.workload.pods[len(e.placed) :], e.workload.duration) for e in [*ahead, entry]]
@@ -91,13 +91,16 @@ def _reasons(sched: Scheduler, entry: Entry, now: float) -> list[str]:
         placed = pl.place_all(rest, [f"\0explain-{i}" for i in range(len(rest))], dry, profile)
         if len(placed) < len(rest):
             out.append(f"gang incomplete: {len(entry.placed) + len(placed)} of {len(wl.pods)} pods fit at once")
-    res = sched.reservation
-    if res is not None and res.workload != wl.name and not out:
+    others = [res for res in sched.reservations.values() if res.workload != wl.name]
+    if others and not out:
         exclude = sched.reserved_for_others(entry, now)
         if exclude is not None and pl.place_pod(rest[0], view, profile, exclude) is None:
-            out.append(f"reserved for another workload: nodes held for {res.workload} until t={res.fit.at:g}s")
-    if res is not None and res.workload == wl.name:
-        out.append(f"starving: {len(res.fit.nodes)} node(s) reserved for it from t={res.fit.at:g}s")
+            held = ", ".join(f"{res.workload} until t={res.fit.at:g}s" for res in others)
+            out.append(f"reserved for another workload: nodes held for {held}")
+    own = sched.reservations.get(wl.name)
+    if own is not None:
+        why = "starving" if own.starving else "preempting"
+        out.append(f"{why}: {len(own.fit.nodes)} node(s) reserved for it from t={own.fit.at:g}s")
     if not out:
         q = entry.queue
         ratio = view.share_ratio[q]

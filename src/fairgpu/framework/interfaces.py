@@ -7,14 +7,17 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
+
+if TYPE_CHECKING:
+    from fairgpu.framework.profile import Profile
 
 
 @dataclass(slots=True)
@@ -148,10 +151,42 @@ class Permit(Protocol):
         ...
 
 
+@dataclass(slots=True, frozen=True)
+class VictimUnit:
+    """What one eviction would take away: a whole running workload, or an elastic workload's extra pods."""
+
+    workload: Workload
+    queue: int
+    started: float
+    pods: tuple[int, ...]  # pod indices it evicts
+    placements: tuple[Placement, ...]  # where those pods run
+    charge: np.ndarray  # fair vector those pods hold
+    whole: bool  # False: only pods above an elastic workload's min_pods
+
+
+@dataclass(slots=True)
+class PreemptContext:
+    """What a Preempt plugin decides with: the workload that does not fit, the running work it could
+    displace (already excluding work being evicted), and dry runs over copies of the cluster state."""
+
+    workload: Workload
+    queue: int
+    charge: np.ndarray  # fair vector of the pods still to place
+    pods: tuple[PodSpec, ...]  # the pods still to place
+    view: EngineView
+    now: float
+    units: list[VictimUnit]
+    profile: Profile  # for dry-run placement
+
+    def potential(self, units: list[VictimUnit]) -> EngineView:
+        """A view over the cluster as it would be with all these units evicted."""
+        return replace(self.view, state=self.view.state.without([p for u in units for p in u.placements]))
+
+
 @runtime_checkable
 class Preempt(Protocol):
-    def preempt(self, workload: Workload, queue: int, view: EngineView) -> list[str]:
-        """Workload names to evict so that `workload` fits; empty if none should be."""
+    def preempt(self, ctx: PreemptContext) -> list[VictimUnit]:
+        """The units to evict so that the workload fits (verified by a dry-run placement); [] if none."""
         ...
 
 
@@ -167,7 +202,10 @@ class Bound:
 
 @dataclass(slots=True, frozen=True)
 class Evict:
-    """Decision: evict a running workload (all its pods) for `reason`."""
+    """Decision: evict a running workload for `reason`; its resources are free at `at` (after the grace
+    period). `pods` names only an elastic workload's extra pods; None means the whole workload."""
 
     workload: str
     reason: str
+    at: float = 0.0
+    pods: tuple[int, ...] | None = None

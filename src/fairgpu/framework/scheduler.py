@@ -18,7 +18,7 @@ from fairgpu import resources as r
 from fairgpu.framework import placement as pl
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.explain import Explanation, explain
-from fairgpu.framework.interfaces import ActiveQueues, Bound, EngineView, Evict
+from fairgpu.framework.interfaces import ActiveQueues, Bound, EngineView, Evict, PreemptContext, VictimUnit
 from fairgpu.framework.lookahead import Fit, Planned, replay
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
@@ -38,6 +38,7 @@ class Entry:
     share: float  # its dominant share of the cluster
     placed: list[Placement] = field(default_factory=list)
     key: int = -1  # id of what must fit next: failures are cached by it within a cycle
+    terminating: bool = False  # being evicted: holds its resources until the driver removes it
     order: tuple[float, float, int] = ()  # (-priority, submit time, seq): its place within its queue
     started: float | None = None
 
@@ -56,11 +57,13 @@ class Entry:
 
 @dataclass(slots=True)
 class Reservation:
-    """Nodes held for a starving workload: others may use them only if they end before `fit.at`."""
+    """Nodes held for a workload — one starving, or one whose victims are being evicted: others may use
+    them only if they end before `fit.at`."""
 
     workload: str
     fit: Fit
     exclude: np.ndarray  # (N,) bool
+    starving: bool
 
 
 @dataclass(slots=True)
@@ -103,7 +106,7 @@ class Scheduler:
         self._decay_rate = np.where(tree.half_life > 0, math.log(2) / np.maximum(tree.half_life, 1e-9), 0.0)
         self._history = np.zeros((q, dims))
         self._history_t: float | None = None
-        self.reservation: Reservation | None = None
+        self.reservations: dict[str, Reservation] = {}  # by the workload they hold nodes for
 
     # -- events from the driver ---------------------------------------------------------------------
     def submit(self, wl: Workload) -> None:
@@ -141,8 +144,20 @@ class Scheduler:
         released = [self._release(entry, i) for i in range(len(entry.placed))]
         entry.placed.clear()
         self.view.demand[entry.queue] -= entry.charge
-        if self.reservation is not None and self.reservation.workload == name:
-            self.reservation = None
+        self.reservations.pop(name, None)
+        return released
+
+    def shrink(self, name: str, pods: tuple[int, ...]) -> list[Placement]:
+        """An elastic workload's extra pods were evicted: release them; they can grow back later."""
+        entry = self.running[name]
+        if min(pods) < entry.workload.needed or max(pods) >= len(entry.placed):
+            raise ValueError(f"workload {name}: only placed pods above min_pods can be shrunk")
+        released = []
+        for i in sorted(pods, reverse=True):  # placed pods are a prefix: drop from the end
+            while len(entry.placed) > i:
+                released.append(self._release(entry, len(entry.placed) - 1))
+                entry.placed.pop()
+        entry.terminating = False
         return released
 
     # -- queries ------------------------------------------------------------------------------------
@@ -188,6 +203,7 @@ class Scheduler:
         failed_outside: set[int] = set()  # ... kept out of reserved nodes (they fit in less)
         refused: list[set[int]] = [set() for _ in self.backlogs]  # per queue, by admission
         skipped: dict[int, list[Entry]] = {}
+        attempted: set[str] = set()  # this cycle, in order
         backlogs = self.backlogs
         active = ActiveQueues(
             self.tree, [q for q, b in enumerate(backlogs) if b], lambda q: backlogs[q].peek().workload
@@ -196,6 +212,7 @@ class Scheduler:
             while active:
                 q = self.profile.queue_sort.pick(active, self.view)
                 entry = self.backlogs[q].pop()
+                attempted.add(entry.workload.name)
                 exclude = self.reserved_for_others(entry, now)
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, but a
                 # queue whose every shape failed either way counts as done for this cycle (a short job
@@ -211,16 +228,40 @@ class Scheduler:
                 else:
                     shapes_failed.add(entry.key)
                     skipped.setdefault(q, []).append(entry)
-                    self._on_unschedulable(entry, now, result)
+                    self._on_unschedulable(entry, now, result, attempted)
                 live = self._keys[q].keys()
                 if not self.backlogs[q] or all(k in failed or k in refused[q] or k in failed_outside for k in live):
                     active.remove(q)
                 result.attempts += 1
                 yield
+            yield from self._grow(now, result)
         finally:
             for q, entries in skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
+
+    def _grow(self, now: float, result: CycleResult) -> Iterator[None]:
+        """After every pending workload had its turn, elastic workloads grow into what is left, the
+        queue furthest below its share first, one pod at a time."""
+        growing = [e for e in self.running.values() if len(e.placed) < len(e.workload.pods) and not e.terminating]
+        growing.sort(key=lambda e: (self.view.share_ratio[e.queue], e.order))
+        for entry in growing:
+            wl = entry.workload
+            exclude = self.reserved_for_others(entry, now)
+            while len(entry.placed) < len(wl.pods):
+                i = len(entry.placed)
+                pod = wl.pods[i]
+                if any(a.admit(wl, entry.queue, self._charge(pod), self.view) for a in self.profile.admit):
+                    break
+                placement = pl.place_pod(pod, self.view, self.profile, exclude)
+                if placement is None:
+                    break
+                self.state.assign(wl.pod_names[i], placement)
+                entry.placed.append(placement)
+                self._account(entry, pod, +1)
+                result.bound.append(Bound(wl.name, i, wl.pod_names[i], placement))
+            result.attempts += 1
+            yield
 
     def admission_refusal(self, entry: Entry) -> str | None:
         """Why the profile's Admit plugins refuse the rest of this workload now; None if they admit it."""
@@ -248,7 +289,7 @@ class Scheduler:
             return False
         for i in range(first_new, len(entry.placed)):
             result.bound.append(Bound(wl.name, i, wl.pod_names[i], entry.placed[i]))
-        if len(entry.placed) < len(wl.pods):
+        if len(entry.placed) < wl.needed:
             self._forget_key(entry)
             entry.key = self._attempt_key(entry)
             self._keys[entry.queue][entry.key] += 1
@@ -261,33 +302,85 @@ class Scheduler:
         entry.started = now
         self.running[entry.workload.name] = entry
         result.started.append(entry.workload.name)
-        if self.reservation is not None and self.reservation.workload == entry.workload.name:
-            self.reservation = None
+        self.reservations.pop(entry.workload.name, None)
 
-    def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult) -> None:
-        """A workload that is next in order does not fit: reserve for it if it starves, else preempt."""
+    def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, attempted: set[str]) -> None:
+        """A workload that is next in order does not fit: preempt for it if its queue's policy allows,
+        else reserve the soonest-freeing nodes if it starves."""
         wl = entry.workload
+        if wl.name in self.reservations:
+            return  # already holding nodes (its victims are still leaving, or it waits for them to free)
+        if self.profile.preempt and self._preempt(entry, now, result):
+            return
         starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
-        if self.profile.reserve and starving and self.reservation is None and not entry.placed:
+        # One starving workload holds nodes at a time; one ahead of it in this cycle's order takes over.
+        holder = next((n for n, res in self.reservations.items() if res.starving), None)
+        if holder is not None and holder not in attempted:
+            del self.reservations[holder]
+            holder = None
+        if self.profile.reserve and starving and holder is None and not entry.placed:
             fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends())
             if fit is not None:
-                exclude = np.zeros(self.state.num_nodes, dtype=bool)
-                exclude[list(fit.nodes)] = True
-                self.reservation = Reservation(wl.name, fit, exclude)
+                self._reserve(wl.name, fit, starving=True)
+
+    def _preempt(self, entry: Entry, now: float, result: CycleResult) -> bool:
+        wl = entry.workload
+        rest = wl.pods[len(entry.placed) :]
+        charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
+        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, self._victim_units(), self.profile)
         for plugin in self.profile.preempt:
-            reason = f"preempted so that {wl.name} fits"
-            result.evictions.extend(Evict(v, reason) for v in plugin.preempt(wl, entry.queue, self.view))
+            victims = plugin.preempt(ctx)
+            if not victims:
+                continue
+            at = now
+            for unit in victims:
+                victim = self.running[unit.workload.name]
+                grace = self.tree.queues[victim.queue].preemption.grace_period
+                at = max(at, now + grace)
+                victim.terminating = True
+                pods = None if unit.whole else unit.pods
+                result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods))
+            nodes = frozenset(p.node for u in victims for p in u.placements)
+            self._reserve(wl.name, Fit(at, nodes), starving=False)
+            return True
+        return False
+
+    def _victim_units(self) -> list[VictimUnit]:
+        """Running work that could be evicted: whole workloads, and each elastic workload's extra pods."""
+        units = []
+        for e in self.running.values():
+            if e.terminating or e.started is None:
+                continue
+            wl, n = e.workload, len(e.placed)
+            pods = tuple(range(n))
+            units.append(VictimUnit(wl, e.queue, e.started, pods, tuple(e.placed), self._pods_charge(wl, pods), True))
+            for i in range(wl.needed, n):
+                units.append(
+                    VictimUnit(wl, e.queue, e.started, (i,), (e.placed[i],), self._pods_charge(wl, (i,)), False)
+                )
+        return units
+
+    def _pods_charge(self, wl: Workload, pods: tuple[int, ...]) -> np.ndarray:
+        return sum((self._charge(wl.pods[i]) for i in pods), r.zeros())
+
+    def _reserve(self, name: str, fit: Fit, starving: bool) -> None:
+        exclude = np.zeros(self.state.num_nodes, dtype=bool)
+        exclude[list(fit.nodes)] = True
+        self.reservations[name] = Reservation(name, fit, exclude, starving)
 
     def reserved_for_others(self, entry: Entry, now: float) -> np.ndarray | None:
-        """Nodes this workload must avoid: a reservation it would still be running into."""
-        res = self.reservation
-        if res is None or res.workload == entry.workload.name:
-            return None
-        if now >= res.fit.at:  # the estimate has passed without the workload starting: look again
-            self.reservation = None
-            return None
-        d = entry.workload.duration
-        return None if d is not None and now + d <= res.fit.at else res.exclude
+        """Nodes this workload must avoid: reservations for others that it would still be running into."""
+        exclude = None
+        for name, res in list(self.reservations.items()):
+            if name == entry.workload.name:
+                continue
+            if now > res.fit.at and res.starving:  # the estimate passed without it starting: look again
+                del self.reservations[name]
+                continue
+            d = entry.workload.duration
+            if d is None or now + d > res.fit.at:
+                exclude = res.exclude if exclude is None else exclude | res.exclude
+        return exclude
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def _charge(self, pod: PodSpec) -> np.ndarray:
@@ -321,7 +414,8 @@ class Scheduler:
 
     def _attempt_key(self, entry: Entry) -> int:
         rest = entry.workload.pods[len(entry.placed) :]
-        key = tuple(p.key() for p in rest) if self.gang else (rest[0].key(),)
+        needed = entry.workload.needed - len(entry.placed)
+        key = (needed, tuple(p.key() for p in rest)) if self.gang else (rest[0].key(),)
         return self._key_ids.setdefault(key, len(self._key_ids))
 
     def _forget_key(self, entry: Entry) -> None:

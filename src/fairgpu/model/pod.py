@@ -128,13 +128,22 @@ class Workload:
     duration: float | None = None  # run time once all pods run; None = runs until removed
     user: str = ""
     pod_names: tuple[str, ...] = field(default=())
+    min_pods: int | None = None  # elastic: runs once this many pods run, grows towards len(pods)
+    preemptible: bool = True  # False: never a victim while its queue is within its guarantee
 
     def __post_init__(self) -> None:
         if not self.pods:
             raise RequestError(f"workload {self.name}: needs at least one pod")
+        if self.min_pods is not None and not 1 <= self.min_pods <= len(self.pods):
+            raise RequestError(f"workload {self.name}: min_pods must be between 1 and its {len(self.pods)} pods")
         if not self.pod_names:
             self.pod_names = tuple(f"{self.name}-{i}" for i in range(len(self.pods)))
 
     @property
     def gang(self) -> bool:
         return len(self.pods) > 1
+
+    @property
+    def needed(self) -> int:
+        """Pods that must run together before the workload runs (all of them, unless elastic)."""
+        return len(self.pods) if self.min_pods is None else self.min_pods

@@ -10,6 +10,28 @@ import numpy as np
 from fairgpu import resources as r
 
 
+@dataclass(slots=True, frozen=True)
+class PreemptionPolicy:
+    """When a queue's workloads may evict others, and how its own workloads are evicted."""
+
+    enabled: bool = True  # False: "preemption: never" — this queue never triggers an eviction
+    reclaim: bool = True  # take back lent guarantee from queues borrowing above their guarantee
+    fair_share: bool = False  # evict from queues above their fair share, down to it
+    within_queue: str = "Never"  # "LowerPriority": evict this queue's own lower-priority workloads
+    min_runtime: float = 0.0  # seconds: a younger workload of this queue is not a victim
+    grace_period: float = 0.0  # seconds between the eviction notice and its GPUs being free
+
+    def __post_init__(self) -> None:
+        if self.within_queue not in WITHIN_QUEUE:
+            raise ValueError(f"within_queue must be one of {', '.join(WITHIN_QUEUE)}")
+        if self.min_runtime < 0 or self.grace_period < 0:
+            raise ValueError("min_runtime and grace_period must not be negative")
+
+
+WITHIN_QUEUE = ("Never", "LowerPriority")
+NEVER = PreemptionPolicy(enabled=False, reclaim=False, fair_share=False)
+
+
 @dataclass(slots=True)
 class QueueSpec:
     name: str
@@ -20,8 +42,13 @@ class QueueSpec:
     usage_half_life: float = 0.0  # seconds; past usage decays with it (0: only current usage counts)
     fair_within: str = "fifo"  # "users": split the queue among its active users instead of FIFO
     starvation_after: float = 600.0  # seconds a workload waits before the engine reserves for it
+    lendable: np.ndarray | None = None  # idle guarantee others may borrow; None = all of it
+    allocation: str = "dynamic"  # "static": never above its guarantee, and its guarantee is never lent
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
 
     def __post_init__(self) -> None:
+        if self.allocation not in ALLOCATION:
+            raise ValueError(f"queue {self.name}: allocation must be one of {', '.join(ALLOCATION)}")
         if self.fair_within not in FAIR_WITHIN:
             raise ValueError(f"queue {self.name}: fair_within must be one of {', '.join(FAIR_WITHIN)}")
         if self.usage_half_life < 0 or self.starvation_after < 0:
@@ -29,6 +56,7 @@ class QueueSpec:
 
 
 FAIR_WITHIN = ("fifo", "users")
+ALLOCATION = ("dynamic", "static")
 
 
 class QueueTree:
@@ -66,6 +94,18 @@ class QueueTree:
         self.weight = np.array([q.weight for q in order], dtype=np.float64)
         self.guaranteed = np.array([q.guaranteed for q in order], dtype=np.float64).reshape(len(order), -1)
         self.limit = np.array([q.limit for q in order], dtype=np.float64).reshape(len(order), -1)
+        static = np.array([q.allocation == "static" for q in order], dtype=bool)
+        # A static queue is a partition: never above its guarantee (inf in a dimension it does not name).
+        self.limit[static] = np.minimum(self.limit[static], self.guaranteed[static])
+        self.static = static
+        lendable = np.array(
+            [q.guaranteed if q.lendable is None else np.minimum(q.lendable, q.guaranteed) for q in order],
+            dtype=np.float64,
+        ).reshape(len(order), -1)
+        lendable[static] = 0.0
+        # What each queue holds back for itself while idle: the part of its guarantee it does not lend.
+        finite = np.isfinite(self.guaranteed)
+        self.unlent = np.maximum(np.subtract(self.guaranteed, lendable, out=np.zeros_like(lendable), where=finite), 0.0)
         self.half_life = np.array([q.usage_half_life for q in order], dtype=np.float64)
         # paths[i]: queue ids from the root down to i, padded with i, for top-down fair ordering
         chains = []

@@ -74,13 +74,20 @@ class SchedulingMetrics:
         if result.attempts:
             self.attempt_duration.labels(profile).observe(seconds / result.attempts)
         for ev in result.evictions:
-            # the engine's reason names the beneficiary; the label keeps only its kind, to bound cardinality
-            self.preemptions.labels(ev.reason.split(" so that")[0]).inc()
+            self.preemptions.labels(reason_kind(ev.reason)).inc()
         for name in result.started:
             wl = sched.running[name].workload
             wait = max(0.0, now - wl.submit_time)
             self.sli.observe(wait)
             self.admission_wait.labels(wl.queue).observe(wait)
+
+
+def reason_kind(reason: str) -> str:
+    """The engine's eviction reason names the workload it makes room for ("preempted for b-3"); the label
+    keeps only the words before that name, so its values stay few."""
+    for cut in (" for ", " so that "):
+        reason = reason.split(cut, 1)[0]
+    return reason
 
 
 class EngineCollector(Collector):

@@ -13,4 +13,4 @@ from fairgpu.model.pod import Workload
 @dataclass(slots=True)
 class Gang:
     def permit(self, workload: Workload, placed: int) -> bool:
-        return placed == len(workload.pods)
+        return placed >= workload.needed  # an elastic workload runs with min_pods and grows later

@@ -15,8 +15,9 @@ from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
-_FINISH, _SUBMIT = 0, 1
-MAX_EVICTION_ROUNDS = 8  # at equal times, finishes free capacity before new work arrives
+# At one instant: finishes and evictions free capacity before new work arrives.
+_FINISH, _EVICTED, _SUBMIT = 0, 1, 2
+MAX_CYCLES_PER_INSTANT = 64  # grace-0 evictions cycle again at the same instant; preemption must settle
 
 
 class CycleObserver(Protocol):
@@ -70,36 +71,51 @@ class Simulation:
         self.tree = scenario.tree()
         self.sched = Scheduler(scenario.nodes, self.tree, profile)
         self.by_name = {w.name: w for w in scenario.workloads}
-        self._events = [
-            (w.submit_time, _SUBMIT, seq, w.name)
+        # (time, kind, seq, workload, run or evicted pods): kinds order what happens at one instant
+        self._events: list[tuple[float, int, int, str, object]] = [
+            (w.submit_time, _SUBMIT, seq, w.name, None)
             for seq, w in enumerate(scenario.workloads)
             if w.submit_time <= self.horizon
         ]
         heapq.heapify(self._events)
         self._seq = len(self._events)
+        self._run: Counter[str] = Counter()  # how many times each workload started: stale finishes are dropped
         self.rec = MetricsRecorder(self.tree)
         self.starts: dict[str, float] = {}
         self.completed: Counter[str] = Counter()
         self.preempted: Counter[str] = Counter()
+        self.lost_gpu_seconds: Counter[str] = Counter()
         self.cycles = 0
         self.observer: CycleObserver | None = None
+
+    def _push(self, t: float, kind: int, name: str, payload: object) -> None:
+        heapq.heappush(self._events, (t, kind, self._seq, name, payload))
+        self._seq += 1
 
     def run_until(self, t: float) -> None:
         """Process every event up to time t (and the horizon), running a cycle after each instant."""
         events, sched = self._events, self.sched
+        cycles_now, last = 0, None
         while events and events[0][0] <= min(t, self.horizon):
             now = events[0][0]
+            cycles_now = cycles_now + 1 if now == last else 1
+            if cycles_now > MAX_CYCLES_PER_INSTANT:
+                raise RuntimeError(f"t={now:g}s: evictions did not settle after {MAX_CYCLES_PER_INSTANT} cycles")
+            last = now
             while events and events[0][0] == now:
-                _, kind, _, name = heapq.heappop(events)
+                _, kind, _, name, payload = heapq.heappop(events)
                 if kind == _SUBMIT:
                     sched.submit(self.by_name[name])
+                elif kind == _FINISH:
+                    if name in sched.running and payload == self._run[name]:
+                        sched.remove(name)
+                        self.completed[self.by_name[name].queue] += 1
                 else:
-                    sched.remove(name)
-                    self.completed[self.by_name[name].queue] += 1
+                    self._evicted(now, name, payload)
             self._cycle(now)
             self.rec.sample(now, sched)
 
-    def _cycle(self, now: float, rounds: int = 0) -> None:
+    def _cycle(self, now: float) -> None:
         began = time.perf_counter()
         result = self.sched.cycle(now)
         self.cycles += 1
@@ -107,22 +123,28 @@ class Simulation:
             self.observer.on_cycle(self.sched, result, now, time.perf_counter() - began)
         for name in result.started:
             self.starts[name] = now
+            self._run[name] += 1
             duration = self.by_name[name].duration
             if duration is not None:
-                heapq.heappush(self._events, (now + duration, _FINISH, self._seq, name))
-                self._seq += 1
-        # Victims lose their work and queue again; the freed room is used at once (a bounded number of
-        # rounds per instant, so a misbehaving preemption plugin cannot stall the clock).
-        if result.evictions and rounds < MAX_EVICTION_ROUNDS:
-            for ev in result.evictions:
-                wl = self.by_name[ev.workload]
-                self.sched.remove(wl.name)
-                self._events = [e for e in self._events if not (e[1] == _FINISH and e[3] == wl.name)]
-                heapq.heapify(self._events)
-                self.starts.pop(wl.name, None)
-                self.preempted[wl.queue] += 1
-                self.sched.submit(wl)
-            self._cycle(now, rounds + 1)
+                self._push(now + duration, _FINISH, name, self._run[name])
+        for ev in result.evictions:  # carried out when the grace period ends (at once when it is 0)
+            self._push(ev.at, _EVICTED, ev.workload, (self._run[ev.workload], ev.pods))
+
+    def _evicted(self, now: float, name: str, payload: object) -> None:
+        run, pods = payload  # type: ignore[misc]
+        entry = self.sched.running.get(name)
+        if entry is None or run != self._run[name]:
+            return  # it finished on its own during the grace period
+        wl = entry.workload
+        self.preempted[wl.queue] += 1
+        if pods is not None:  # an elastic workload gives back extra pods and keeps running
+            self.sched.shrink(name, pods)
+            return
+        held = sum(p.gpu.gpu_equivalents() for p in wl.pods[: len(entry.placed)] if p.gpu is not None)
+        self.lost_gpu_seconds[wl.queue] += held * (now - self.starts[name])  # no checkpoint: all of it
+        self.sched.remove(name)
+        self.starts.pop(name, None)
+        self.sched.submit(wl)
 
     def result(self) -> SimResult:
         """Run to the horizon and report."""
@@ -139,10 +161,12 @@ class Simulation:
         counts = np.array(
             [[started[q], self.completed[q], self.preempted[q]] for q in tree.names()], dtype=np.int64
         ).reshape(len(tree), 3)
+        lost = np.array([self.lost_gpu_seconds[q] for q in tree.names()], dtype=np.float64)
         for i in reversed(range(len(tree))):  # an inner queue reports what its subtree did
             if tree.parent[i] >= 0:
                 waits[tree.parent[i]] += waits[i]
                 counts[tree.parent[i]] += counts[i]
+                lost[tree.parent[i]] += lost[i]
         hours = 3600.0
         queues: dict[str, dict[str, Any]] = {}
         for i, spec in enumerate(tree.queues):
@@ -163,6 +187,7 @@ class Simulation:
                 "started": int(counts[i, 0]),
                 "completed": int(counts[i, 1]),
                 "preempted": int(counts[i, 2]),
+                "lost_gpu_hours": float(lost[i] / hours),
             }
         capacity = self.sched.state.total_gpus * horizon
         return SimResult(

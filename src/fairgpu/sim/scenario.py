@@ -28,6 +28,7 @@ from fairgpu.model import (
 )
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
 from fairgpu.model.pod import parse_request
+from fairgpu.model.queue import NEVER, PreemptionPolicy
 from fairgpu.state import ClusterState
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -90,6 +91,20 @@ class ClusterDoc(_Strict):
     nodes: list[NodeGroup] = Field(min_length=1)
 
 
+class PreemptionDoc(_Strict):
+    reclaim: bool = True
+    fair_share: bool = False
+    within_queue: Literal["Never", "LowerPriority"] = "Never"
+    min_runtime: Quantity = 0
+    grace_period: Quantity = 0
+
+    @field_validator("min_runtime", "grace_period")
+    @classmethod
+    def _duration(cls, v: Quantity) -> Quantity:
+        parse_duration(v)
+        return v
+
+
 class QueueDoc(_Strict):
     name: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0)
@@ -99,6 +114,9 @@ class QueueDoc(_Strict):
     usage_half_life: Quantity = 0
     fair_within: Literal["fifo", "users"] = "fifo"
     starvation_after: Quantity = "10m"
+    lendable: dict[str, Quantity] | None = None  # default: all of the guarantee
+    allocation: Literal["dynamic", "static"] = "dynamic"
+    preemption: Literal["never"] | PreemptionDoc = Field(default_factory=lambda: PreemptionDoc())
 
     @field_validator("usage_half_life", "starvation_after")
     @classmethod
@@ -106,11 +124,24 @@ class QueueDoc(_Strict):
         parse_duration(v)
         return v
 
-    @field_validator("guaranteed", "limit")
+    @field_validator("guaranteed", "limit", "lendable")
     @classmethod
-    def _vector(cls, v: dict[str, Quantity]) -> dict[str, Quantity]:
-        r.quota_vector(v, default=0.0)
+    def _vector(cls, v: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
+        if v is not None:
+            r.quota_vector(v, default=0.0)
         return v
+
+    def policy(self) -> PreemptionPolicy:
+        if self.preemption == "never":
+            return NEVER
+        p = self.preemption
+        return PreemptionPolicy(
+            reclaim=p.reclaim,
+            fair_share=p.fair_share,
+            within_queue=p.within_queue,
+            min_runtime=parse_duration(p.min_runtime),
+            grace_period=parse_duration(p.grace_period),
+        )
 
 
 class WorkloadGroup(_Strict):
@@ -127,6 +158,8 @@ class WorkloadGroup(_Strict):
     requests: dict[str, Quantity] = Field(default_factory=dict)
     gpu_include: list[str] = Field(default_factory=list)
     gpu_exclude: list[str] = Field(default_factory=list)
+    min_pods: int | None = Field(default=None, ge=1)  # elastic: runs with this many, grows to `pods`
+    preemptible: bool = True
 
     @field_validator("at", "every", "duration", "duration_max")
     @classmethod
@@ -146,6 +179,8 @@ class WorkloadGroup(_Strict):
 
     @model_validator(mode="after")
     def _spread(self) -> WorkloadGroup:
+        if self.min_pods is not None and self.min_pods > self.pods:
+            raise ValueError(f"min_pods ({self.min_pods}) must not exceed pods ({self.pods})")
         if self.duration_max is not None and parse_duration(self.duration_max) < parse_duration(self.duration):
             raise ValueError("duration_max must not be less than duration")
         return self
@@ -267,6 +302,9 @@ def build(doc: dict[str, Any]) -> Scenario:
                 usage_half_life=parse_duration(q.usage_half_life),
                 fair_within=q.fair_within,
                 starvation_after=parse_duration(q.starvation_after),
+                lendable=None if q.lendable is None else r.quota_vector(q.lendable, default=np.inf),
+                allocation=q.allocation,
+                preemption=q.policy(),
             )
         )
     try:
@@ -302,6 +340,8 @@ def build(doc: dict[str, Any]) -> Scenario:
                     priority=grp.priority,
                     duration=float(rng.uniform(lo, hi)) if hi > lo else lo,
                     user=grp.user,
+                    min_pods=grp.min_pods,
+                    preemptible=grp.preemptible,
                 )
             )
     if len({w.name for w in workloads}) != len(workloads):
