@@ -26,6 +26,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/engine_throughput.py --nodes 1000 --pods 50000
 	$(BIN)/python bench/engine_throughput.py --nodes 5000 --pods 50000
+	$(BIN)/python bench/dashboard_latency.py --nodes 1000
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -14,6 +14,8 @@ from rich.table import Table
 
 from fairgpu.framework.explain import Explanation
 from fairgpu.framework.profile import ProfileError, builtin_profiles, load_profile
+from fairgpu.observe import report as report_mod
+from fairgpu.observe import serve as serve_mod
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim import traces
 from fairgpu.sim.runner import SimResult, Simulation
@@ -59,6 +61,10 @@ def simulate_cmd(
         str | None, typer.Option(help="WORKLOAD@TIME: why that workload is pending at that time (e.g. b-3@2h).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+    report: Annotated[Path | None, typer.Option(help="Also write a self-contained HTML report with plots.")] = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Replay into the web dashboard (first profile).")] = False,
+    host: Annotated[str, typer.Option(help="Dashboard address, with --serve.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Dashboard port, with --serve.")] = 8080,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
     try:
@@ -73,7 +79,13 @@ def simulate_cmd(
     if target is not None:
         _explain(sc, profiles, h, *target, as_json)
         return
+    if serve:
+        # one cluster in the dashboard: the profile asked for first, else the fair one
+        serve_mod.serve(sc, profiles[0] if profile else load_profile("fairgpu"), h, host, port)
+        return
     results = [Simulation(sc, p, horizon=h).result() for p in profiles]
+    if report is not None:
+        report_mod.write(report, sc, results)
     if as_json:
         doc = results[0].to_json() if len(results) == 1 else {"runs": [r.to_json() for r in results]}
         sys.stdout.write(json.dumps(doc) + "\n")

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import heapq
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import Scheduler
+from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
 # At one instant: finishes and evictions free capacity before new work arrives.
 _FINISH, _EVICTED, _SUBMIT = 0, 1, 2
 MAX_CYCLES_PER_INSTANT = 64  # grace-0 evictions cycle again at the same instant; preemption must settle
+
+
+class CycleObserver(Protocol):
+    """Told about every cycle (with its wall-clock cost), e.g. to feed Prometheus counters; the engine
+    itself stays clock-free."""
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -78,6 +86,7 @@ class Simulation:
         self.preempted: Counter[str] = Counter()
         self.lost_gpu_seconds: Counter[str] = Counter()
         self.cycles = 0
+        self.observer: CycleObserver | None = None
 
     def _push(self, t: float, kind: int, name: str, payload: object) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, name, payload))
@@ -107,8 +116,11 @@ class Simulation:
             self.rec.sample(now, sched)
 
     def _cycle(self, now: float) -> None:
+        began = time.perf_counter()
         result = self.sched.cycle(now)
         self.cycles += 1
+        if self.observer is not None:
+            self.observer.on_cycle(self.sched, result, now, time.perf_counter() - began)
         for name in result.started:
             self.starts[name] = now
             self._run[name] += 1

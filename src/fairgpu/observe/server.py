@@ -1,0 +1,110 @@
+"""The HTTP server: /healthz, /readyz, /metrics, the dashboard and its read-only JSON API.
+
+Every API route takes an optional `?t=SECONDS`: a replay moves there first (a live cluster ignores it).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fairgpu.observe import views
+from fairgpu.observe.metrics import EngineCollector
+from fairgpu.observe.source import Source
+
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
+    """`registry` holds the driver's SchedulingMetrics; the engine's gauges are added to it here."""
+    registry.register(EngineCollector(source))
+
+    def at(request: Request) -> None:
+        raw = request.query_params.get("t")
+        if raw is not None:
+            t = float(raw)
+            if not math.isfinite(t):
+                raise ValueError("t must be a finite number of seconds")
+            source.seek(t)
+
+    def api(build):
+        def endpoint(request: Request) -> Response:
+            # one lock over the move and the read, so a concurrent request for another time cannot
+            # slip in between and the document is all of one instant
+            with source.lock:
+                try:
+                    at(request)
+                except ValueError as err:
+                    return JSONResponse({"error": str(err)}, status_code=400)
+                try:
+                    doc = build(request)
+                except KeyError as err:
+                    return JSONResponse({"error": f"not found: {err.args[0]}"}, status_code=404)
+                return JSONResponse({"time": source.now, **doc})
+
+        return endpoint
+
+    def info(_: Request) -> dict[str, Any]:
+        names = source.sched.tree.names()
+        return {"name": source.name, "profile": source.profile, "horizon": source.horizon, "queues": names}
+
+    def workload(request: Request) -> dict[str, Any]:
+        return source.sched.explain(request.path_params["name"], source.now).to_json()
+
+    def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    routes = [
+        Route("/healthz", lambda _: PlainTextResponse("ok")),
+        Route("/readyz", lambda _: PlainTextResponse("ok") if source.ready() else PlainTextResponse("not ready", 503)),
+        Route("/metrics", metrics),
+        Route("/", lambda _: FileResponse(STATIC / "index.html")),
+        Route("/api/info", api(info)),
+        Route("/api/cluster", api(lambda _: views.cluster_view(source.sched))),
+        Route("/api/nodes/{name}", api(lambda rq: views.node_view(source.sched, rq.path_params["name"]))),
+        Route("/api/queues", api(lambda _: views.queue_view(source.sched, source.history))),
+        Route("/api/workloads", api(lambda rq: views.workloads_view(source.sched, rq.query_params.get("queue")))),
+        Route("/api/workloads/{name}", api(workload)),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ]
+    return Starlette(routes=routes)
+
+
+class Background:
+    """uvicorn in a thread (tests, benchmarks): `port` is the one the OS gave when asked for 0."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Background:
+        self.thread.start()
+        for _ in range(500):  # at most 5 s
+            if self.server.started:
+                break
+            self.thread.join(0.01)
+        if not self.server.started:
+            raise RuntimeError("the dashboard server did not start")
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -1,0 +1,73 @@
+"""What the metrics and the dashboard read: a scheduler, the time it is at, and a lock around both."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.observe.history import QueueHistory
+
+
+class Source(Protocol):
+    """Hold `lock` while reading `sched`: the driver mutates it under the same lock."""
+
+    lock: threading.RLock
+    history: QueueHistory
+    name: str  # scenario or cluster name, shown in the dashboard
+    profile: str
+
+    @property
+    def sched(self) -> Scheduler: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def horizon(self) -> float | None:
+        """The end of a replay (the dashboard then shows a time slider); None for a live cluster."""
+        ...
+
+    def seek(self, t: float) -> None:
+        """Move a replay to time t; a live cluster ignores it (it is always at the present)."""
+        ...
+
+    def is_leader(self) -> bool: ...
+
+    def ready(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class LiveSource:
+    """A scheduler driven in real time (a controller, a benchmark): always at the present, no seeking."""
+
+    sched: Scheduler
+    name: str
+    clock: Callable[[], float] = time.time
+    leader: Callable[[], bool] = lambda: True
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    history: QueueHistory = field(default_factory=QueueHistory)
+
+    @property
+    def profile(self) -> str:
+        return self.sched.profile.name
+
+    @property
+    def now(self) -> float:
+        return self.clock()
+
+    @property
+    def horizon(self) -> float | None:
+        return None
+
+    def seek(self, t: float) -> None:
+        """The present is the only time a live cluster can show."""
+
+    def is_leader(self) -> bool:
+        return self.leader()
+
+    def ready(self) -> bool:
+        return True

@@ -1,0 +1,144 @@
+"""The dashboard's JSON documents, one per view (docs/dashboard.md), read from a scheduler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fairgpu import resources as r
+from fairgpu.framework.scheduler import Entry, Scheduler
+from fairgpu.observe.accounting import gpu_accounting
+from fairgpu.observe.history import QueueHistory
+
+MAX_WORKLOADS = 500  # the workload picker lists at most this many; the API takes ?queue= to narrow it
+
+
+def cluster_view(sched: Scheduler) -> dict[str, Any]:
+    """Totals per GPU model and a node × GPU heat map; vectorised, since clusters reach thousands of nodes."""
+    st = sched.state
+    acc = gpu_accounting(st)
+    cores = np.where(st.gpu_valid, st.gpu_cores_cap - st.gpu_cores_free, -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mem_pct = np.where(st.gpu_valid, np.rint(100 * (1 - st.gpu_mem_free / st.gpu_mem_cap)), -1)
+    return {
+        "totals": {
+            "nodes": st.num_nodes,
+            "gpus": st.total_gpus,
+            "allocated_gpus": float(acc.allocated.sum()),
+            "free_gpus": float(acc.free.sum()),
+            "fragmented_gpus": float(acc.fragmented.sum()),
+            "running_workloads": len(sched.running),
+            "pending_workloads": len(sched.pending),
+        },
+        "models": acc.by_model(st),
+        # -1 marks a slot without a GPU (nodes with fewer GPUs than the largest)
+        "heatmap": {
+            "nodes": st.node_names,
+            "models": st.models,
+            "model": st.gpu_model.tolist(),
+            "cores_pct": cores.tolist(),
+            "memory_pct": mem_pct.astype(np.int64).tolist(),
+        },
+    }
+
+
+def _placed_pods(sched: Scheduler) -> list[tuple[Entry, int]]:
+    entries = [*sched.running.values(), *(e for e in sched.pending.values() if e.placed)]
+    return [(e, i) for e in entries for i in range(len(e.placed))]
+
+
+def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
+    """Raises KeyError for an unknown node."""
+    st = sched.state
+    n = st.node_index[name]
+    gpus: list[dict[str, Any]] = [
+        {
+            "index": j,
+            "uuid": dev.uuid,
+            "model": dev.model,
+            "healthy": dev.healthy,
+            "cores_allocated": int(st.gpu_cores_cap[n, j] - st.gpu_cores_free[n, j]),
+            "memory_allocated_mib": int(st.gpu_mem_cap[n, j] - st.gpu_mem_free[n, j]),
+            "memory_total_mib": int(st.gpu_mem_cap[n, j]),
+            "pods": [],
+        }
+        for j, dev in enumerate(st.nodes[n].gpus)
+    ]
+    cpu_pods = []
+    for entry, i in _placed_pods(sched):
+        p = entry.placed[i]
+        if p.node != n:
+            continue
+        pod = {"pod": entry.workload.pod_names[i], "workload": entry.workload.name, "queue": entry.workload.queue}
+        if not p.slots:
+            cpu_pods.append(pod)
+        for s, mem in zip(p.slots, p.mem_mib, strict=True):
+            gpus[s]["pods"].append({**pod, "cores": p.cores, "memory_mib": mem})
+    return {
+        "node": name,
+        "schedulable": bool(st.schedulable[n]),
+        "cpu_m": {"allocated": int(st.cpu_cap[n] - st.cpu_free[n]), "total": int(st.cpu_cap[n])},
+        "memory_mib": {"allocated": int(st.mem_cap[n] - st.mem_free[n]), "total": int(st.mem_cap[n])},
+        "gpus": gpus,
+        "cpu_only_pods": cpu_pods,
+    }
+
+
+def _vector(values: np.ndarray) -> dict[str, float | None]:
+    return {d: (float(x) if np.isfinite(x) else None) for d, x in zip(r.FAIR_DIMS, values, strict=True)}
+
+
+def queue_view(sched: Scheduler, history: QueueHistory) -> dict[str, Any]:
+    """The tree with each queue's current usage, fair share, guarantee and limit, and their history."""
+    tree, v = sched.tree, sched.view
+    pending = np.array([len(b) for b in sched.backlogs], dtype=np.int64)
+    usage = np.stack(history.usage) if history.t else np.zeros((0, len(tree), len(r.FAIR_DIMS)))
+    entitled = np.stack(history.entitled) if history.t else usage
+    queues = []
+    for q, spec in enumerate(tree.queues):
+        queues.append(
+            {
+                "name": spec.name,
+                "parent": spec.parent,
+                "children": [tree.queues[c].name for c in tree.children[q]],
+                "weight": spec.weight,
+                "usage": _vector(v.usage[q]),
+                "fair_share": _vector(v.entitled[q]),
+                "guaranteed": _vector(tree.guaranteed[q]),
+                "limit": _vector(tree.limit[q]),
+                "usage_dominant": float(v.usage_dom[q]),
+                "fair_share_dominant": float(v.entitled_dom[q]),
+                "pending_workloads": int(pending[q]),
+                "history": {
+                    d: {"usage": usage[:, q, k].tolist(), "fair_share": entitled[:, q, k].tolist()}
+                    for k, d in enumerate(r.FAIR_DIMS)
+                },
+            }
+        )
+    return {
+        "resources": list(r.FAIR_DIMS),
+        "capacity": _vector(v.capacity),
+        "roots": [tree.queues[i].name for i in tree.roots],
+        "times": list(history.t),
+        "queues": queues,
+    }
+
+
+def workloads_view(sched: Scheduler, queue: str | None = None) -> dict[str, Any]:
+    """Pending and running workloads, oldest first, for the workload picker."""
+
+    def rows(entries: list[Entry], state: str) -> list[dict[str, Any]]:
+        chosen = sorted((e for e in entries if queue is None or e.workload.queue == queue), key=lambda e: e.seq)
+        return [
+            {"workload": e.workload.name, "queue": e.workload.queue, "state": state,
+             "submitted": e.workload.submit_time, "pods": len(e.workload.pods), "placed": len(e.placed)}
+            for e in chosen[:MAX_WORKLOADS]
+        ]  # fmt: skip
+
+    return {
+        "pending": rows(list(sched.pending.values()), "pending"),
+        "running": rows(list(sched.running.values()), "running"),
+        "pending_total": len(sched.pending),
+        "running_total": len(sched.running),
+    }
