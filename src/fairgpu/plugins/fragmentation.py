@@ -1,0 +1,175 @@
+"""Score plugin: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation", USENIX ATC 2023).
+
+A node's fragmentation for the workload mix is the expected GPU capacity (in percent of a GPU) that a pod
+drawn from the mix could not use there: all of the node's free GPU capacity when the pod cannot fit at all
+(too little CPU, too few GPUs with room, no allowed model), else the free capacity of the GPUs too full to
+take it. A pod goes where it increases this the least, and on that node to the GPU that does.
+
+The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
+the plugin keeps how many GPUs could take the shape and how much free capacity they hold; rows are brought
+up to date only for nodes whose free CPU or GPU cores changed, so a score is a few (candidates × shapes)
+array operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask, Score
+from fairgpu.framework.profile import register
+from fairgpu.model.node import GPU_CORES
+from fairgpu.model.pod import PodSpec
+from fairgpu.state import ClusterState
+
+
+def _shape(pod: PodSpec) -> tuple:
+    g = pod.gpu
+    return (pod.cpu_m, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
+
+
+@dataclass(slots=True)
+class _Aggregates:
+    """Per-node sums for every known shape, valid for `free`/`cpu` as they were when computed."""
+
+    state: ClusterState
+    free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
+    cpu: np.ndarray  # (N,)
+    fit_count: np.ndarray  # (N, T) GPUs with room for the shape
+    fit_free: np.ndarray  # (N, T) free cores on those GPUs
+    access: np.ndarray  # (N, T) node has a GPU of an allowed model
+
+
+def _free_cores(state: ClusterState) -> np.ndarray:
+    return np.where(state.gpu_usable, state.gpu_cores_free, 0).astype(np.int64)
+
+
+@register(Score, "Fragmentation")
+@dataclass(slots=True)
+class Fragmentation:
+    # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
+    # exact expected change, which separates placements FGD's rounding calls equal.
+    quantize: bool = False
+    max_shapes: int = 128
+    _keys: dict[tuple, int] = field(default_factory=dict)
+    _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _pods: list[PodSpec] = field(default_factory=list)
+    _agg: _Aggregates | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_shapes < 1:
+            raise ValueError("max_shapes must be at least 1")
+
+    # -- the workload mix ---------------------------------------------------------------------------
+    def _learn(self, pod: PodSpec) -> None:
+        if pod.gpu is None:
+            return  # CPU-only pods leave every node's GPU fragmentation as it is
+        key = _shape(pod)
+        t = self._keys.get(key)
+        if t is None:
+            if len(self._keys) >= self.max_shapes:
+                return
+            t = self._keys[key] = len(self._keys)
+            self._count = np.append(self._count, 0.0)
+            self._cpu = np.append(self._cpu, pod.cpu_m)
+            self._k = np.append(self._k, pod.gpu.count)
+            # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
+            self._need = np.append(self._need, max(pod.gpu.cores, 1))
+            self._pods.append(pod)
+            self._agg = None
+        self._count[t] += 1
+
+    # -- per-node aggregates ------------------------------------------------------------------------
+    def _aggregates(self, state: ClusterState) -> _Aggregates:
+        free, cpu = _free_cores(state), state.cpu_free
+        agg = self._agg
+        if agg is None or agg.state is not state or agg.free.shape != free.shape:
+            fit = free[:, :, None] >= self._need
+            access = np.stack(
+                [state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1
+            ) if self._pods else np.zeros((state.num_nodes, 0), dtype=bool)
+            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), (fit * free[:, :, None]).sum(axis=1), access)
+            self._agg = agg
+            return agg
+        rows = np.flatnonzero((agg.free != free).any(axis=1) | (agg.cpu != cpu))
+        if rows.size:
+            sub = free[rows]
+            fit = sub[:, :, None] >= self._need
+            agg.fit_count[rows] = fit.sum(axis=1)
+            agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
+            agg.free[rows] = sub
+            agg.cpu[rows] = cpu[rows]
+        return agg
+
+    def _after(self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray,
+               cpu_after: np.ndarray) -> np.ndarray:
+        """Σ_t p_t · (free capacity usable by shape t) on these rows after a placement."""
+        ok = (fit_count >= self._k) & (cpu_after[:, None] >= self._cpu) & agg.access[rows]
+        p = self._count / self._count.sum()
+        return (ok * fit_free) @ p
+
+    def _usable_now(self, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        return self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+
+    def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
+        f = agg.free[rows, slots]
+        f_after = f - pod.gpu.cores
+        was = f[:, None] >= self._need
+        now = f_after[:, None] >= self._need
+        fit_count = agg.fit_count[rows] - was + now
+        fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
+        usable_before = self._usable_now(agg, rows)
+        usable_after = self._after(agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m)
+        # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
+        return -pod.gpu.cores - usable_after + usable_before
+
+    def _node_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """Change in fragmentation if a CPU-only or whole-GPU pod goes to each node of `rows`."""
+        k = pod.gpu.count if pod.gpu is not None else 0
+        taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
+        usable_before = self._usable_now(agg, rows)
+        usable_after = self._after(
+            agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
+        )
+        return -taken - usable_after + usable_before
+
+    def _to_score(self, delta: np.ndarray) -> np.ndarray:
+        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
+        score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
+        return np.floor(score) if self.quantize else score
+
+    # -- Score ----------------------------------------------------------------------------------------
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        self._learn(pod)
+        out = np.zeros(view.state.num_nodes)
+        if not self._keys:
+            return out
+        agg = self._aggregates(view.state)
+        if pod.gpu is None or pod.gpu.exclusive:
+            rows = np.flatnonzero(mask.nodes)
+            out[rows] = self._to_score(self._node_deltas(pod, agg, rows))
+            return out
+        # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
+        cand = mask.slots & mask.nodes[:, None]
+        seen = np.zeros_like(cand)
+        for g in range(1, cand.shape[1]):
+            seen[:, g] = (cand[:, :g] & (agg.free[:, :g] == agg.free[:, g : g + 1])).any(axis=1)
+        rows, slots = np.nonzero(cand & ~seen)
+        best = np.full(cand.shape, np.inf)
+        best[rows, slots] = self._slot_deltas(pod, agg, rows, slots)
+        nodes = np.flatnonzero(mask.nodes)
+        out[nodes] = self._to_score(best[nodes].min(axis=1))
+        return out
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:
+            return slots
+        agg = self._aggregates(view.state)
+        delta = self._slot_deltas(pod, agg, np.full(len(slots), node), slots)
+        # least increase first; among equals the fullest GPU, so whole GPUs stay free
+        return slots[np.lexsort((agg.free[node, slots], delta))]
