@@ -51,6 +51,9 @@ class Fragmentation:
     # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
     # exact expected change, which separates placements FGD's rounding calls equal.
     quantize: bool = False
+    # weigh each shape by the GPUs its pods asked for rather than by how many pods asked: a blocked
+    # 8-GPU pod leaves more capacity idle than a blocked 10 % one
+    by_demand: bool = False
     max_shapes: int = 128
     _keys: dict[tuple, int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -81,7 +84,7 @@ class Fragmentation:
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
             self._pods.append(pod)
             self._agg = None
-        self._count[t] += 1
+        self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
 
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> _Aggregates:
@@ -89,9 +92,11 @@ class Fragmentation:
         agg = self._agg
         if agg is None or agg.state is not state or agg.free.shape != free.shape:
             fit = free[:, :, None] >= self._need
-            access = np.stack(
-                [state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1
-            ) if self._pods else np.zeros((state.num_nodes, 0), dtype=bool)
+            access = (
+                np.stack([state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1)
+                if self._pods
+                else np.zeros((state.num_nodes, 0), dtype=bool)
+            )
             agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), (fit * free[:, :, None]).sum(axis=1), access)
             self._agg = agg
             return agg
@@ -105,8 +110,9 @@ class Fragmentation:
             agg.cpu[rows] = cpu[rows]
         return agg
 
-    def _after(self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray,
-               cpu_after: np.ndarray) -> np.ndarray:
+    def _after(
+        self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray, cpu_after: np.ndarray
+    ) -> np.ndarray:
         """Σ_t p_t · (free capacity usable by shape t) on these rows after a placement."""
         ok = (fit_count >= self._k) & (cpu_after[:, None] >= self._cpu) & agg.access[rows]
         p = self._count / self._count.sum()
