@@ -97,7 +97,7 @@ class GpuPacking:
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
-        k, cores = _pod_gpu(pod)
+        k = _pod_gpu(pod)[0]
         gpus = st.gpu_usable.sum(axis=1)
         idle_node = st.node_idle_gpus == gpus
         uses_idle = np.full(st.num_nodes, k)  # GPUs wholly free that the pod would take
