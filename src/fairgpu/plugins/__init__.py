@@ -1,5 +1,5 @@
 """Built-in plugins; importing this package registers them."""
 
-from fairgpu.plugins import baselines, fit, fragmentation, gang, gputype, quota, scores, sort
+from fairgpu.plugins import affinity, baselines, fit, fragmentation, gang, gputype, quota, scores, sort
 
-__all__ = ["baselines", "fit", "fragmentation", "gang", "gputype", "quota", "scores", "sort"]
+__all__ = ["affinity", "baselines", "fit", "fragmentation", "gang", "gputype", "quota", "scores", "sort"]
