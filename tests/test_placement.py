@@ -116,11 +116,11 @@ def test_tolerations(toleration: Toleration, extra: list[str]) -> None:
 
 
 def test_taint_and_toleration_validation() -> None:
-    with pytest.raises(ValueError, match="^effect:"):
+    with pytest.raises(ValueError, match=r"^effect:"):
         Taint("k", "", "Sometimes")
-    with pytest.raises(ValueError, match="^key:"):
+    with pytest.raises(ValueError, match=r"^key:"):
         Toleration("", "Equal", "v")
-    with pytest.raises(ValueError, match="^value:"):
+    with pytest.raises(ValueError, match=r"^value:"):
         Toleration("k", "Exists", "v")
 
 
@@ -178,7 +178,7 @@ def test_invalid_requests_are_never_placed() -> None:
     view, _ = view_of([gpu_node("t", model="T4", mem_mib=15360)])
     too_big = PodSpec(gpu=GpuRequest(1, 10, 16000))
     assert "more than any node has" in view.state.unplaceable_reason(too_big)
-    with pytest.raises(RequestError, match="^node_policy:"):
+    with pytest.raises(RequestError, match=r"^node_policy:"):
         PodSpec(node_policy="pack")
 
 
