@@ -54,6 +54,10 @@ class Fragmentation:
     # weigh each shape by the GPUs its pods asked for rather than by how many pods asked: a blocked
     # 8-GPU pod leaves more capacity idle than a blocked 10 % one
     by_demand: bool = False
+    # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
+    # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
+    # whole shape's need; this sees CPU draining from GPU-rich nodes before that (0 = FGD's measure alone).
+    cpu_balance: float = 0.0
     max_shapes: int = 128
     _keys: dict[tuple, int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -61,6 +65,7 @@ class Fragmentation:
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
+    _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU and GPUs of GPU pods seen
     _agg: _Aggregates | None = None
 
     def __post_init__(self) -> None:
@@ -71,6 +76,8 @@ class Fragmentation:
     def _learn(self, pod: PodSpec) -> None:
         if pod.gpu is None:
             return  # CPU-only pods leave every node's GPU fragmentation as it is
+        self._cpu_per_gpu[0] += pod.cpu_m
+        self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
         key = _shape(pod)
         t = self._keys.get(key)
         if t is None:
@@ -144,6 +151,17 @@ class Fragmentation:
         )
         return -taken - usable_after + usable_before
 
+    def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
+        if not self.cpu_balance or not self._cpu_per_gpu[1]:
+            return np.zeros(len(rows))
+        per_core = self._cpu_per_gpu[0] / self._cpu_per_gpu[1] / GPU_CORES  # CPU millicores per GPU percent
+        free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
+        taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+        before = np.maximum(0.0, free - cpu / per_core)
+        after = np.maximum(0.0, free - taken - (cpu - pod.cpu_m) / per_core)
+        return self.cpu_balance * (after - before)
+
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
         score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
@@ -158,7 +176,7 @@ class Fragmentation:
         agg = self._aggregates(view.state)
         if pod.gpu is None or pod.gpu.exclusive:
             rows = np.flatnonzero(mask.nodes)
-            out[rows] = self._to_score(self._node_deltas(pod, agg, rows))
+            out[rows] = self._to_score(self._node_deltas(pod, agg, rows) + self._starved(pod, agg, rows))
             return out
         # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
         cand = mask.slots & mask.nodes[:, None]
@@ -169,7 +187,7 @@ class Fragmentation:
         best = np.full(cand.shape, np.inf)
         best[rows, slots] = self._slot_deltas(pod, agg, rows, slots)
         nodes = np.flatnonzero(mask.nodes)
-        out[nodes] = self._to_score(best[nodes].min(axis=1))
+        out[nodes] = self._to_score(best[nodes].min(axis=1) + self._starved(pod, agg, nodes))
         return out
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
