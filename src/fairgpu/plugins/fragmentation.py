@@ -37,8 +37,9 @@ class _Aggregates:
     free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
     cpu: np.ndarray  # (N,)
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
-    fit_free: np.ndarray  # (N, T) free cores on those GPUs
+    fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
+    usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
 
 
 def _free_cores(state: ClusterState) -> np.ndarray:
@@ -66,6 +67,10 @@ class Fragmentation:
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
     _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU and GPUs of GPU pods seen
+    # Shape weights in use, refreshed when a shape appears or the counts grew by 1/32 since: between
+    # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
+    _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    _p_total: float = 0.0
     _agg: _Aggregates | None = None
 
     def __post_init__(self) -> None:
@@ -92,6 +97,12 @@ class Fragmentation:
             self._pods.append(pod)
             self._agg = None
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
+        total = float(self._count.sum())
+        if self._agg is None or total > self._p_total * (1 + 1 / 32):
+            self._p = (self._count / total).astype(np.float32)
+            self._p_total = total
+            if self._agg is not None:
+                self._agg.usable = None
 
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> _Aggregates:
@@ -104,8 +115,12 @@ class Fragmentation:
                 if self._pods
                 else np.zeros((state.num_nodes, 0), dtype=bool)
             )
-            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), (fit * free[:, :, None]).sum(axis=1), access)
+            fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
+            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access)
             self._agg = agg
+        if agg.usable is None:
+            every = np.arange(state.num_nodes)
+            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
             return agg
         rows = np.flatnonzero((agg.free != free).any(axis=1) | (agg.cpu != cpu))
         if rows.size:
@@ -115,6 +130,7 @@ class Fragmentation:
             agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
             agg.free[rows] = sub
             agg.cpu[rows] = cpu[rows]
+            agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
         return agg
 
     def _after(
@@ -122,11 +138,7 @@ class Fragmentation:
     ) -> np.ndarray:
         """Σ_t p_t · (free capacity usable by shape t) on these rows after a placement."""
         ok = (fit_count >= self._k) & (cpu_after[:, None] >= self._cpu) & agg.access[rows]
-        p = self._count / self._count.sum()
-        return (ok * fit_free) @ p
-
-    def _usable_now(self, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
-        return self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+        return (ok * fit_free) @ self._p
 
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
@@ -136,7 +148,7 @@ class Fragmentation:
         now = f_after[:, None] >= self._need
         fit_count = agg.fit_count[rows] - was + now
         fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
-        usable_before = self._usable_now(agg, rows)
+        usable_before = agg.usable[rows]
         usable_after = self._after(agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m)
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
         return -pod.gpu.cores - usable_after + usable_before
@@ -145,7 +157,7 @@ class Fragmentation:
         """Change in fragmentation if a CPU-only or whole-GPU pod goes to each node of `rows`."""
         k = pod.gpu.count if pod.gpu is not None else 0
         taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
-        usable_before = self._usable_now(agg, rows)
+        usable_before = agg.usable[rows]
         usable_after = self._after(
             agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
         )
@@ -179,15 +191,15 @@ class Fragmentation:
             out[rows] = self._to_score(self._node_deltas(pod, agg, rows) + self._starved(pod, agg, rows))
             return out
         # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
-        cand = mask.slots & mask.nodes[:, None]
+        nodes = np.flatnonzero(mask.nodes)
+        cand, free = mask.slots[nodes], agg.free[nodes]
         seen = np.zeros_like(cand)
         for g in range(1, cand.shape[1]):
-            seen[:, g] = (cand[:, :g] & (agg.free[:, :g] == agg.free[:, g : g + 1])).any(axis=1)
+            seen[:, g] = (cand[:, :g] & (free[:, :g] == free[:, g : g + 1])).any(axis=1)
         rows, slots = np.nonzero(cand & ~seen)
         best = np.full(cand.shape, np.inf)
-        best[rows, slots] = self._slot_deltas(pod, agg, rows, slots)
-        nodes = np.flatnonzero(mask.nodes)
-        out[nodes] = self._to_score(best[nodes].min(axis=1) + self._starved(pod, agg, nodes))
+        best[rows, slots] = self._slot_deltas(pod, agg, nodes[rows], slots)
+        out[nodes] = self._to_score(best.min(axis=1) + self._starved(pod, agg, nodes))
         return out
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
