@@ -23,6 +23,8 @@ from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
 
+_CACHED_SHAPES = 512
+
 
 def _shape(pod: PodSpec) -> tuple:
     g = pod.gpu
@@ -39,11 +41,17 @@ class _Aggregates:
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
     fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
+    seen: np.ndarray  # (N,) the state's node_version these rows reflect
+    version: np.ndarray  # (N,) clock value of each node's last change
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
+    clock: int = 0
+    # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
+    # between two placements only the nodes that changed need scoring again
+    deltas: dict[tuple, tuple[int, np.ndarray]] = field(default_factory=dict)
 
 
-def _free_cores(state: ClusterState) -> np.ndarray:
-    return np.where(state.gpu_usable, state.gpu_cores_free, 0).astype(np.int64)
+def _free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
+    return np.where(state.gpu_usable[rows], state.gpu_cores_free[rows], 0).astype(np.int64)
 
 
 @register(Score, "Fragmentation")
@@ -67,10 +75,11 @@ class Fragmentation:
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
     _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU and GPUs of GPU pods seen
-    # Shape weights in use, refreshed when a shape appears or the counts grew by 1/32 since: between
+    # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
     _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     _p_total: float = 0.0
+    _per_core: float = 0.0  # CPU millicores per GPU percent of the mix, refreshed with _p
     _agg: _Aggregates | None = None
 
     def __post_init__(self) -> None:
@@ -97,18 +106,20 @@ class Fragmentation:
             self._pods.append(pod)
             self._agg = None
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
-        total = float(self._count.sum())
-        if self._agg is None or total > self._p_total * (1 + 1 / 32):
+        total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
+        if self._agg is None or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
             self._p_total = total
+            self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
             if self._agg is not None:
                 self._agg.usable = None
+                self._agg.deltas.clear()
 
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> _Aggregates:
-        free, cpu = _free_cores(state), state.cpu_free
-        agg = self._agg
-        if agg is None or agg.state is not state or agg.free.shape != free.shape:
+        agg, cpu = self._agg, state.cpu_free
+        if agg is None or agg.state is not state:
+            free = _free_cores(state, slice(None))
             fit = free[:, :, None] >= self._need
             access = (
                 np.stack([state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1)
@@ -116,21 +127,25 @@ class Fragmentation:
                 else np.zeros((state.num_nodes, 0), dtype=bool)
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
-            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access)
+            seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
+            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version)
             self._agg = agg
-        if agg.usable is None:
-            every = np.arange(state.num_nodes)
-            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
-            return agg
-        rows = np.flatnonzero((agg.free != free).any(axis=1) | (agg.cpu != cpu))
+        rows = np.flatnonzero(agg.seen != state.node_version)
         if rows.size:
-            sub = free[rows]
+            agg.clock += 1
+            agg.version[rows] = agg.clock
+            agg.seen[rows] = state.node_version[rows]
+            sub = _free_cores(state, rows)
             fit = sub[:, :, None] >= self._need
             agg.fit_count[rows] = fit.sum(axis=1)
             agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
             agg.free[rows] = sub
             agg.cpu[rows] = cpu[rows]
-            agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+            if agg.usable is not None:
+                agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+        if agg.usable is None:
+            every = np.arange(state.num_nodes)
+            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
         return agg
 
     def _after(
@@ -165,9 +180,9 @@ class Fragmentation:
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
-        if not self.cpu_balance or not self._cpu_per_gpu[1]:
+        if not self.cpu_balance or not self._per_core:
             return np.zeros(len(rows))
-        per_core = self._cpu_per_gpu[0] / self._cpu_per_gpu[1] / GPU_CORES  # CPU millicores per GPU percent
+        per_core = self._per_core
         free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
         before = np.maximum(0.0, free - cpu / per_core)
@@ -186,21 +201,33 @@ class Fragmentation:
         if not self._keys:
             return out
         agg = self._aggregates(view.state)
-        if pod.gpu is None or pod.gpu.exclusive:
-            rows = np.flatnonzero(mask.nodes)
-            out[rows] = self._to_score(self._node_deltas(pod, agg, rows) + self._starved(pod, agg, rows))
-            return out
-        # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
+        key = pod.key()
+        hit = agg.deltas.get(key)
+        if hit is None:
+            rows, delta = np.arange(view.state.num_nodes), np.full(view.state.num_nodes, np.inf)
+            if len(agg.deltas) >= _CACHED_SHAPES:
+                agg.deltas.clear()
+        else:
+            rows, delta = np.flatnonzero(agg.version > hit[0]), hit[1]
+        if rows.size:
+            delta[rows] = self._deltas(pod, agg, rows, mask)
+        agg.deltas[key] = (agg.clock, delta)
         nodes = np.flatnonzero(mask.nodes)
-        cand, free = mask.slots[nodes], agg.free[nodes]
+        out[nodes] = self._to_score(delta[nodes])
+        return out
+
+    def _deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, mask: FitMask) -> np.ndarray:
+        if pod.gpu is None or pod.gpu.exclusive:
+            return self._node_deltas(pod, agg, rows) + self._starved(pod, agg, rows)
+        # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
+        cand, free = mask.slots[rows], agg.free[rows]
         seen = np.zeros_like(cand)
         for g in range(1, cand.shape[1]):
             seen[:, g] = (cand[:, :g] & (free[:, :g] == free[:, g : g + 1])).any(axis=1)
-        rows, slots = np.nonzero(cand & ~seen)
+        sub, slots = np.nonzero(cand & ~seen)
         best = np.full(cand.shape, np.inf)
-        best[rows, slots] = self._slot_deltas(pod, agg, nodes[rows], slots)
-        out[nodes] = self._to_score(best.min(axis=1) + self._starved(pod, agg, nodes))
-        return out
+        best[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
+        return best.min(axis=1) + self._starved(pod, agg, rows)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:
