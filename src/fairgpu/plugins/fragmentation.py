@@ -176,7 +176,7 @@ class Fragmentation:
         usable_after = self._after(
             agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
         )
-        return -taken - usable_after + usable_before
+        return -taken - usable_after + usable_before + self._starved(pod, agg, rows)
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
@@ -201,33 +201,37 @@ class Fragmentation:
         if not self._keys:
             return out
         agg = self._aggregates(view.state)
-        key = pod.key()
+        shared = pod.gpu is not None and not pod.gpu.exclusive
+        key = _shape(pod)  # deltas do not depend on memory: a shared pod's GPUs are masked per call
         hit = agg.deltas.get(key)
         if hit is None:
-            rows, delta = np.arange(view.state.num_nodes), np.full(view.state.num_nodes, np.inf)
+            n = view.state.num_nodes
+            rows, delta = np.arange(n), np.full((n, agg.free.shape[1]) if shared else n, np.inf)
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
         else:
             rows, delta = np.flatnonzero(agg.version > hit[0]), hit[1]
         if rows.size:
-            delta[rows] = self._deltas(pod, agg, rows, mask)
+            delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
         agg.deltas[key] = (agg.clock, delta)
         nodes = np.flatnonzero(mask.nodes)
-        out[nodes] = self._to_score(delta[nodes])
+        # a shared pod's node scores by its best allowed GPU
+        best = np.where(mask.slots[nodes], delta[nodes], np.inf).min(axis=1) if shared else delta[nodes]
+        out[nodes] = self._to_score(best)
         return out
 
-    def _deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, mask: FitMask) -> np.ndarray:
-        if pod.gpu is None or pod.gpu.exclusive:
-            return self._node_deltas(pod, agg, rows) + self._starved(pod, agg, rows)
-        # one shared GPU: the node's score is its best GPU's; GPUs with equal free cores are equivalent
-        cand, free = mask.slots[rows], agg.free[rows]
-        seen = np.zeros_like(cand)
-        for g in range(1, cand.shape[1]):
-            seen[:, g] = (cand[:, :g] & (free[:, :g] == free[:, g : g + 1])).any(axis=1)
-        sub, slots = np.nonzero(cand & ~seen)
-        best = np.full(cand.shape, np.inf)
-        best[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
-        return best.min(axis=1) + self._starved(pod, agg, rows)
+    def _gpu_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
+        GPUs of one node with equal free cores are equivalent: each such group is computed once."""
+        free = agg.free[rows]
+        room = free >= max(pod.gpu.cores, 1)
+        same = free[:, :, None] == free[:, None, :]
+        first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
+        sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
+        out = np.full(free.shape, np.inf)
+        out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
+        out = np.take_along_axis(out, first, axis=1)
+        return np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None]
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:
