@@ -72,20 +72,17 @@ class BestFit:
 @register(Score, "DotProd")
 @dataclass(slots=True)
 class DotProd:
-    """Tetris-style alignment (as the FGD simulator scores it): the smaller the dot product of the node's
-    free (CPU, GPU) and the pod's request, each over the node's capacity, the better."""
+    """Tetris-style alignment as the FGD authors ran it ("merge" dimensions, "max" normalisation): the node's
+    free (CPU, GPU cores in total) and the pod's request, each over the largest node's; the smaller their
+    dot product, the better."""
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
         k, cores = _pod_gpu(pod)
-        cpu_cap = np.maximum(st.cpu_cap, 1)
-        gpus = np.maximum(st.gpu_valid.sum(axis=1), 1)
-        cpu_dot = (st.cpu_free / cpu_cap) * (pod.cpu_m / cpu_cap)
-        if pod.gpu is not None and not pod.gpu.exclusive:
-            gpu_dot = (_chosen_free(pod, view, mask) / GPU_CORES) * (cores / GPU_CORES)
-        else:
-            gpu_dot = (st.node_idle_gpus / gpus) * (k / gpus)
-        return np.floor(100.0 * (1.0 - (cpu_dot + gpu_dot) / 2))
+        max_cpu = max(int(st.cpu_cap.max()), 1)
+        max_gpu = max(int(st.node_cores_cap.max()), 1)
+        dot = (st.cpu_free / max_cpu) * (pod.cpu_m / max_cpu) + (st.node_cores_free / max_gpu) * (k * cores / max_gpu)
+        return np.floor(100.0 * (1.0 - dot / 2))
 
     gpu_order = _fullest_first
 
@@ -119,20 +116,19 @@ class GpuPacking:
 @register(Score, "GpuClustering")
 @dataclass(slots=True)
 class GpuClustering:
-    """Pods of one GPU share go together: nodes holding only that share first, then nodes holding it among
-    others, then idle nodes, then the rest; within each band the fuller node. A node "holds" a share when
-    its used GPUs are each exactly some number of tasks of that share."""
+    """Pods of one kind go together, kinds being shared-GPU pods and whole-GPU pods (the simulator also
+    tells whole-GPU pods apart by GPU count, which the state's arrays cannot): nodes holding only that
+    kind first, then nodes holding it among others, then idle nodes, then the rest; within each band the
+    fuller node."""
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
         if pod.gpu is None:
             return np.zeros(st.num_nodes)
-        cores = pod.gpu.cores
-        used = np.where(st.gpu_usable, st.gpu_cores_cap - st.gpu_cores_free, 0)
-        busy = st.gpu_tasks > 0
-        same = busy & (used == st.gpu_tasks * cores)
-        only = busy.any(axis=1) & ~(busy & ~same).any(axis=1)
-        band = np.where(only, 3, np.where(same.any(axis=1), 2, np.where(~busy.any(axis=1), 1, 0)))
+        shared = ((st.gpu_tasks > 0) & ~st.gpu_exclusive).any(axis=1)
+        whole = st.gpu_exclusive.any(axis=1)
+        same, other = (whole, shared) if pod.gpu.exclusive else (shared, whole)
+        band = np.where(same & ~other, 3, np.where(same, 2, np.where(~(shared | whole), 1, 0)))
         max_gpu = max(int(st.node_cores_cap.max()), 1)
         fill = 25 * (max_gpu - st.node_cores_free) // max_gpu
         return (25 * band + fill).astype(np.float64)
