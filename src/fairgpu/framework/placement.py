@@ -59,12 +59,14 @@ def place_all(
 ) -> list[Placement]:
     """Assign pods in order until one does not fit; returns the placements made (a prefix of pods).
 
-    A gang's pods go to the nodes it already uses while they have room, so it spans as few nodes as
-    the scores allow (fewer cross-node hops for distributed training)."""
+    Under a gang permit, a gang's pods go to the nodes it already uses while they have room, so it spans
+    as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
+    pod is placed on its own, as kube-scheduler does."""
     placed: list[Placement] = []
     used = np.zeros(view.state.num_nodes, dtype=bool)
     for pod, key in zip(pods, keys, strict=True):
-        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used) if placed else None
+        together = placed and profile.permit
+        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used) if together else None
         if p is None:
             p = place_pod(pod, view, profile, exclude)
         if p is None:
