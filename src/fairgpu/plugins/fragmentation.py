@@ -6,9 +6,9 @@ drawn from the mix could not use there: all of the node's free GPU capacity when
 take it. A pod goes where it increases this the least, and on that node to the GPU that does.
 
 The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
-the plugin keeps how many GPUs could take the shape and how much free capacity they hold; rows are brought
-up to date only for nodes whose free CPU or GPU cores changed, so a score is a few (candidates × shapes)
-array operations.
+the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
+the change each node would see; both are brought up to date only for nodes whose state changed since
+(ClusterState.node_version), so after one placement a score recomputes one node.
 """
 
 from __future__ import annotations
