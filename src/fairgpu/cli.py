@@ -16,8 +16,8 @@ from fairgpu.framework.explain import Explanation
 from fairgpu.framework.profile import ProfileError, builtin_profiles, load_profile
 from fairgpu.observe import report as report_mod
 from fairgpu.observe import serve as serve_mod
+from fairgpu.sim import fill, traces
 from fairgpu.sim import scenario as scenario_mod
-from fairgpu.sim import traces
 from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Scenario, ScenarioError, parse_duration
 
@@ -177,6 +177,49 @@ def _fmt_wait(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def _parse_seeds(spec: str) -> list[int]:
+    """`42-51` or `42,43,50`."""
+    try:
+        seeds: list[int] = []
+        for part in spec.split(","):
+            lo, _, hi = part.strip().partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+    except ValueError:
+        raise ScenarioError(f"--seeds: {spec!r} must be like 42-51 or 42,43") from None
+    if not seeds:
+        raise ScenarioError(f"--seeds: {spec!r} names no seed")
+    return seeds
+
+
+@app.command("fill")
+def fill_cmd(
+    nodes: Annotated[Path, typer.Option(help="openb node CSV (sn,cpu_milli,memory_mib,gpu,model).")],
+    pods: Annotated[Path, typer.Option(help="openb pod CSV; time columns are ignored.")],
+    policy: Annotated[str, typer.Option(help=f"Comma-separated: {', '.join(fill.POLICIES)}.")] = "fairgpu",
+    seeds: Annotated[str, typer.Option(help="Seeds, e.g. 42-51 or 42,43.")] = "42-51",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """The FGD fill experiment: unallocated GPU % against arrived load, median (min-max) over seeds."""
+    try:
+        policies = [p.strip() for p in policy.split(",") if p.strip()]
+        if not policies:
+            raise ScenarioError("--policy: names no policy")
+        doc = fill.fill_experiment(nodes, pods, policies, _parse_seeds(seeds))
+    except (ScenarioError, ProfileError, ValueError) as err:
+        raise _fail(str(err)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    table = Table("load %", *policies, title="unallocated GPU %: median (min-max) over seeds")
+    for load in fill.LOADS:
+        cells = []
+        for p in policies:
+            c = doc["policies"][p]["unallocated_gpu_pct"].get(str(load))
+            cells.append(f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})" if c else "-")
+        table.add_row(str(load), *cells)
+    Console().print(table)
 
 
 @app.command("scenarios")

@@ -73,6 +73,7 @@ _ARRAYS = (
     "gpu_idle",
     "node_idle_gpus",
     "node_cores_free",
+    "node_version",
 )
 _SHARED = (
     "nodes",
@@ -134,6 +135,8 @@ class ClusterState:
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
+        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed.
+        self.node_version = np.zeros(n, dtype=np.int64)
         self._ledger: dict[str, Placement] = {}
         self._unplaceable: dict[tuple, str | None] = {}
 
@@ -270,6 +273,7 @@ class ClusterState:
 
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
+        self.node_version[i] += 1
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:

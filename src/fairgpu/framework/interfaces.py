@@ -139,8 +139,8 @@ class Score(Protocol):
         """(N,) scores in 0..100, higher is better; values of nodes outside mask.nodes are ignored."""
         ...
 
-    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
-        """The candidate slots of the chosen node, best first."""
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
+        """The candidate slots of the chosen node, best first; None leaves the order to the next plugin."""
         ...
 
 

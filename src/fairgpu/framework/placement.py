@@ -42,8 +42,11 @@ def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndar
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
     slots = np.flatnonzero(mask.slots[node])
-    if profile.score:  # the first score plugin also orders the GPUs on the chosen node
-        slots = profile.score[0][0].gpu_order(pod, view, node, slots)
+    for plugin, _ in profile.score:  # the first score plugin with an opinion orders the GPUs
+        order = plugin.gpu_order(pod, view, node, slots)
+        if order is not None:
+            slots = order
+            break
     return st.placement_for(pod, node, slots[: pod.gpu.count])
 
 
@@ -54,12 +57,21 @@ def place_all(
     profile: Profile,
     exclude: np.ndarray | None = None,
 ) -> list[Placement]:
-    """Assign pods in order until one does not fit; returns the placements made (a prefix of pods)."""
+    """Assign pods in order until one does not fit; returns the placements made (a prefix of pods).
+
+    Under a gang permit, a gang's pods go to the nodes it already uses while they have room, so it spans
+    as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
+    pod is placed on its own, as kube-scheduler does."""
     placed: list[Placement] = []
+    used = np.zeros(view.state.num_nodes, dtype=bool)
     for pod, key in zip(pods, keys, strict=True):
-        p = place_pod(pod, view, profile, exclude)
+        together = placed and profile.permit
+        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used) if together else None
+        if p is None:
+            p = place_pod(pod, view, profile, exclude)
         if p is None:
             break
+        used[p.node] = True
         view.state.assign(key, p)
         placed.append(p)
     return placed

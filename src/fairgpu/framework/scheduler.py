@@ -6,6 +6,7 @@ timestamps and carry out the decisions `cycle` returns.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -90,7 +91,7 @@ class Scheduler:
     def __init__(self, nodes: list[NodeSpec], tree: QueueTree, profile: Profile) -> None:
         self.state = ClusterState(nodes)
         self.tree = tree
-        self.profile = profile
+        self.profile = copy.deepcopy(profile)  # plugins may learn (e.g. the pod mix): one engine, one copy
         self.gang = bool(profile.permit)
         q, dims = len(tree), len(r.FAIR_DIMS)
         self.view = EngineView(

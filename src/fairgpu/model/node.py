@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fairgpu.model.constraints import Taint
+
 GPU_CORES = 100  # percent of one GPU's compute
 DEFAULT_SPLIT_COUNT = 10  # HAMi deviceSplitCount: tasks one GPU may hold
 
@@ -24,4 +26,5 @@ class NodeSpec:
     gpus: tuple[GpuDevice, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     split_count: int = DEFAULT_SPLIT_COUNT
-    schedulable: bool = True
+    schedulable: bool = True  # False: cordoned
+    taints: tuple[Taint, ...] = ()

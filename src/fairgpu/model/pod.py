@@ -9,6 +9,7 @@ from typing import TypeVar
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.model.constraints import POLICIES, MatchExpression, Toleration
 from fairgpu.model.node import GPU_CORES
 
 T = TypeVar("T")
@@ -91,6 +92,19 @@ class PodSpec:
     gpu: GpuRequest | None = None
     gpu_include: tuple[str, ...] = ()  # GPU model substrings allowed (case-insensitive)
     gpu_exclude: tuple[str, ...] = ()
+    gpu_uuid_include: tuple[str, ...] = ()  # nvidia.com/use-gpuuuid: only these GPUs
+    gpu_uuid_exclude: tuple[str, ...] = ()  # nvidia.com/nouse-gpuuuid
+    node_selector: tuple[tuple[str, str], ...] = ()  # every label must match
+    affinity: tuple[tuple[MatchExpression, ...], ...] = ()  # required terms: any term, all its expressions
+    tolerations: tuple[Toleration, ...] = ()
+    node_policy: str = ""  # hami.io/node-scheduler-policy: binpack | spread ("" = the profile's scores)
+    gpu_policy: str = ""  # hami.io/gpu-scheduler-policy
+
+    def __post_init__(self) -> None:
+        for name in ("node_policy", "gpu_policy"):
+            value = getattr(self, name)
+            if value and value not in POLICIES:
+                raise RequestError(f"{value!r} is not one of {', '.join(POLICIES)}", name)
 
     def allows_model(self, model: str) -> bool:
         """HAMi's use-gputype / nouse-gputype: case-insensitive substrings of the model name."""
@@ -101,7 +115,18 @@ class PodSpec:
 
     def key(self) -> tuple:
         """Identical keys fit the same places: the scheduler caches failures by it within a cycle."""
-        return (self.cpu_m, self.memory_mib, self.gpu, self.gpu_include, self.gpu_exclude)
+        return (
+            self.cpu_m,
+            self.memory_mib,
+            self.gpu,
+            self.gpu_include,
+            self.gpu_exclude,
+            self.gpu_uuid_include,
+            self.gpu_uuid_exclude,
+            self.node_selector,
+            self.affinity,
+            self.tolerations,
+        )
 
     def charge(self, mean_gpu_memory_mib: float) -> np.ndarray:
         """The fair vector this pod counts against its queue (gpu in GPU-equivalents)."""

@@ -1,5 +1,5 @@
-"""Filter plugin: GPU models a pod allows or refuses (substring, case-insensitive, like HAMi's
-nvidia.com/use-gputype and nouse-gputype)."""
+"""Filter plugin: GPUs a pod allows or refuses — by model (substring, case-insensitive, like HAMi's
+nvidia.com/use-gputype and nouse-gputype) and by UUID (nvidia.com/use-gpuuuid and nouse-gpuuuid)."""
 
 from __future__ import annotations
 
@@ -13,30 +13,52 @@ from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
 
 
+def _constrained(pod: PodSpec) -> bool:
+    return pod.gpu is not None and bool(
+        pod.gpu_include or pod.gpu_exclude or pod.gpu_uuid_include or pod.gpu_uuid_exclude
+    )
+
+
 @register(Filter, "GpuType")
 @dataclass(slots=True)
 class GpuType:
     name: str = "GpuType"
-    # (state, include, exclude) → slot mask; node inventories change rarely, pod shapes repeat.
-    _cache: dict[tuple[ClusterState, tuple[str, ...], tuple[str, ...]], np.ndarray] = field(default_factory=dict)
+    # (state, constraints) → slot mask; node inventories change rarely, pod shapes repeat.
+    _cache: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        if pod.gpu is None or not (pod.gpu_include or pod.gpu_exclude):
-            return
-        mask.restrict_slots(self._slots(view.state, pod))
+        if _constrained(pod):
+            mask.restrict_slots(self._slots(view.state, pod))
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
-        if pod.gpu is None or not (pod.gpu_include or pod.gpu_exclude):
+        if not _constrained(pod):
             return []
-        allowed = self._slots(view.state, pod) & view.state.gpu_usable
-        return [("GPU model excluded", allowed.sum(axis=1) < pod.gpu.count)]
+        st, count = view.state, pod.gpu.count
+        by_model = self._slots(st, pod, uuids=False) & st.gpu_usable
+        both = self._slots(st, pod) & st.gpu_usable
+        return [
+            ("GPU model excluded", by_model.sum(axis=1) < count),
+            ("GPU UUID excluded", both.sum(axis=1) < count),
+        ]
 
-    def _slots(self, state: ClusterState, pod: PodSpec) -> np.ndarray:
-        key = (state, pod.gpu_include, pod.gpu_exclude)
+    def _slots(self, state: ClusterState, pod: PodSpec, uuids: bool = True) -> np.ndarray:
+        key = (state, pod.gpu_include, pod.gpu_exclude, uuids and (pod.gpu_uuid_include, pod.gpu_uuid_exclude))
         hit = self._cache.get(key)
         if hit is None:
             hit = state.model_slots(pod.allows_model)
+            if uuids and (pod.gpu_uuid_include or pod.gpu_uuid_exclude):
+                hit = hit & _uuid_slots(state, pod)
             if len(self._cache) > 256:
                 self._cache.clear()
             self._cache[key] = hit
         return hit
+
+
+def _uuid_slots(state: ClusterState, pod: PodSpec) -> np.ndarray:
+    """(N, G) bool: GPU slots whose UUID the pod allows (computed once per state and constraint)."""
+    ok = np.zeros(state.gpu_valid.shape, dtype=bool)
+    include, exclude = set(pod.gpu_uuid_include), set(pod.gpu_uuid_exclude)
+    for i, nd in enumerate(state.nodes):
+        for j, dev in enumerate(nd.gpus):
+            ok[i, j] = (not include or dev.uuid in include) and dev.uuid not in exclude
+    return ok

@@ -68,3 +68,40 @@ class Binpack:
         st = view.state
         order = np.lexsort((st.gpu_mem_free[node, slots], st.gpu_cores_free[node, slots]))
         return slots[order]
+
+
+@register(Score, "Spread")
+@dataclass(slots=True)
+class Spread:
+    """The emptiest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the emptiest
+    GPUs, so co-located pods contend the least."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
+        return 100.0 * _free_fraction(pod, view, resources)
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        st = view.state
+        order = np.lexsort((-st.gpu_mem_free[node, slots], -st.gpu_cores_free[node, slots]))
+        return slots[order]
+
+
+_POLICIES = {"binpack": Binpack(), "spread": Spread()}
+
+
+@register(Score, "PodPolicy")
+@dataclass(slots=True)
+class PodPolicy:
+    """HAMi's per-pod annotations hami.io/node-scheduler-policy and hami.io/gpu-scheduler-policy
+    (binpack | spread): the pod's node policy scores nodes (give this plugin a weight that dominates the
+    others), its GPU policy orders GPUs. A pod without them leaves both to the rest of the profile."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        if not pod.node_policy:
+            return np.zeros(view.state.num_nodes)
+        return _POLICIES[pod.node_policy].score(pod, view, mask)
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
+        if not pod.gpu_policy:
+            return None
+        return _POLICIES[pod.gpu_policy].gpu_order(pod, view, node, slots)

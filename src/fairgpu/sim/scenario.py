@@ -6,7 +6,7 @@ Every error names the field (`workloads[2].requests.cpu`) and the problem, so th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +26,7 @@ from fairgpu.model import (
     Workload,
     gpu_request,
 )
+from fairgpu.model.constraints import OPERATORS, POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
 from fairgpu.model.pod import parse_request
 from fairgpu.model.queue import NEVER, PreemptionPolicy
@@ -62,6 +63,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class TaintDoc(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal[TAINT_EFFECTS] = "NoSchedule"  # type: ignore[valid-type]
+
+    def taint(self) -> Taint:
+        return Taint(self.key, self.value, self.effect)
+
+
+class ExpressionDoc(_Strict):
+    key: str = Field(min_length=1)
+    operator: Literal[OPERATORS]  # type: ignore[valid-type]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _valid(self) -> ExpressionDoc:
+        self.expression()
+        return self
+
+    def expression(self) -> MatchExpression:
+        return MatchExpression(self.key, self.operator, tuple(self.values))
+
+
+class TolerationDoc(_Strict):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", TAINT_EFFECTS] = ""  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _valid(self) -> TolerationDoc:
+        self.toleration()
+        return self
+
+    def toleration(self) -> Toleration:
+        return Toleration(self.key, self.operator, self.value, self.effect)
+
+
 class NodeGroup(_Strict):
     count: int = Field(default=1, ge=0)
     name: str = ""  # prefix of node names; defaults to the group's index
@@ -72,6 +111,9 @@ class NodeGroup(_Strict):
     memory: Quantity
     labels: dict[str, str] = Field(default_factory=dict)
     split_count: int = Field(default=DEFAULT_SPLIT_COUNT, ge=1)
+    taints: list[TaintDoc] = Field(default_factory=list)
+    cordoned: bool = False
+    unhealthy_gpus: int = Field(default=0, ge=0)  # the last this many GPUs of each node
 
     @field_validator("cpu", "memory", "gpu_memory")
     @classmethod
@@ -84,6 +126,8 @@ class NodeGroup(_Strict):
     def _gpu_fields(self) -> NodeGroup:
         if self.gpus and (not self.gpu_model or r.memory_mib(self.gpu_memory) <= 0):
             raise ValueError("nodes with gpus need gpu_model and a positive gpu_memory")
+        if self.unhealthy_gpus > self.gpus:
+            raise ValueError("unhealthy_gpus: more than the node's gpus")
         return self
 
 
@@ -160,6 +204,13 @@ class WorkloadGroup(_Strict):
     gpu_exclude: list[str] = Field(default_factory=list)
     min_pods: int | None = Field(default=None, ge=1)  # elastic: runs with this many, grows to `pods`
     preemptible: bool = True
+    gpu_uuid_include: list[str] = Field(default_factory=list)
+    gpu_uuid_exclude: list[str] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_affinity: list[list[ExpressionDoc]] = Field(default_factory=list)  # any term; all its expressions
+    tolerations: list[TolerationDoc] = Field(default_factory=list)
+    node_scheduler_policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
+    gpu_scheduler_policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
 
     @field_validator("at", "every", "duration", "duration_max")
     @classmethod
@@ -185,8 +236,24 @@ class WorkloadGroup(_Strict):
             raise ValueError("duration_max must not be less than duration")
         return self
 
+    @field_validator("node_affinity")
+    @classmethod
+    def _terms(cls, v: list[list[ExpressionDoc]]) -> list[list[ExpressionDoc]]:
+        if any(not term for term in v):
+            raise ValueError("a node affinity term needs at least one expression")
+        return v
+
     def pod_spec(self) -> PodSpec:
-        return pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude))
+        return replace(
+            pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude)),
+            gpu_uuid_include=tuple(self.gpu_uuid_include),
+            gpu_uuid_exclude=tuple(self.gpu_uuid_exclude),
+            node_selector=tuple(sorted(self.node_selector.items())),
+            affinity=tuple(tuple(e.expression() for e in term) for term in self.node_affinity),
+            tolerations=tuple(t.toleration() for t in self.tolerations),
+            node_policy=self.node_scheduler_policy or "",
+            gpu_policy=self.gpu_scheduler_policy or "",
+        )
 
 
 def pod_from_requests(
@@ -270,7 +337,10 @@ def build(doc: dict[str, Any]) -> Scenario:
         mem = r.memory_mib(grp.gpu_memory) if grp.gpus else 0
         for k in range(grp.count):
             name = f"{prefix}-{k}"
-            gpus = tuple(GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}") for j in range(grp.gpus))
+            healthy = grp.gpus - grp.unhealthy_gpus
+            gpus = tuple(
+                GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}", healthy=j < healthy) for j in range(grp.gpus)
+            )
             nodes.append(
                 NodeSpec(
                     name,
@@ -279,6 +349,8 @@ def build(doc: dict[str, Any]) -> Scenario:
                     gpus,
                     dict(grp.labels),
                     split_count=grp.split_count,
+                    schedulable=not grp.cordoned,
+                    taints=tuple(t.taint() for t in grp.taints),
                 )
             )
     if len({n.name for n in nodes}) != len(nodes):

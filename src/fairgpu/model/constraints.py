@@ -1,0 +1,95 @@
+"""Where a pod may run beyond its resources: node affinity expressions, taints and tolerations, and HAMi's
+per-pod placement policies. Plain frozen data, so PodSpec stays hashable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+# Taint effects that keep new pods off a node; PreferNoSchedule is only a preference.
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+TAINT_EFFECTS = (*BLOCKING_EFFECTS, "PreferNoSchedule")
+POLICIES = ("binpack", "spread")  # hami.io/node-scheduler-policy, hami.io/gpu-scheduler-policy
+
+
+@dataclass(slots=True, frozen=True)
+class MatchExpression:
+    """One requirement of a nodeSelectorTerm (requiredDuringSchedulingIgnoredDuringExecution)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.operator not in OPERATORS:
+            raise ValueError(f"operator: {self.operator!r} is not one of {', '.join(OPERATORS)}")
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"values: {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"values: {self.operator} takes no values")
+        if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or _integer(self.values[0]) is None):
+            raise ValueError(f"values: {self.operator} needs exactly one integer value")
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Kubernetes semantics: NotIn and DoesNotExist hold on nodes without the label."""
+        value = labels.get(self.key)
+        if self.operator == "In":
+            return value in self.values
+        if self.operator == "NotIn":
+            return value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        have, bound = _integer(value), int(self.values[0])
+        if have is None:
+            return False
+        return have > bound if self.operator == "Gt" else have < bound
+
+
+def _integer(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True, frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("key: a taint needs a key")
+        if self.effect not in TAINT_EFFECTS:
+            raise ValueError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+
+
+@dataclass(slots=True, frozen=True)
+class Toleration:
+    """operator Equal (key and value must match) or Exists (any value; an empty key tolerates every taint);
+    an empty effect matches every effect."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise ValueError(f"operator: {self.operator!r} is not Equal or Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value: operator Exists takes no value")
+        if self.operator == "Equal" and not self.key:
+            raise ValueError("key: operator Equal needs a key")
+        if self.effect and self.effect not in TAINT_EFFECTS:
+            raise ValueError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value

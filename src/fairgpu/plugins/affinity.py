@@ -1,0 +1,78 @@
+"""Filter plugin: kube-scheduler's NodeAffinity and TaintToleration for the nodes a pod may use — its node
+selector, its required node affinity (matchExpressions In/NotIn/Exists/DoesNotExist/Gt/Lt) and the
+NoSchedule/NoExecute taints it does not tolerate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, Filter, FitMask
+from fairgpu.framework.profile import register
+from fairgpu.model.constraints import BLOCKING_EFFECTS, MatchExpression
+from fairgpu.model.pod import PodSpec
+from fairgpu.state import ClusterState
+
+_CACHE_LIMIT = 256
+
+
+@register(Filter, "NodeAffinity")
+@dataclass(slots=True)
+class NodeAffinity:
+    name: str = "NodeAffinity"
+    # Node labels and taints never change under a ClusterState and constrained pod shapes repeat, so
+    # each distinct constraint is evaluated once per state (one pass over the nodes), then reused.
+    # Keyed by the node list, which copies of a state share; the list is kept in the entry so its id
+    # cannot be reused by another list while the entry lives.
+    _cache: dict[tuple, tuple[list, np.ndarray]] = field(default_factory=dict)
+
+    def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
+        for _, excluded in self.reasons(pod, view):
+            mask.restrict_nodes(~excluded)
+
+    def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
+        st = view.state
+        out = []
+        if pod.node_selector:
+            out.append(("node selector does not match", ~self._cached(st, ("sel", pod.node_selector), _selector)))
+        if pod.affinity:
+            out.append(("node affinity does not match", ~self._cached(st, ("aff", pod.affinity), _affinity)))
+        if self._cached(st, ("tainted", None), _tainted).any():
+            out.append(("untolerated taint", self._cached(st, ("tol", pod.tolerations), _untolerated)))
+        return out
+
+    def _cached(
+        self, state: ClusterState, key: tuple, compute: Callable[[ClusterState, Any], np.ndarray]
+    ) -> np.ndarray:
+        full = (id(state.nodes), *key)
+        hit = self._cache.get(full)
+        if hit is None or hit[0] is not state.nodes:
+            if len(self._cache) > _CACHE_LIMIT:
+                self._cache.clear()
+            hit = self._cache[full] = (state.nodes, compute(state, key[1]))
+        return hit[1]
+
+
+def _selector(state: ClusterState, selector: tuple[tuple[str, str], ...]) -> np.ndarray:
+    return np.array([all(nd.labels.get(k) == v for k, v in selector) for nd in state.nodes], dtype=bool)
+
+
+def _affinity(state: ClusterState, terms: tuple[tuple[MatchExpression, ...], ...]) -> np.ndarray:
+    return np.array([any(all(e.matches(nd.labels) for e in term) for term in terms) for nd in state.nodes], dtype=bool)
+
+
+def _tainted(state: ClusterState, _: object) -> np.ndarray:
+    return np.array([any(t.effect in BLOCKING_EFFECTS for t in nd.taints) for nd in state.nodes], dtype=bool)
+
+
+def _untolerated(state: ClusterState, tolerations: tuple) -> np.ndarray:
+    return np.array(
+        [
+            any(t.effect in BLOCKING_EFFECTS and not any(tol.tolerates(t) for tol in tolerations) for t in nd.taints)
+            for nd in state.nodes
+        ],
+        dtype=bool,
+    )

@@ -1,0 +1,136 @@
+"""Score plugins: the placement baselines of the FGD paper (Weng et al., USENIX ATC 2023, §6), scored as
+its simulator scores them (integer node scores 0..100; ties go to the next score plugin, e.g. `Random`),
+so that all of them compare with `Fragmentation` in one harness.
+
+GPUs on the chosen node are taken fullest-first (the simulator's default GPU pick for a shared GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask, Score
+from fairgpu.framework.profile import register
+from fairgpu.model.node import GPU_CORES
+from fairgpu.model.pod import PodSpec
+from fairgpu.plugins.scores import Binpack
+
+_fullest_first = Binpack.gpu_order
+
+
+def _pod_gpu(pod: PodSpec) -> tuple[int, int]:
+    """(GPUs, cores per GPU) the pod takes."""
+    return (pod.gpu.count, pod.gpu.cores) if pod.gpu is not None else (0, 0)
+
+
+def _free_cores(view: EngineView) -> np.ndarray:
+    return np.where(view.state.gpu_usable, view.state.gpu_cores_free, 0)
+
+
+def _chosen_free(pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+    """(N,) free cores of the GPU a one-GPU shared pod would take on each node (the fullest that fits)."""
+    free = np.where(mask.slots, _free_cores(view), GPU_CORES + 1)
+    return free.min(axis=1)
+
+
+@register(Score, "Random")
+@dataclass(slots=True)
+class Random:
+    """Uniformly random node and GPUs; seeded, so runs repeat. With a small weight: a random tie-break."""
+
+    seed: int = 0
+    _rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.seed)
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        return self._rng.uniform(0.0, 100.0, view.state.num_nodes)
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        return self._rng.permutation(slots)
+
+
+@register(Score, "BestFit")
+@dataclass(slots=True)
+class BestFit:
+    """The node left with the least CPU and GPU after placing the pod (each over the largest node's)."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        st = view.state
+        k, cores = _pod_gpu(pod)
+        max_cpu = max(int(st.cpu_cap.max()), 1)
+        max_gpu = max(int(st.node_cores_cap.max()), 1)
+        left = 0.5 * (st.cpu_free - pod.cpu_m) / max_cpu + 0.5 * (st.node_cores_free - k * cores) / max_gpu
+        return np.floor(100.0 * (1.0 - left))
+
+    gpu_order = _fullest_first
+
+
+@register(Score, "DotProd")
+@dataclass(slots=True)
+class DotProd:
+    """Tetris-style alignment as the FGD authors ran it ("merge" dimensions, "max" normalisation): the node's
+    free (CPU, GPU cores in total) and the pod's request, each over the largest node's; the smaller their
+    dot product, the better."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        st = view.state
+        k, cores = _pod_gpu(pod)
+        max_cpu = max(int(st.cpu_cap.max()), 1)
+        max_gpu = max(int(st.node_cores_cap.max()), 1)
+        dot = (st.cpu_free / max_cpu) * (pod.cpu_m / max_cpu) + (st.node_cores_free / max_gpu) * (k * cores / max_gpu)
+        return np.floor(100.0 * (1.0 - dot / 2))
+
+    gpu_order = _fullest_first
+
+
+@register(Score, "GpuPacking")
+@dataclass(slots=True)
+class GpuPacking:
+    """Shared GPUs first, then free GPUs of a node already in use, then an idle node."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        st = view.state
+        k = _pod_gpu(pod)[0]
+        gpus = st.gpu_usable.sum(axis=1)
+        idle_node = st.node_idle_gpus == gpus
+        uses_idle = np.full(st.num_nodes, k)  # GPUs wholly free that the pod would take
+        shared = np.zeros(st.num_nodes)
+        if pod.gpu is not None and not pod.gpu.exclusive:
+            chosen = _chosen_free(pod, view, mask)
+            uses_idle = (chosen >= GPU_CORES).astype(np.int64)
+            shared = chosen * 100 // GPU_CORES // 10
+        score = np.where(
+            idle_node,
+            np.maximum(100 // 3 - st.node_idle_gpus, st.node_idle_gpus),
+            np.where(uses_idle > 0, np.maximum(100 // 2 - uses_idle, 100 // 3), np.maximum(100 - shared, 100 // 2)),
+        )
+        return score.astype(np.float64) if k else np.zeros(st.num_nodes)
+
+    gpu_order = _fullest_first
+
+
+@register(Score, "GpuClustering")
+@dataclass(slots=True)
+class GpuClustering:
+    """Pods of one kind go together, kinds being shared-GPU pods and whole-GPU pods (the simulator also
+    tells whole-GPU pods apart by GPU count, which the state's arrays cannot): nodes holding only that
+    kind first, then nodes holding it among others, then idle nodes, then the rest; within each band the
+    fuller node."""
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        st = view.state
+        if pod.gpu is None:
+            return np.zeros(st.num_nodes)
+        shared = ((st.gpu_tasks > 0) & ~st.gpu_exclusive).any(axis=1)
+        whole = st.gpu_exclusive.any(axis=1)
+        same, other = (whole, shared) if pod.gpu.exclusive else (shared, whole)
+        band = np.where(same & ~other, 3, np.where(same, 2, np.where(~(shared | whole), 1, 0)))
+        max_gpu = max(int(st.node_cores_cap.max()), 1)
+        fill = 25 * (max_gpu - st.node_cores_free) // max_gpu
+        return (25 * band + fill).astype(np.float64)
+
+    gpu_order = _fullest_first

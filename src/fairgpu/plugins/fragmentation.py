@@ -1,0 +1,243 @@
+"""Score plugin: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation", USENIX ATC 2023).
+
+A node's fragmentation for the workload mix is the expected GPU capacity (in percent of a GPU) that a pod
+drawn from the mix could not use there: all of the node's free GPU capacity when the pod cannot fit at all
+(too little CPU, too few GPUs with room, no allowed model), else the free capacity of the GPUs too full to
+take it. A pod goes where it increases this the least, and on that node to the GPU that does.
+
+The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
+the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
+the change each node would see; both are brought up to date only for nodes whose state changed since
+(ClusterState.node_version), so after one placement a score recomputes one node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask, Score
+from fairgpu.framework.profile import register
+from fairgpu.model.node import GPU_CORES
+from fairgpu.model.pod import PodSpec
+from fairgpu.state import ClusterState
+
+_CACHED_SHAPES = 512
+
+
+def _shape(pod: PodSpec) -> tuple:
+    g = pod.gpu
+    return (pod.cpu_m, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
+
+
+@dataclass(slots=True)
+class _Aggregates:
+    """Per-node sums for every known shape, valid for `free`/`cpu` as they were when computed."""
+
+    state: ClusterState
+    free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
+    cpu: np.ndarray  # (N,)
+    fit_count: np.ndarray  # (N, T) GPUs with room for the shape
+    fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
+    access: np.ndarray  # (N, T) node has a GPU of an allowed model
+    seen: np.ndarray  # (N,) the state's node_version these rows reflect
+    version: np.ndarray  # (N,) clock value of each node's last change
+    usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
+    clock: int = 0
+    # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
+    # between two placements only the nodes that changed need scoring again
+    deltas: dict[tuple, tuple[int, np.ndarray]] = field(default_factory=dict)
+
+
+def _free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
+    return np.where(state.gpu_usable[rows], state.gpu_cores_free[rows], 0).astype(np.int64)
+
+
+@register(Score, "Fragmentation")
+@dataclass(slots=True)
+class Fragmentation:
+    # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
+    # exact expected change, which separates placements FGD's rounding calls equal.
+    quantize: bool = False
+    # weigh each shape by the square of the GPUs its pods ask for rather than by how many pods ask: a
+    # blocked k-GPU pod leaves k GPUs of demand unserved and needs k whole GPUs on one node, so nodes
+    # that can still take large pods are worth keeping (on openb this keeps 8-GPU pods placeable to 90 %)
+    by_demand: bool = False
+    # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
+    # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
+    # whole shape's need; this sees CPU draining from GPU-rich nodes before that (0 = FGD's measure alone).
+    cpu_balance: float = 0.0
+    max_shapes: int = 128
+    _keys: dict[tuple, int] = field(default_factory=dict)
+    _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _pods: list[PodSpec] = field(default_factory=list)
+    _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU and GPUs of GPU pods seen
+    # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
+    # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
+    _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    _p_total: float = 0.0
+    _per_core: float = 0.0  # CPU millicores per GPU percent of the mix, refreshed with _p
+    _agg: _Aggregates | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_shapes < 1:
+            raise ValueError("max_shapes must be at least 1")
+
+    # -- the workload mix ---------------------------------------------------------------------------
+    def _learn(self, pod: PodSpec) -> None:
+        if pod.gpu is None:
+            return  # CPU-only pods leave every node's GPU fragmentation as it is
+        self._cpu_per_gpu[0] += pod.cpu_m
+        self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
+        key = _shape(pod)
+        t = self._keys.get(key)
+        if t is None:
+            if len(self._keys) >= self.max_shapes:
+                return
+            t = self._keys[key] = len(self._keys)
+            self._count = np.append(self._count, 0.0)
+            self._cpu = np.append(self._cpu, pod.cpu_m)
+            self._k = np.append(self._k, pod.gpu.count)
+            # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
+            self._need = np.append(self._need, max(pod.gpu.cores, 1))
+            self._pods.append(pod)
+            self._agg = None
+        self._count[t] += pod.gpu.gpu_equivalents() ** 2 if self.by_demand else 1
+        total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
+        if self._agg is None or total > self._p_total * (1 + 1 / 4):
+            self._p = (self._count / total).astype(np.float32)
+            self._p_total = total
+            self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
+            if self._agg is not None:
+                self._agg.usable = None
+                self._agg.deltas.clear()
+
+    # -- per-node aggregates ------------------------------------------------------------------------
+    def _aggregates(self, state: ClusterState) -> _Aggregates:
+        agg, cpu = self._agg, state.cpu_free
+        if agg is None or agg.state is not state:
+            free = _free_cores(state, slice(None))
+            fit = free[:, :, None] >= self._need
+            access = (
+                np.stack([state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1)
+                if self._pods
+                else np.zeros((state.num_nodes, 0), dtype=bool)
+            )
+            fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
+            seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
+            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version)
+            self._agg = agg
+        rows = np.flatnonzero(agg.seen != state.node_version)
+        if rows.size:
+            agg.clock += 1
+            agg.version[rows] = agg.clock
+            agg.seen[rows] = state.node_version[rows]
+            sub = _free_cores(state, rows)
+            fit = sub[:, :, None] >= self._need
+            agg.fit_count[rows] = fit.sum(axis=1)
+            agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
+            agg.free[rows] = sub
+            agg.cpu[rows] = cpu[rows]
+            if agg.usable is not None:
+                agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+        if agg.usable is None:
+            every = np.arange(state.num_nodes)
+            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
+        return agg
+
+    def _after(
+        self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray, cpu_after: np.ndarray
+    ) -> np.ndarray:
+        """Σ_t p_t · (free capacity usable by shape t) on these rows after a placement."""
+        ok = (fit_count >= self._k) & (cpu_after[:, None] >= self._cpu) & agg.access[rows]
+        return (ok * fit_free) @ self._p
+
+    def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
+        f = agg.free[rows, slots]
+        f_after = f - pod.gpu.cores
+        was = f[:, None] >= self._need
+        now = f_after[:, None] >= self._need
+        fit_count = agg.fit_count[rows] - was + now
+        fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
+        usable_before = agg.usable[rows]
+        usable_after = self._after(agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m)
+        # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
+        return -pod.gpu.cores - usable_after + usable_before
+
+    def _node_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """Change in fragmentation if a CPU-only or whole-GPU pod goes to each node of `rows`."""
+        k = pod.gpu.count if pod.gpu is not None else 0
+        taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
+        usable_before = agg.usable[rows]
+        usable_after = self._after(
+            agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
+        )
+        return -taken - usable_after + usable_before + self._starved(pod, agg, rows)
+
+    def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
+        if not self.cpu_balance or not self._per_core:
+            return np.zeros(len(rows))
+        per_core = self._per_core
+        free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
+        taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+        before = np.maximum(0.0, free - cpu / per_core)
+        after = np.maximum(0.0, free - taken - (cpu - pod.cpu_m) / per_core)
+        return self.cpu_balance * (after - before)
+
+    def _to_score(self, delta: np.ndarray) -> np.ndarray:
+        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
+        score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
+        return np.floor(score) if self.quantize else score
+
+    # -- Score ----------------------------------------------------------------------------------------
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        self._learn(pod)
+        out = np.zeros(view.state.num_nodes)
+        if not self._keys:
+            return out
+        agg = self._aggregates(view.state)
+        shared = pod.gpu is not None and not pod.gpu.exclusive
+        key = _shape(pod)  # deltas do not depend on memory: a shared pod's GPUs are masked per call
+        hit = agg.deltas.get(key)
+        if hit is None:
+            n = view.state.num_nodes
+            rows, delta = np.arange(n), np.full((n, agg.free.shape[1]) if shared else n, np.inf)
+            if len(agg.deltas) >= _CACHED_SHAPES:
+                agg.deltas.clear()
+        else:
+            rows, delta = np.flatnonzero(agg.version > hit[0]), hit[1]
+        if rows.size:
+            delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
+        agg.deltas[key] = (agg.clock, delta)
+        nodes = np.flatnonzero(mask.nodes)
+        # a shared pod's node scores by its best allowed GPU
+        best = np.where(mask.slots[nodes], delta[nodes], np.inf).min(axis=1) if shared else delta[nodes]
+        out[nodes] = self._to_score(best)
+        return out
+
+    def _gpu_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
+        GPUs of one node with equal free cores are equivalent: each such group is computed once."""
+        free = agg.free[rows]
+        room = free >= max(pod.gpu.cores, 1)
+        same = free[:, :, None] == free[:, None, :]
+        first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
+        sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
+        out = np.full(free.shape, np.inf)
+        out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
+        out = np.take_along_axis(out, first, axis=1)
+        return np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None]
+
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
+        if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:
+            return slots
+        agg = self._aggregates(view.state)
+        delta = self._slot_deltas(pod, agg, np.full(len(slots), node), slots)
+        # least increase first; among equals the fullest GPU, so whole GPUs stay free
+        return slots[np.lexsort((agg.free[node, slots], delta))]

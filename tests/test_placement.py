@@ -1,0 +1,276 @@
+"""Filters, scores and GPU choice: node selector/affinity/taints, GPU UUIDs, unhealthy GPUs and cordoned
+nodes, HAMi per-pod policies, fragmentation, the FGD baselines, gangs, and a no-over-commit property."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.conftest import fraction, gpu_node, whole
+
+from fairgpu.framework.placement import filter_breakdown, place_all, place_pod
+from fairgpu.framework.profile import load_profile, profile_from_dict
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, RequestError
+from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+
+
+def view_of(nodes: list[NodeSpec], profile: str = "fairgpu"):
+    prof = load_profile(profile)
+    return Scheduler(nodes, QueueTree([QueueSpec("q")]), prof).view, prof
+
+
+def scored(scores: list, filters: tuple[str, ...] = ("NodeAffinity", "GpuType", "Resources")):
+    return profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": list(filters), "score": scores})
+
+
+def fits(pod: PodSpec, nodes: list[NodeSpec], profile: str = "fairgpu") -> list[str]:
+    view, prof = view_of(nodes, profile)
+    from fairgpu.framework.placement import feasible
+
+    return [view.state.node_names[i] for i in np.flatnonzero(feasible(pod, view, prof).nodes)]
+
+
+# -- NodeAffinity: selector, required affinity, taints ----------------------------------------------------
+def labelled() -> list[NodeSpec]:
+    return [
+        gpu_node("a", labels={"zone": "a", "rack": "3"}),
+        gpu_node("b", labels={"zone": "b", "rack": "12"}),
+        gpu_node("c", labels={}),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
+def test_node_selector_keeps_nodes_with_every_label(profile: str) -> None:
+    pod = replace(whole(), node_selector=(("zone", "b"),))
+    assert fits(pod, labelled(), profile) == ["b"]
+    assert fits(replace(whole(), node_selector=(("zone", "b"), ("rack", "3"))), labelled(), profile) == []
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        (MatchExpression("zone", "In", ("a", "b")), ["a", "b"]),
+        (MatchExpression("zone", "NotIn", ("a",)), ["b", "c"]),  # a node without the label passes NotIn
+        (MatchExpression("zone", "Exists"), ["a", "b"]),
+        (MatchExpression("zone", "DoesNotExist"), ["c"]),
+        (MatchExpression("rack", "Gt", ("5",)), ["b"]),  # compared as integers, not strings
+        (MatchExpression("rack", "Lt", ("5",)), ["a"]),
+    ],
+)
+def test_required_node_affinity_operators(expr: MatchExpression, expected: list[str]) -> None:
+    assert fits(replace(whole(), affinity=((expr,),)), labelled()) == expected
+
+
+def test_affinity_terms_are_ored_and_expressions_anded() -> None:
+    a_and_b = (MatchExpression("zone", "In", ("a",)), MatchExpression("rack", "In", ("12",)))
+    assert fits(replace(whole(), affinity=(a_and_b,)), labelled()) == []
+    either = ((MatchExpression("zone", "In", ("a",)),), (MatchExpression("zone", "DoesNotExist"),))
+    assert fits(replace(whole(), affinity=either), labelled()) == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"key": "k", "operator": "Near"}, "operator"),
+        ({"key": "k", "operator": "In"}, "values"),
+        ({"key": "k", "operator": "Exists", "values": ("x",)}, "values"),
+        ({"key": "k", "operator": "Gt", "values": ("x",)}, "values"),
+    ],
+)
+def test_bad_match_expressions_name_the_field(kwargs: dict, problem: str) -> None:
+    with pytest.raises(ValueError, match=f"^{problem}:"):
+        MatchExpression(**kwargs)
+
+
+def tainted() -> list[NodeSpec]:
+    return [
+        gpu_node("plain"),
+        gpu_node("gpu-only", taints=(Taint("dedicated", "gpu", "NoSchedule"),)),
+        gpu_node("draining", taints=(Taint("drain", "", "NoExecute"),)),
+        gpu_node("soft", taints=(Taint("spot", "", "PreferNoSchedule"),)),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
+def test_untolerated_noschedule_and_noexecute_taints_exclude_nodes(profile: str) -> None:
+    assert fits(whole(), tainted(), profile) == ["plain", "soft"]
+
+
+@pytest.mark.parametrize(
+    ("toleration", "extra"),
+    [
+        (Toleration("dedicated", "Equal", "gpu", "NoSchedule"), ["gpu-only"]),
+        (Toleration("dedicated", "Equal", "cpu"), []),  # value must match
+        (Toleration("dedicated", "Exists"), ["gpu-only"]),
+        (Toleration("dedicated", "Exists", effect="NoExecute"), []),  # effect must match
+        (Toleration(operator="Exists"), ["gpu-only", "draining"]),  # empty key tolerates everything
+    ],
+)
+def test_tolerations(toleration: Toleration, extra: list[str]) -> None:
+    got = fits(replace(whole(), tolerations=(toleration,)), tainted())
+    assert sorted(got) == sorted(["plain", "soft", *extra])
+
+
+def test_taint_and_toleration_validation() -> None:
+    with pytest.raises(ValueError, match=r"^effect:"):
+        Taint("k", "", "Sometimes")
+    with pytest.raises(ValueError, match=r"^key:"):
+        Toleration("", "Equal", "v")
+    with pytest.raises(ValueError, match=r"^value:"):
+        Toleration("k", "Exists", "v")
+
+
+def test_breakdown_counts_nodes_per_affinity_reason() -> None:
+    nodes = [*labelled(), gpu_node("t", labels={"zone": "b"}, taints=(Taint("x"),))]
+    view, prof = view_of(nodes)
+    ok, why = filter_breakdown(replace(whole(), node_selector=(("zone", "b"),)), view, prof)
+    assert ok == 1
+    assert why == {"node selector does not match": 2, "untolerated taint": 1}
+
+
+# -- GpuType: models and UUIDs ------------------------------------------------------------------------------
+def test_gpu_uuid_include_and_exclude_pick_gpus() -> None:
+    nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
+    pod = replace(fraction(10, 1024), gpu_uuid_include=("GPU-n1-2", "GPU-n1-3"))
+    view, prof = view_of(nodes)
+    p = place_pod(pod, view, prof)
+    assert p is not None and p.node == 1 and p.slots[0] in (2, 3)
+    two = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
+    p = place_pod(two, view, prof)
+    assert p is not None and p.node == 1
+    view, prof = view_of([gpu_node("n0", gpus=4)])
+    only_bad = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
+    assert place_pod(only_bad, view, prof) is None
+    assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID excluded": 1}
+
+
+def test_gpu_model_include_exclude() -> None:
+    nodes = [gpu_node("a", model="A100-80GB"), gpu_node("t", model="T4", mem_mib=15360)]
+    assert fits(replace(whole(), gpu_include=("t4",)), nodes) == ["t"]
+    assert fits(replace(whole(), gpu_exclude=("A100",)), nodes) == ["t"]
+
+
+# -- Resources: unhealthy GPUs and cordoned nodes -------------------------------------------------------------
+def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
+    sick = NodeSpec(
+        "sick", 64_000, 1 << 20, (GpuDevice("A100", 81920, "u0", healthy=False), GpuDevice("A100", 81920, "u1"))
+    )
+    cordoned = gpu_node("cordoned", schedulable=False)
+    view, prof = view_of([sick, cordoned])
+    assert place_pod(whole(2), view, prof) is None
+    p = place_pod(fraction(20, 1024), view, prof)
+    assert p is not None and (p.node, p.slots) == (0, (1,))
+    _, why = filter_breakdown(whole(2), view, prof)
+    assert why == {"node cordoned": 1, "too few GPUs": 1}
+
+
+# -- HAMi requests ------------------------------------------------------------------------------------------
+def test_invalid_requests_are_never_placed() -> None:
+    from fairgpu.model import gpu_request
+
+    for bad in ({"nvidia.com/gpucores": "101"}, {"nvidia.com/gpu": "-1"}, {"nvidia.com/gpumem": "-5"}):
+        with pytest.raises(RequestError):
+            gpu_request(bad)
+    view, _ = view_of([gpu_node("t", model="T4", mem_mib=15360)])
+    too_big = PodSpec(gpu=GpuRequest(1, 10, 16000))
+    assert "more than any node has" in view.state.unplaceable_reason(too_big)
+    with pytest.raises(RequestError, match=r"^node_policy:"):
+        PodSpec(node_policy="pack")
+
+
+def test_one_container_never_gets_two_slots_of_one_gpu() -> None:
+    view, _ = view_of([gpu_node("n", gpus=2)])
+    st_ = view.state
+    assert not st_.fits(replace(st_.placement_for(fraction(10, 100), 0, (0,)), slots=(0, 0), mem_mib=(100, 100)))
+
+
+# -- scores: per-pod policy, spread/binpack, fragmentation, gangs ------------------------------------------------
+def test_pod_policy_binpack_and_spread_at_node_and_gpu_level() -> None:
+    view, prof = view_of([gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)])
+    view.state.assign("seed", view.state.placement_for(fraction(30, 1024), 0, (1,)))
+    pack = replace(fraction(20, 1024), node_policy="binpack", gpu_policy="binpack")
+    spread = replace(fraction(20, 1024), node_policy="spread", gpu_policy="spread")
+    p = place_pod(pack, view, prof)
+    assert (p.node, p.slots) == (0, (1,))
+    p = place_pod(spread, view, prof)
+    assert p.node == 1
+    p = place_pod(replace(fraction(20, 1024), node_policy="binpack", gpu_policy="spread"), view, prof)
+    assert p.node == 0 and p.slots != (1,)
+
+
+def test_fragmentation_keeps_whole_gpus_for_whole_gpu_pods() -> None:
+    view, prof = view_of([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)])
+    for _ in range(3):  # the mix so far: whole GPUs
+        place_pod(whole(), view, prof)
+    view.state.assign("half", view.state.placement_for(fraction(50, 1024), 0, (0,)))
+    p = place_pod(fraction(50, 1024), view, prof)
+    assert (p.node, p.slots) == (0, (0,))  # fills the half-used GPU rather than opening a whole one
+
+
+def test_fragmentation_learns_only_from_pods_it_has_seen() -> None:
+    view, prof = view_of([gpu_node("n0", gpus=2)])
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    place_pod(fraction(30, 1024), view, prof)
+    assert len(frag._keys) == 1
+    place_pod(whole(2), view, prof)
+    assert len(frag._keys) == 2
+
+
+@pytest.mark.parametrize("name", ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "Fragmentation"])
+def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
+    nodes = [gpu_node(f"n{i}", gpus=2, cpu_m=8000) for i in range(3)]
+    view, _ = view_of(nodes)
+    prof = scored([{"name": name}])
+    pods = [fraction(60, 1024), whole(2), fraction(30, 1024), whole(), fraction(50, 1024), PodSpec(cpu_m=1000)] * 3
+    for i, pod in enumerate(pods):
+        p = place_pod(pod, view, prof)
+        if p is not None:
+            view.state.assign(str(i), p)
+    view.state.check_invariants()
+
+
+def test_gpu_packing_prefers_a_shared_gpu() -> None:
+    view, _ = view_of([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)])
+    view.state.assign("x", view.state.placement_for(fraction(40, 1024), 1, (1,)))
+    p = place_pod(fraction(30, 1024), view, scored([{"name": "GpuPacking"}]))
+    assert (p.node, p.slots) == (1, (1,))
+
+
+def test_gang_spans_as_few_nodes_as_possible() -> None:
+    view, prof = view_of([gpu_node(f"n{i}", gpus=8) for i in range(4)])
+    placed = place_all([whole(2)] * 4, [f"g{i}" for i in range(4)], view, prof)
+    assert len(placed) == 4 and len({p.node for p in placed}) == 1
+
+
+# -- property: never over-commit ------------------------------------------------------------------------------
+pods_strategy = st.lists(
+    st.one_of(
+        st.builds(lambda k: whole(k), st.integers(1, 4)),
+        st.builds(lambda c, m: fraction(c, m), st.integers(0, 100), st.integers(0, 30_000)),
+        st.builds(lambda c: PodSpec(cpu_m=c), st.integers(0, 64_000)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pods=pods_strategy, policy=st.sampled_from(["fairgpu", "kube-default", "Random", "GpuPacking", "DotProd"]))
+def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> None:
+    nodes = [gpu_node("big", gpus=4), gpu_node("t4", gpus=2, model="T4", mem_mib=15360, cpu_m=16_000)]
+    view, prof = view_of(nodes, policy if policy in ("fairgpu", "kube-default") else "fairgpu")
+    if policy not in ("fairgpu", "kube-default"):
+        prof = scored([{"name": policy}])
+    st_ = view.state
+    for i, pod in enumerate(pods):
+        p = place_pod(pod, view, prof)
+        if p is None:
+            continue
+        assert len(set(p.slots)) == len(p.slots)  # never two slots of one GPU
+        st_.assign(str(i), p)
+        assert (st_.gpu_cores_free >= 0).all() and (st_.gpu_mem_free >= 0).all()
+        assert (st_.cpu_free >= 0).all() and (st_.mem_free >= 0).all()
+    st_.check_invariants()
