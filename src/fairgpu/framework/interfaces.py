@@ -205,10 +205,18 @@ class PreemptContext:
     pods: tuple[PodSpec, ...]  # the pods still to place
     view: EngineView
     now: float
-    victims: VictimTable
+    table: Callable[[], VictimTable]  # built on first use: deciding not to preempt needs no table
     profile: Profile  # for dry-run placement
     usage: np.ndarray  # (Q, R) as it will be once evictions already under way complete
     exclude: np.ndarray | None = None  # (N,) nodes held for other workloads, which it may not use
+
+    _victims: VictimTable | None = None
+
+    @property
+    def victims(self) -> VictimTable:
+        if self._victims is None:
+            self._victims = self.table()
+        return self._victims
 
     def potential(self, units: np.ndarray) -> EngineView:
         """A view over the cluster as it would be with these units (a boolean per unit) evicted."""

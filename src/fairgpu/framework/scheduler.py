@@ -374,18 +374,17 @@ class Scheduler:
         wl = entry.workload
         rest = wl.pods[len(entry.placed) :]
         charge = entry.charge - sum((self._charge(p) for p in self._placed_pods(entry)), r.zeros())
-        table = self._victims()
         # It starts only when its victims' grace has passed: plan around reservations it would then meet.
         usage, exclude = (
             self._committed_usage(),
             self.reserved_for_others(entry, now, now + self._max_grace, preempting=True),
         )
-        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, table, self.profile, usage, exclude)
+        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, self._victims, self.profile, usage, exclude)
         for plugin in self.profile.preempt:
             chosen = plugin.preempt(ctx)
             if chosen is None or not len(chosen):
                 continue
-            at, nodes = now, set()
+            at, nodes, table = now, set(), ctx.victims
             for i in chosen:
                 unit = table.units[i]
                 victim = self.running[unit.workload.name]

@@ -52,7 +52,7 @@ class Preemption:
     @staticmethod
     def _eligible(ctx: PreemptContext, after_p: float) -> np.ndarray:
         """(U,) which victim units this workload's queue may evict, by both queues' policies."""
-        view, tree, t, p = ctx.view, ctx.view.tree, ctx.victims, ctx.queue
+        view, tree, p = ctx.view, ctx.view.tree, ctx.queue
         policy = tree.queues[p].preemption
         usage = ctx.usage
         within = np.all(usage <= tree.guaranteed + _TOL, axis=1)  # (Q,)
@@ -65,6 +65,9 @@ class Preemption:
         if policy.fair_share and after_p <= 1.0 + _TOL:
             other |= ratio > 1.0 + _TOL
         other[p] = False
+        if not other.any() and policy.within_queue != "LowerPriority":
+            return np.zeros(0, dtype=bool)  # no queue it may take from: no need to look at running work
+        t = ctx.victims
         ok = other[t.queue]
         if policy.within_queue == "LowerPriority":
             ok |= (t.queue == p) & (t.priority < ctx.workload.priority)
