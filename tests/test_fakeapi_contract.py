@@ -16,7 +16,7 @@ from kubernetes_asyncio import client, config
 
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.port import LEASES, NODES, PODS, KubeError
+from fairgpu.k8s.port import NODES, PODS, KubeError
 
 
 def pod(name: str, ns: str = "default", labels: dict | None = None, **spec) -> dict:
