@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
@@ -118,7 +118,13 @@ class FakeApi:
         for f in self.state.faults:
             if f.count > 0 and (f.verb in (None, request.method)) and f.path_contains in request.path_qs:
                 f.count -= 1
-                reason = {500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout", 429: "TooManyRequests"}
+                reason = {
+                    409: "Conflict",
+                    500: "InternalError",
+                    503: "ServiceUnavailable",
+                    504: "Timeout",
+                    429: "TooManyRequests",
+                }
                 raise ApiError(f.code, reason.get(f.code, "InternalError"), f"injected fault {f.code}")
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
@@ -437,6 +443,7 @@ class FakeApi:
             return respond(
                 {
                     "rev": store.rev,
+                    "faults": [asdict(f) for f in st.faults],
                     "bindings": st.bindings,
                     "evictions": st.evictions,
                     "watchers": len(store.watchers),
