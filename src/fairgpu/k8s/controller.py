@@ -52,6 +52,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         max_concurrent_binds: int = 64,
         binder: Binder | None = None,
+        leading: asyncio.Event | None = None,
     ) -> None:
         self.port = port
         self.profile = profile
@@ -76,8 +77,10 @@ class Controller:
         self._parsed: dict[str, tuple[str, PodInfo | str]] = {}  # pod key → (resourceVersion, parsed)
         self._binds = asyncio.Semaphore(max_concurrent_binds)
         self._tasks: set[asyncio.Task] = set()
-        self.leading = asyncio.Event()
-        self.leading.set()  # without an elector this replica always leads
+        if leading is None:  # without an elector this replica always leads
+            leading = asyncio.Event()
+            leading.set()
+        self.leading = leading
 
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
@@ -101,10 +104,14 @@ class Controller:
         try:
             await asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.queues)))
             while True:
-                await self.leading.wait()  # standbys keep their caches warm and do nothing else
+                if not self.leading.is_set():  # standbys keep their caches warm and decide nothing
+                    await self.leading.wait()
+                    self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
+                    self.wake.set()
                 await self.wake.wait()
                 self.wake.clear()
-                self.step()
+                if self.leading.is_set():
+                    self.step()
                 await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
         finally:
             for t in informers + list(self._tasks):
