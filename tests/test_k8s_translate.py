@@ -83,7 +83,7 @@ def test_node_without_hami_uses_gpu_feature_discovery():
         "spec": {"unschedulable": True},
     }
     spec = node_spec(node)
-    assert [(g.model, g.memory_mib) for g in spec.gpus] == [("NVIDIA-H100", 8)] * 4
+    assert [(g.model, g.memory_mib) for g in spec.gpus] == [("NVIDIA-H100", 81559)] * 4
     assert spec.split_count == 1 and not spec.schedulable  # nothing enforces sharing without HAMi
 
 
