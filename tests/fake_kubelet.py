@@ -51,7 +51,9 @@ class FakeNodes:
                 self.violations.append(f"{node} {uuid}: cores {cores[uuid]} mem {mem[uuid]} tasks {tasks[uuid]}")
 
     async def run(self) -> None:
+        """Nodes work in parallel; each pod's allocation is its own task, as each node's plugin is its own."""
         inf = asyncio.create_task(self.informer.run())
+        tasks: set[asyncio.Task] = set()
         try:
             while True:
                 key = await self.todo.get()
@@ -60,15 +62,19 @@ class FakeNodes:
                 obj = self.informer.cache.get(key)
                 if obj is None:
                     continue
-                await self._allocate(key, obj)
+                self.started.add(key)
+                task = asyncio.create_task(self._allocate(key, obj))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
         finally:
             inf.cancel()
+            for t in tasks:
+                t.cancel()
 
     async def _allocate(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
         node = obj["spec"]["nodeName"]
         self.audit(node)
-        self.started.add(key)
         ann = obj["metadata"].get("annotations") or {}
         try:
             if hami.ALLOCATED in ann:

@@ -69,6 +69,7 @@ class FakeState:
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
+    device_plugin: bool = False  # play HAMi's device plugin on every bind (test control)
 
 
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -306,8 +307,10 @@ class FakeApi:
                 status["conditions"] = conds
                 status.pop("nominatedNodeName", None)
 
-            self.store.mutate(t.res, t.ns or "", t.name, assign)
+            bound = self.store.mutate(t.res, t.ns or "", t.name, assign)
             record["code"] = 201
+            if self.state.device_plugin:
+                self._allocate(t.res, bound, target["name"])
             return respond(success(201), 201)
         except ApiError as err:
             record["code"] = err.code
@@ -315,6 +318,26 @@ class FakeApi:
             raise
         finally:
             self.state.bindings.append(record)
+
+    def _allocate(self, res: Resource, pod: dict, node: str) -> None:
+        """HAMi's device plugin and the kubelet, as a test control: consume the allocation (bind-phase
+        success, to-allocate erased), release the node lock the pod holds, and start the pod."""
+        meta = pod["metadata"]
+        ann = meta.get("annotations") or {}
+        if ann.get("hami.io/bind-phase") == "allocating":
+
+            def consume(p: dict) -> None:
+                a = p["metadata"]["annotations"]
+                a["hami.io/vgpu-devices-to-allocate"] = ";" * a.get("hami.io/vgpu-devices-to-allocate", "").count(";")
+                a["hami.io/bind-phase"] = "success"
+                p["status"]["phase"] = "Running"
+
+            self.store.mutate(res, meta["namespace"], meta["name"], consume)
+            nodes = _BY_PATH[("", "v1", "nodes")]
+            with contextlib.suppress(ApiError):
+                lock = (self.store.get(nodes, "", node)["metadata"].get("annotations") or {}).get("hami.io/mutex.lock")
+                if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
+                    self.store.mutate(nodes, "", node, lambda n: n["metadata"]["annotations"].pop("hami.io/mutex.lock"))
 
     def _evict(self, t: Target, body: dict) -> web.Response:
         if body.get("kind", "Eviction") != "Eviction" or (body.get("metadata") or {}).get("name") != t.name:
@@ -427,6 +450,8 @@ class FakeApi:
             st.faults.append(
                 Fault(int(body["code"]), int(body.get("count", 1)), body.get("verb"), body.get("path_contains", ""))
             )
+        elif op == "device-plugin":
+            st.device_plugin = bool(body.get("enabled", True))
         elif op == "delay":
             st.delays[body["verb"]] = float(body["seconds"])
         elif op == "pdb":

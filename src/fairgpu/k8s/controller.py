@@ -75,6 +75,7 @@ class Controller:
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         self._parsed: dict[str, tuple[str, PodInfo | str]] = {}  # pod key → (resourceVersion, parsed)
+        self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
         self._binds = asyncio.Semaphore(max_concurrent_binds)
         self._tasks: set[asyncio.Task] = set()
         if leading is None:  # without an elector this replica always leads
@@ -156,12 +157,7 @@ class Controller:
         return entries
 
     def _reconcile(self, now: float) -> None:
-        node_specs: list[NodeSpec] = []
-        for obj in self.nodes.cache.values():
-            try:
-                node_specs.append(node_spec(obj))
-            except ValueError as err:
-                log.warning("node %s left out: %s", obj["metadata"]["name"], err)
+        node_specs = self._read_nodes()
         entries = self._queue_entries()
         try:
             tree = QueueTree([e.spec for e in entries])
@@ -169,7 +165,7 @@ class Controller:
             log.error("queues: %s", err)
             return
         self.namespaces = {e.spec.name: e.namespaces for e in entries}
-        shape = (tuple(sorted((n.name, repr(n)) for n in node_specs)), repr(tree.queues))
+        shape = (tuple(node_specs), repr(tree.queues))
         if shape != self._built_from:
             if self.inflight:
                 self.wake.set()  # rebuild once the binds under way have landed
@@ -376,6 +372,29 @@ class Controller:
         finally:
             self.inflight.discard(key)
             self.wake.set()
+
+    def _read_nodes(self) -> list[NodeSpec]:
+        """Node specs, parsed once per resourceVersion (a bind's node lock changes a node's RV, not its GPUs);
+        the same NodeSpec objects come back while nothing changed, so comparing inventories stays cheap."""
+        specs: list[NodeSpec] = []
+        parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        for key, obj in sorted(self.nodes.cache.items()):
+            rv = obj["metadata"].get("resourceVersion", "")
+            hit = self._node_parsed.get(key)
+            if hit is None or hit[0] != rv:
+                try:
+                    spec: NodeSpec | None = node_spec(obj)
+                except ValueError as err:
+                    log.warning("node %s left out: %s", obj["metadata"]["name"], err)
+                    spec = None
+                if hit is not None and hit[1] is not None and spec == hit[1]:
+                    spec = hit[1]  # unchanged inventory: keep the identical object
+                hit = (rv, spec)
+            parsed[key] = hit
+            if hit[1] is not None:
+                specs.append(hit[1])
+        self._node_parsed = parsed
+        return specs
 
     def _pod_infos(self) -> dict[str, PodInfo]:
         return self._read_pods()[0]
