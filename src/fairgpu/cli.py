@@ -197,6 +197,9 @@ def run_cmd(
     identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
     health_host: Annotated[str, typer.Option(help="Address for /healthz and /readyz.")] = "0.0.0.0",
     health_port: Annotated[int, typer.Option(help="Port for /healthz and /readyz.")] = 8080,
+    webhook_port: Annotated[int, typer.Option(help="HTTPS port of the admission webhook.")] = 8443,
+    tls_cert: Annotated[str | None, typer.Option(help="Webhook certificate (PEM); with --tls-key.")] = None,
+    tls_key: Annotated[str | None, typer.Option(help="Webhook private key (PEM).")] = None,
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
@@ -209,10 +212,13 @@ def run_cmd(
         prof = load_profile(profile)
     except ProfileError as err:
         raise _fail(f"--profile: {err}") from err
+    if (tls_cert is None) != (tls_key is None):
+        raise _fail("--tls-cert and --tls-key go together")
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, health_host, health_port))
+        asyncio.run(live.run(*args, health_host, health_port, webhook_port, tls))
     except KeyboardInterrupt:
         pass
     except Exception as err:

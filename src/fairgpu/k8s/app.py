@@ -11,6 +11,8 @@ from fairgpu.framework.profile import Profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
+from fairgpu.k8s.queues import queue_from_cr
+from fairgpu.k8s.webhook import tls_context, webhook_app
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ async def run(
     lease_namespace: str,
     health_host: str,
     health_port: int,
+    webhook_port: int = 8443,
+    tls: tuple[str, str] | None = None,
 ) -> None:
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
@@ -48,6 +52,11 @@ async def run(
     await runner.setup()
     await web.TCPSite(runner, health_host, health_port).start()
     log.info("fairgpu %s serving health on %s:%d", identity, health_host, health_port)
+    hooks = None
+    if tls is not None:  # the admission webhook answers on every replica, leader or not
+        hooks = web.AppRunner(webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name))
+        await hooks.setup()
+        await web.TCPSite(hooks, health_host, webhook_port, ssl_context=tls_context(*tls)).start()
     tasks = [asyncio.create_task(controller.run())]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run()))
@@ -57,4 +66,17 @@ async def run(
         for t in tasks:
             t.cancel()
         await runner.cleanup()
+        if hooks is not None:
+            await hooks.cleanup()
         await port.close()
+
+
+def queue_namespaces(controller: Controller, name: str) -> tuple[str, ...] | None:
+    """From the warm queue cache: the namespaces that may use a queue, None if it does not exist or is invalid."""
+    obj = controller.queues.cache.get(f"/{name}")
+    if obj is None:
+        return None
+    try:
+        return queue_from_cr(obj).namespaces
+    except ValueError:
+        return None
