@@ -143,6 +143,18 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         events, _ = await port.list(PODS.__class__("", "v1", "events", True))
         assert any(e["reason"] == "FailedScheduling" and e["message"] for e in events)
         assert any(e["reason"] == "Scheduled" for e in events)
+        await asyncio.sleep(ctl.status_every)
+        ctl.wake.set()
+        await until(
+            lambda: "team-a" in ctl.reporter.queue_last and ctl.reporter.queue_last["team-a"]["admitted"],
+            10,
+            "queue status",
+        )
+        await asyncio.sleep(0.2)
+        status = (await port.get(QUEUES, "team-a"))["status"]
+        assert status["pending"] > 0 and status["admitted"] > 0
+        assert abs(float(status["usage"]["nvidia.com/gpu"]) - share["a"]) < 0.01
+        assert float(status["fairShare"]["nvidia.com/gpu"]) > 0
         queue = await port.get(QUEUES, "broken")
         assert queue["status"]["conditions"][0]["status"] == "False"
         assert "spec.weight" in queue["status"]["conditions"][0]["message"]

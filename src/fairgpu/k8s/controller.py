@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
+from fairgpu import resources as r
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s import hami
@@ -76,6 +77,8 @@ class Controller:
         self.queue_errors: dict[str, str] = {}
         self._parsed: dict[str, tuple[str, PodInfo | str]] = {}  # pod key → (resourceVersion, parsed)
         self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        self.status_every = 2.0  # seconds between queue status updates
+        self._status_at = -1e18
         self._binds = asyncio.Semaphore(max_concurrent_binds)
         self._tasks: set[asyncio.Task] = set()
         if leading is None:  # without an elector this replica always leads
@@ -136,6 +139,9 @@ class Controller:
         for ev in result.evictions:
             self._spawn(self._evict(ev.workload, ev.reason))
         self._report_pending(now)
+        if now - self._status_at >= self.status_every:
+            self._status_at = now
+            self._report_queues()
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(coro)
@@ -433,6 +439,30 @@ class Controller:
                 log.info("eviction of %s refused: %s", key, err)
         self.wake.set()
 
+    def _report_queues(self) -> None:
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts.
+        Usage counts what this engine placed; pods pinned after a restart hold capacity but are not charged."""
+        engine = self.engine
+        assert engine is not None
+        view, tree = engine.view, engine.tree
+        pending = [0] * len(tree)
+        admitted = [0] * len(tree)
+        for entry in engine.pending.values():
+            pending[entry.queue] += 1
+        for entry in engine.running.values():
+            admitted[entry.queue] += 1
+        for q, spec in enumerate(tree.queues):
+            self.reporter.queue_status(
+                spec.name,
+                {
+                    "usage": _vector(view.usage[q]),
+                    "fairShare": _vector(view.entitled[q]),
+                    "pending": pending[q],
+                    "admitted": admitted[q],
+                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                },
+            )
+
     def _report_pending(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
@@ -448,3 +478,9 @@ class Controller:
                 obj = self.pods.cache.get(key)
                 if obj is not None:
                     self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), message)
+
+
+def _vector(v: object) -> dict[str, str]:
+    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
+    gpu, gpumem, cpu, mem = (float(x) for x in v)  # type: ignore[attr-defined]
+    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

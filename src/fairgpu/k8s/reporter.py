@@ -25,6 +25,7 @@ class Reporter:
         self.explain_every = explain_every
         self.last: dict[str, str] = {}  # pod key → last message posted
         self.explained_at: dict[str, float] = {}
+        self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task] = set()
 
@@ -59,6 +60,20 @@ class Reporter:
             await self.port.patch(QUEUES, name, {"status": {"conditions": [condition]}}, subresource="status")
         except KubeError as err:
             log.warning("queue %s is invalid (%s) and its status could not be set: %s", name, problem, err)
+
+    def queue_status(self, name: str, status: dict) -> None:
+        """Publish a queue's usage, fair share and counts; unchanged status is not written again."""
+        if self.queue_last.get(name) == status:
+            return
+        self.queue_last[name] = status
+        self._spawn(self._queue_status(name, status))
+
+    async def _queue_status(self, name: str, status: dict) -> None:
+        async with self._slots:
+            try:
+                await self.port.patch(QUEUES, name, {"status": status}, subresource="status")
+            except KubeError as err:
+                log.info("status of queue %s not written: %s", name, err)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
