@@ -37,12 +37,15 @@ class Binder:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         lock_wait: float = 60.0,
         node_changed: Callable[[str], Awaitable[object]] | None = None,
+        node_cache: Callable[[str], dict | None] | None = None,
     ) -> None:
         self.port = port
         self.clock = clock
         self.lock_wait = lock_wait
         # Resolves when the node object changes (an informer event): waiting for a lock then costs no polling.
         self.node_changed = node_changed
+        # The informer's copy of a node saves a GET per lock; if it is stale the conditional patch gets 409.
+        self.node_cache = node_cache
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
 
     async def bind(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
@@ -92,9 +95,11 @@ class Binder:
         """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it."""
         deadline = asyncio.get_running_loop().time() + self.lock_wait
         pause = 0.02
+        cached = self.node_cache(node) if self.node_cache is not None else None
         while True:
             try:
-                obj = await self.port.get(NODES, node)
+                obj = cached if cached is not None else await self.port.get(NODES, node)
+                cached = None
                 held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
                 if held is None or await self._stale(held, pod, node):
                     value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()

@@ -60,7 +60,9 @@ class Controller:
         self.scheduler_name = scheduler_name
         self.clock = clock
         self._node_events: dict[str, asyncio.Event] = {}
-        self.binder = binder or Binder(port, node_changed=self._node_changed)
+        self.binder = binder or Binder(
+            port, node_changed=self._node_changed, node_cache=lambda name: self.nodes.cache.get(f"/{name}")
+        )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
         self.wake = asyncio.Event()
@@ -75,7 +77,13 @@ class Controller:
         self.inflight: set[str] = set()  # pods whose bind is under way
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
-        self._parsed: dict[str, tuple[str, PodInfo | str]] = {}  # pod key → (resourceVersion, parsed)
+        # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
+        # not the cluster's size. A rebuild looks at every pod again.
+        self._dirty: set[str] = set()
+        self._all_dirty = True
+        self._infos: dict[str, PodInfo] = {}
+        self._bad: dict[str, str] = {}
+        self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
         self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
@@ -98,6 +106,7 @@ class Controller:
     def _changed(self, kind: str, obj: dict) -> None:
         if obj.get("kind") == "Pod" or "containers" in (obj.get("spec") or {}):
             key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            self._dirty.add(key)
             if kind != "DELETED" and not (obj.get("spec") or {}).get("nodeName"):
                 self.seen_at.setdefault(key, self.clock())
         self.wake.set()
@@ -179,19 +188,27 @@ class Controller:
             self._rebuild(node_specs, tree, shape)
         engine = self.engine
         assert engine is not None
-        pods, bad = self._read_pods()
+        keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
+        self._all_dirty, self._dirty = False, set()
+        pods, bad = self._read_pods(keys)
         # Pods that are gone or finished release what they hold.
-        for key in [k for k in self.fixed if k not in pods or pods[k].terminal]:
-            engine.state.release(key)
-            del self.fixed[key]
-        for key in [k for k in self.owned if k not in pods or pods[k].terminal]:
-            if key in self.owned and key not in self.inflight:
-                self._drop_workload(self.owned[key], pods)
+        for key in keys:
+            p = pods.get(key)
+            gone = p is None or p.terminal
+            if gone and key in self.fixed:
+                engine.state.release(key)
+                del self.fixed[key]
+            if gone and key in self.owned:
+                if key in self.inflight:
+                    self._dirty.add(key)  # look again once its bind has finished
+                else:
+                    self._drop_workload(self.owned[key], pods)
         # Bound pods the engine does not hold are pinned where they run.
-        for key, p in pods.items():
-            if p.node and not p.terminal and key not in self.owned and key not in self.fixed:
+        for key in keys:
+            p = pods.get(key)
+            if p is not None and p.node and not p.terminal and key not in self.owned and key not in self.fixed:
                 self._pin(p)
-        self._submit_pending(pods, bad, now)
+        self._submit_pending(keys | self._dirty, pods, bad, now)
 
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
         """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
@@ -200,6 +217,7 @@ class Controller:
         self.fixed.clear()
         self.owned.clear()
         self.members.clear()
+        self._all_dirty = True
         self.stats.rebuilds += 1
 
     def _pin(self, p: PodInfo) -> None:
@@ -251,6 +269,8 @@ class Controller:
         released = engine.remove(name)
         for key in keys:
             self.owned.pop(key, None)
+            self._dirty.add(key)  # pending members are resubmitted on the next pass
+        self.wake.set()
         for key, placement in zip(keys, released, strict=False):
             p = pods.get(key)
             if p is not None and p.node and not p.terminal and key not in self.inflight:
@@ -270,25 +290,36 @@ class Controller:
                 return name, ""
         return None, f"no queue serves namespace {p.namespace}; label the pod fairgpu.io/queue"
 
-    def _submit_pending(self, pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
+    def _submit_pending(self, keys: set[str], pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
         engine = self.engine
         assert engine is not None
         groups: dict[tuple[str, str], list[PodInfo]] = {}
-        for key, problem in bad.items():
+        for key in keys & bad.keys():
+            problem = bad[key]
             obj = self.pods.cache[key]
             if (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name and not obj["spec"].get("nodeName"):
                 self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), problem)
-        for key, p in pods.items():
+
+        def waiting(p: PodInfo) -> bool:
             if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
-                continue
-            if key in self.owned or key in self.inflight:
+                return False
+            return p.key not in self.owned and p.key not in self.inflight
+
+        for key in keys:
+            p = pods.get(key)
+            if p is None:
                 continue
             if p.group:
-                groups.setdefault((p.namespace, p.group), []).append(p)
-            else:
+                groups.setdefault((p.namespace, p.group), [])
+            elif waiting(p):
                 self._submit([p], key, now)
+        for gid in groups:
+            everyone = [pods[k] for k in self._groups.get(gid, ()) if k in pods]
+            groups[gid] = [m for m in everyone if waiting(m)]
         for (ns, group), members in groups.items():
-            bound = sum(1 for q in pods.values() if q.namespace == ns and q.group == group and q.node)
+            if not members:
+                continue
+            bound = sum(1 for k in self._groups.get((ns, group), ()) if k in pods and pods[k].node)
             admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
             need = 0 if admitted else max(m.min_members for m in members) - bound
             if len(members) < need:
@@ -403,28 +434,27 @@ class Controller:
         return specs
 
     def _pod_infos(self) -> dict[str, PodInfo]:
-        return self._read_pods()[0]
+        return self._infos
 
-    def _read_pods(self) -> tuple[dict[str, PodInfo], dict[str, str]]:
-        """Every cached pod as PodInfo (or why it cannot be read), parsed once per resourceVersion."""
-        pods: dict[str, PodInfo] = {}
-        bad: dict[str, str] = {}
-        parsed: dict[str, tuple[str, PodInfo | str]] = {}
-        for key, obj in self.pods.cache.items():
-            rv = obj["metadata"].get("resourceVersion", "")
-            hit = self._parsed.get(key)
-            if hit is None or hit[0] != rv:
-                try:
-                    hit = (rv, pod_info(obj))
-                except (RequestError, ValueError) as err:
-                    hit = (rv, str(err))
-            parsed[key] = hit
-            if isinstance(hit[1], str):
-                bad[key] = hit[1]
-            else:
-                pods[key] = hit[1]
-        self._parsed = parsed
-        return pods, bad
+    def _read_pods(self, keys: set[str]) -> tuple[dict[str, PodInfo], dict[str, str]]:
+        """Bring the parsed view of these pods up to date with the cache: PodInfo, or why it cannot be read."""
+        for key in keys:
+            old = self._infos.pop(key, None)
+            self._bad.pop(key, None)
+            if old is not None and old.group:
+                self._groups.get((old.namespace, old.group), set()).discard(key)
+            obj = self.pods.cache.get(key)
+            if obj is None:
+                continue
+            try:
+                p = pod_info(obj)
+            except (RequestError, ValueError) as err:
+                self._bad[key] = str(err)
+                continue
+            self._infos[key] = p
+            if p.group:
+                self._groups.setdefault((p.namespace, p.group), set()).add(key)
+        return self._infos, self._bad
 
     async def _evict(self, workload: str, reason: str) -> None:
         """Evict every pod of a victim; a disruption budget (429) leaves it running for the engine to choose
