@@ -187,6 +187,14 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         ctl = Controller(port, profile)
         run = asyncio.create_task(ctl.run())
         print(f"phase 2 restarted at {loop.time() - t0:.1f}s")
+        # The successor charges what each queue holds, including pods its predecessor bound.
+        await until(quiet, 60, "the successor to settle")
+        usage = ctl.engine.view.usage
+        assert ctl.fixed, "the predecessor left running pods for its successor to pin"
+        for t in TEAMS:
+            mine = [o for o in ctl.pods.cache.values() if o["metadata"]["namespace"] == t]
+            held = sum(gpu_equivalents(o) for o in mine if o["spec"].get("nodeName"))
+            assert abs(usage[ctl.engine.tree.index[f"team-{t}"], 0] - held) < 1e-6, (t, held)
         end = loop.time() + 90
         while len(done) < len(all_pods):  # the rest run and complete as they are bound
             if loop.time() > end:

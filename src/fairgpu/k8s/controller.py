@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fairgpu import resources as r
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
@@ -26,7 +28,7 @@ from fairgpu.k8s.queues import QueueEntry, queue_from_cr
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo, node_spec, pod_info
 from fairgpu.model import NodeSpec, QueueTree, RequestError, Workload
-from fairgpu.state import Placement
+from fairgpu.state import Placement, StateError
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
@@ -72,6 +74,7 @@ class Controller:
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
         self.fixed: dict[str, Placement] = {}  # pods pinned where they already run
+        self._charged: dict[str, tuple[int, np.ndarray]] = {}  # pinned pods of ours: (queue, fair charge)
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
@@ -196,8 +199,7 @@ class Controller:
             p = pods.get(key)
             gone = p is None or p.terminal
             if gone and key in self.fixed:
-                engine.state.release(key)
-                del self.fixed[key]
+                self._unhold(key)
             if gone and key in self.owned:
                 if key in self.inflight:
                     self._dirty.add(key)  # look again once its bind has finished
@@ -215,6 +217,7 @@ class Controller:
         self.engine = Scheduler(node_specs, tree, self.profile)
         self._built_from = shape
         self.fixed.clear()
+        self._charged.clear()
         self.owned.clear()
         self.members.clear()
         self._all_dirty = True
@@ -231,10 +234,35 @@ class Controller:
         if placement is None:
             return
         try:
-            state.assign(p.key, placement)
-            self.fixed[p.key] = placement
-        except Exception as err:
+            self._hold(p, placement)
+        except StateError as err:  # a foreign pod over capacity must not stop scheduling
             log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
+
+    def _hold(self, p: PodInfo, placement: Placement) -> None:
+        """Pin a running pod where it is. One of ours is charged to its queue's usage and demand, so that
+        after a restart, a rollback or a gang member's exit, fair shares still count what tenants hold."""
+        engine = self.engine
+        assert engine is not None
+        engine.state.assign(p.key, placement)
+        self.fixed[p.key] = placement
+        queue, _ = self._queue_for(p)
+        qi = engine.tree.index.get(queue) if queue is not None else None
+        if qi is not None and p.scheduler == self.scheduler_name:
+            charge = p.spec.charge(engine.state.mean_gpu_memory_mib())
+            engine.view.add_usage(qi, charge)
+            engine.view.demand[qi] += charge
+            self._charged[p.key] = (qi, charge)
+
+    def _unhold(self, key: str) -> None:
+        engine = self.engine
+        assert engine is not None
+        engine.state.release(key)
+        del self.fixed[key]
+        charged = self._charged.pop(key, None)
+        if charged is not None:
+            qi, charge = charged
+            engine.view.add_usage(qi, -charge)
+            engine.view.demand[qi] -= charge
 
     def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
         state = self.engine.state  # type: ignore[union-attr]
@@ -274,8 +302,7 @@ class Controller:
         for key, placement in zip(keys, released, strict=False):
             p = pods.get(key)
             if p is not None and p.node and not p.terminal and key not in self.inflight:
-                engine.state.assign(key, placement)
-                self.fixed[key] = placement
+                self._hold(p, placement)
 
     def _queue_for(self, p: PodInfo) -> tuple[str | None, str]:
         if p.queue_label is not None:
@@ -471,7 +498,7 @@ class Controller:
 
     def _report_queues(self) -> None:
         """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts.
-        Usage counts what this engine placed; pods pinned after a restart hold capacity but are not charged."""
+        Pods pinned where they run (after a restart, say) are charged like the ones this engine placed."""
         engine = self.engine
         assert engine is not None
         view, tree = engine.view, engine.tree
