@@ -68,7 +68,7 @@ def test_two_replicas_one_binds_and_the_standby_takes_over(fake_api, tmp_path):
             assert loop.time() - killed < LEASE + 2 * RETRY + 1.0, "the standby did not take over in time"
             await asyncio.sleep(0.02)
         took_over = loop.time() - killed
-        assert took_over <= LEASE + RETRY + 0.5, took_over
+        assert took_over <= LEASE + RETRY + 1.0, took_over  # expiry is judged on the standby's own clock
         while await bound() < 9:
             assert loop.time() - killed < 20, "the new leader did not bind the new pods"
             await asyncio.sleep(0.05)

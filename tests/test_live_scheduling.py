@@ -178,7 +178,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         fake_api.control("compact")
         fake_api.control("expire-watches")  # forced 410 on every watch
         await asyncio.sleep(0.2)
-        await complete([k for k in sorted(bound()) if k not in done])
+        await complete([k for k in sorted(bound()) if k not in done][:-10])  # ten keep running across the kill
         await asyncio.sleep(0.1)
         run.cancel()  # killed mid-flight: binds may be half done
         await asyncio.gather(run, return_exceptions=True)
