@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from fairgpu.k8s import hami
@@ -36,13 +36,14 @@ class Binder:
         port: KubePort,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         lock_wait: float = 60.0,
-        node_changed: Callable[[str], Awaitable[object]] | None = None,
+        node_changed: Callable[[str], asyncio.Event] | None = None,
         node_cache: Callable[[str], dict | None] | None = None,
     ) -> None:
         self.port = port
         self.clock = clock
         self.lock_wait = lock_wait
-        # Resolves when the node object changes (an informer event): waiting for a lock then costs no polling.
+        # An event set at the node's next change (informer): waiting for a lock then costs no polling. It is
+        # taken before each read of the node, so a release landing between the read and the wait is not missed.
         self.node_changed = node_changed
         # The informer's copy of a node saves a GET per lock; if it is stale the conditional patch gets 409.
         self.node_cache = node_cache
@@ -97,6 +98,7 @@ class Binder:
         pause = 0.02
         cached = self.node_cache(node) if self.node_cache is not None else None
         while True:
+            changed = self.node_changed(node) if self.node_changed is not None else None
             try:
                 obj = cached if cached is not None else await self.port.get(NODES, node)
                 cached = None
@@ -112,11 +114,11 @@ class Binder:
                     raise BindError(f"locking node {node}: {err}") from err
             if asyncio.get_running_loop().time() > deadline:
                 raise BindError(f"node {node} stayed locked by another pod for {self.lock_wait:g}s")
-            if self.node_changed is None:
+            if changed is None:
                 await asyncio.sleep(pause)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.node_changed(node), pause)
+                    await asyncio.wait_for(changed.wait(), pause)
             pause = min(1.0, pause * 2)
 
     async def _stale(self, value: str, pod: PodInfo, node: str) -> bool:

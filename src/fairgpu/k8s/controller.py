@@ -103,8 +103,9 @@ class Controller:
             event.set()
         self.wake.set()
 
-    async def _node_changed(self, node: str) -> None:
-        await self._node_events.setdefault(node, asyncio.Event()).wait()
+    def _node_changed(self, node: str) -> asyncio.Event:
+        """An event the node informer sets at this node's next change."""
+        return self._node_events.setdefault(node, asyncio.Event())
 
     def _changed(self, kind: str, obj: dict) -> None:
         if obj.get("kind") == "Pod" or "containers" in (obj.get("spec") or {}):
