@@ -107,6 +107,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         for t in TEAMS:
             await port.create(QUEUES, {"metadata": {"name": f"team-{t}"}, "spec": {"namespaces": [t], "weight": 1}})
         await port.create(QUEUES, {"metadata": {"name": "broken"}, "spec": {"weight": -1}})
+        await port.create(QUEUES, {"metadata": {"name": "orphan"}, "spec": {"parent": "broken"}})
         all_pods = workload_pods()
         for obj in all_pods:
             await port.create(PODS, obj, obj["metadata"]["namespace"])
@@ -158,6 +159,8 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         queue = await port.get(QUEUES, "broken")
         assert queue["status"]["conditions"][0]["status"] == "False"
         assert "spec.weight" in queue["status"]["conditions"][0]["message"]
+        orphan = (await port.get(QUEUES, "orphan"))["status"]["conditions"][0]
+        assert orphan["status"] == "False" and "spec.parent" in orphan["message"]
 
         # Phase 2: pods complete in waves; faults are injected; the scheduler is killed half-way.
         fake_api.control("fault", code=409, count=1, path_contains="/binding")

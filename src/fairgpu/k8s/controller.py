@@ -169,6 +169,15 @@ class Controller:
                 entries.append(queue_from_cr(obj))
             except ValueError as err:
                 errors[obj["metadata"]["name"]] = str(err)
+        # A queue whose parent is missing (or invalid) is left out with its children, not the whole tree.
+        while True:
+            names = {e.spec.name for e in entries}
+            orphans = [e for e in entries if e.spec.parent is not None and e.spec.parent not in names]
+            if not orphans:
+                break
+            for e in orphans:
+                errors[e.spec.name] = f"spec.parent: queue {e.spec.parent!r} does not exist or is invalid"
+            entries = [e for e in entries if e not in orphans]
         for name, problem in errors.items():
             if self.queue_errors.get(name) != problem:
                 self._spawn(self.reporter.queue_invalid(name, problem))
