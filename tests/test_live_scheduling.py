@@ -144,6 +144,20 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         events, _ = await port.list(PODS.__class__("", "v1", "events", True))
         assert any(e["reason"] == "FailedScheduling" and e["message"] for e in events)
         assert any(e["reason"] == "Scheduled" for e in events)
+        # a pending pod carries the engine's explanation as PodScheduled=False, the same text as its event
+        explained = defaultdict(set)
+        for e in events:
+            explained[(e["involvedObject"]["namespace"], e["involvedObject"]["name"])].add(e["message"])
+        pending, _ = await port.list(PODS, field_selector="spec.nodeName=")
+        conditions = [
+            (p, c)
+            for p in pending
+            for c in p.get("status", {}).get("conditions", [])
+            if c["type"] == "PodScheduled" and c["status"] == "False"
+        ]
+        assert conditions and all(c["reason"] == "Unschedulable" for _, c in conditions)
+        p, c = conditions[0]
+        assert c["message"] and c["message"] in explained[(p["metadata"]["namespace"], p["metadata"]["name"])]
         await asyncio.sleep(ctl.status_every)
         ctl.wake.set()
         await until(
