@@ -69,8 +69,9 @@ class Controller:
         self.stats = Stats()
         self.wake = asyncio.Event()
         self.nodes = Informer(port, NODES, self._node_event)
-        self.pods = Informer(port, PODS, self._changed)
-        self.queues = Informer(port, QUEUES, self._changed)
+        self.pods = Informer(port, PODS, self._pod_event)
+        self.queues = Informer(port, QUEUES, lambda kind, obj: self.wake.set())
+        self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
         self.fixed: dict[str, Placement] = {}  # pods pinned where they already run
@@ -107,12 +108,13 @@ class Controller:
         """An event the node informer sets at this node's next change."""
         return self._node_events.setdefault(node, asyncio.Event())
 
-    def _changed(self, kind: str, obj: dict) -> None:
-        if obj.get("kind") == "Pod" or "containers" in (obj.get("spec") or {}):
-            key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
-            self._dirty.add(key)
-            if kind != "DELETED" and not (obj.get("spec") or {}).get("nodeName"):
-                self.seen_at.setdefault(key, self.clock())
+    def _pod_event(self, kind: str, obj: dict) -> None:
+        key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+        self._dirty.add(key)
+        if kind == "DELETED":
+            self.seen_at.pop(key, None)
+        elif not (obj.get("spec") or {}).get("nodeName"):
+            self.seen_at.setdefault(key, self.clock())
         self.wake.set()
 
     # -- main loop --------------------------------------------------------------------------------------
