@@ -31,3 +31,13 @@ def tree(*names: str, **weights: float) -> QueueTree:
 @pytest.fixture
 def two_nodes() -> list[NodeSpec]:
     return [gpu_node("n0"), gpu_node("n1")]
+
+
+@pytest.fixture
+def fake_api():
+    """A fresh wire-level fake kube-apiserver on 127.0.0.1 (tests/fakeapi)."""
+    from fakeapi.server import FakeApiServer
+
+    server = FakeApiServer().start()
+    yield server
+    server.stop()

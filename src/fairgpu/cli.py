@@ -240,5 +240,45 @@ def profiles_cmd() -> None:
     Console().print(table)
 
 
+@app.command("run")
+def run_cmd(
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig file; without it, the pod's in-cluster service account.")
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Profile name or YAML file.")] = "fairgpu",
+    scheduler_name: Annotated[str, typer.Option(help="Pods with this spec.schedulerName are ours.")] = "fairgpu",
+    leader_elect: Annotated[bool, typer.Option(help="Elect a leader on a Lease (run several replicas).")] = True,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease.")] = "fairgpu-system",
+    identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
+    health_host: Annotated[str, typer.Option(help="Address for /healthz and /readyz.")] = "0.0.0.0",
+    health_port: Annotated[int, typer.Option(help="Port for /healthz and /readyz.")] = 8080,
+    webhook_port: Annotated[int, typer.Option(help="HTTPS port of the admission webhook.")] = 8443,
+    tls_cert: Annotated[str | None, typer.Option(help="Webhook certificate (PEM); with --tls-key.")] = None,
+    tls_key: Annotated[str | None, typer.Option(help="Webhook private key (PEM).")] = None,
+) -> None:
+    """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
+    import asyncio
+    import logging
+    import socket
+
+    from fairgpu.k8s import app as live
+
+    try:
+        prof = load_profile(profile)
+    except ProfileError as err:
+        raise _fail(f"--profile: {err}") from err
+    if (tls_cert is None) != (tls_key is None):
+        raise _fail("--tls-cert and --tls-key go together")
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
+    try:
+        asyncio.run(live.run(*args, health_host, health_port, webhook_port, tls))
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:
+        raise _fail(f"{type(err).__name__}: {err}") from err
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

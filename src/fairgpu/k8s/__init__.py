@@ -1,0 +1,1 @@
+"""The Kubernetes driver: client port, informers, translation, HAMi annotations, controller."""

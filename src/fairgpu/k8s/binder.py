@@ -1,0 +1,153 @@
+"""Carry out one placement the way HAMi's own scheduler does (design/hami-interop.md §3.3 and §5): pod
+annotations, node lock, bind-phase, then the Binding with the pod's UID as precondition.
+
+On failure the lock is released only if it is still ours, and BindError tells the controller to roll back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from fairgpu.k8s import hami
+from fairgpu.k8s.port import NODES, PODS, KubeError, KubePort
+from fairgpu.k8s.translate import PodInfo
+
+# A lock whose owner is not yet bound may belong to a scheduler that is mid-commit; after this long without
+# a Binding its owner has crashed or given up.
+UNBOUND_LOCK_GRACE = timedelta(seconds=3)
+
+
+class BindError(Exception):
+    """The pod was not bound; the reservation must be rolled back."""
+
+
+def device_string(pod: PodInfo, devices: list[hami.DeviceUse]) -> str:
+    """Each container's segment, init containers first; only the GPU container lists devices."""
+    return hami.encode_devices([devices if i == pod.gpu_container else [] for i in range(pod.containers)])
+
+
+class Binder:
+    def __init__(
+        self,
+        port: KubePort,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        lock_wait: float = 60.0,
+        node_changed: Callable[[str], asyncio.Event] | None = None,
+        node_cache: Callable[[str], dict | None] | None = None,
+    ) -> None:
+        self.port = port
+        self.clock = clock
+        self.lock_wait = lock_wait
+        # An event set at the node's next change (informer): waiting for a lock then costs no polling. It is
+        # taken before each read of the node, so a release landing between the read and the wait is not missed.
+        self.node_changed = node_changed
+        # The informer's copy of a node saves a GET per lock; if it is stale the conditional patch gets 409.
+        self.node_cache = node_cache
+        self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
+
+    async def bind(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
+        if not devices:  # no GPU: nothing for HAMi to enforce
+            await self._binding(pod, node)
+            return
+        now = self.clock()
+        unix = str(int(now.timestamp()))
+        alloc = device_string(pod, devices)
+        await self._patch_pod(
+            pod,
+            {
+                "labels": {hami.VGPU_NODE: node},
+                "annotations": {
+                    hami.VGPU_NODE: node,
+                    hami.VGPU_TIME: unix,
+                    hami.TO_ALLOCATE: alloc,
+                    hami.ALLOCATED: alloc,
+                },
+            },
+        )
+        async with self._local[node]:
+            lock = await self._lock(pod, node)
+        try:
+            await self._patch_pod(pod, {"annotations": {hami.BIND_PHASE: "allocating", hami.BIND_TIME: unix}})
+            await self._binding(pod, node)
+        except BindError:
+            await self._unlock(node, lock)
+            raise
+
+    async def _patch_pod(self, pod: PodInfo, meta: dict) -> None:
+        try:
+            await self.port.patch(PODS, pod.name, {"metadata": meta}, pod.namespace)
+        except KubeError as err:
+            raise BindError(f"annotating pod: {err}") from err
+
+    async def _binding(self, pod: PodInfo, node: str) -> None:
+        try:
+            await self.port.bind(pod.namespace, pod.name, pod.uid, node)
+        except KubeError as err:
+            # A retried request whose first attempt landed: the pod already sits where we put it.
+            if err.code == 409 and f'already assigned to node "{node}"' in err.message:
+                return
+            raise BindError(f"binding: {err}") from err
+
+    async def _lock(self, pod: PodInfo, node: str) -> str:
+        """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it."""
+        deadline = asyncio.get_running_loop().time() + self.lock_wait
+        pause = 0.02
+        cached = self.node_cache(node) if self.node_cache is not None else None
+        while True:
+            changed = self.node_changed(node) if self.node_changed is not None else None
+            try:
+                obj = cached if cached is not None else await self.port.get(NODES, node)
+                cached = None
+                held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
+                if held is None or await self._stale(held, pod, node):
+                    value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()
+                    patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
+                    patch["metadata"]["annotations"] = {hami.NODE_LOCK: value}
+                    await self.port.patch(NODES, node, patch)
+                    return value
+            except KubeError as err:
+                if err.code != 409:  # 409: someone changed the node meanwhile; look again
+                    raise BindError(f"locking node {node}: {err}") from err
+            if asyncio.get_running_loop().time() > deadline:
+                raise BindError(f"node {node} stayed locked by another pod for {self.lock_wait:g}s")
+            if changed is None:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), pause)
+            pause = min(1.0, pause * 2)
+
+    async def _stale(self, value: str, pod: PodInfo, node: str) -> bool:
+        lock = hami.decode_lock(value)
+        if lock is None or (lock.namespace, lock.pod) == (pod.namespace, pod.name) or lock.expired(self.clock()):
+            return True
+        try:
+            owner = await self.port.get(PODS, lock.pod, lock.namespace)
+        except KubeError as err:
+            if err.code == 404:
+                return True
+            raise
+        phase = (owner["metadata"].get("annotations") or {}).get(hami.BIND_PHASE)
+        if phase in ("success", "failed") or (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return True
+        assigned = (owner.get("spec") or {}).get("nodeName")
+        return assigned != node and self.clock() - lock.taken > UNBOUND_LOCK_GRACE
+
+    async def _unlock(self, node: str, value: str) -> None:
+        """Remove the lock only while it is still the one we wrote."""
+        for _ in range(5):
+            try:
+                obj = await self.port.get(NODES, node)
+                if (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK) != value:
+                    return
+                patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
+                patch["metadata"]["annotations"] = {hami.NODE_LOCK: None}
+                await self.port.patch(NODES, node, patch)
+                return
+            except KubeError as err:
+                if err.code != 409:
+                    return  # the lock expires on its own; nothing more to do safely

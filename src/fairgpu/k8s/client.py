@@ -1,0 +1,143 @@
+"""KubePort on kubernetes-asyncio: its configuration (kubeconfig or in-cluster), auth and HTTP machinery,
+with JSON read raw (`_preload_content=False`) so objects stay plain dicts and binding's Status reply, which
+the typed client cannot decode, is read by hand (design/fake-apiserver.md §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from kubernetes_asyncio import client, config
+
+from fairgpu.k8s.port import PODS, Kind, KubeError
+
+MERGE_PATCH = "application/merge-patch+json"
+RETRIED = (500, 503, 504)  # transient server failures: back off exponentially, a few times
+ATTEMPTS = 5
+
+
+class KubeClient:
+    def __init__(self, api: client.ApiClient, backoff: float = 0.05) -> None:
+        self.api = api
+        self.backoff = backoff
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
+        """From a kubeconfig file, or the pod's service account when none is given."""
+        if kubeconfig:
+            return cls(await config.new_client_from_config(config_file=kubeconfig))
+        conf = client.Configuration()
+        config.load_incluster_config(client_configuration=conf)
+        return cls(client.ApiClient(configuration=conf))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        retry: bool = True,
+    ) -> dict:
+        for attempt in range(ATTEMPTS):
+            resp = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                _preload_content=False,
+                _request_timeout=30,
+            )
+            raw = await resp.read()
+            if 200 <= resp.status < 300:
+                return json.loads(raw) if raw else {}
+            err = _error(resp.status, raw)
+            last = attempt == ATTEMPTS - 1
+            if retry and not last and err.code in RETRIED:
+                await asyncio.sleep(self.backoff * 2**attempt)
+                continue
+            if retry and not last and err.code == 429 and "Retry-After" in resp.headers:
+                await asyncio.sleep(float(resp.headers["Retry-After"]))
+                continue
+            raise err
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def list(
+        self, kind: Kind, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict], str]:
+        query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
+        doc = await self._call("GET", kind.path(namespace), query)
+        return doc.get("items") or [], doc["metadata"]["resourceVersion"]
+
+    async def watch(
+        self, kind: Kind, resource_version: str, timeout_seconds: int = 300, field_selector: str = ""
+    ) -> AsyncIterator[dict]:
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        resp = await self.api.call_api(
+            kind.path(),
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            _preload_content=False,
+            _request_timeout=client.rest.aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+        )
+        try:
+            if resp.status != 200:
+                raise _error(resp.status, await resp.read())
+            while line := await resp.content.readline():
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.release()
+
+    async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
+        return await self._call("GET", kind.path(namespace, name))
+
+    async def create(self, kind: Kind, body: dict, namespace: str | None = None) -> dict:
+        return await self._call("POST", kind.path(namespace), body=body, retry=False)
+
+    async def replace(self, kind: Kind, name: str, body: dict, namespace: str | None = None) -> dict:
+        return await self._call("PUT", kind.path(namespace, name), body=body, retry=False)
+
+    async def patch(
+        self, kind: Kind, name: str, body: dict, namespace: str | None = None, subresource: str | None = None
+    ) -> dict:
+        return await self._call("PATCH", kind.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
+        return await self._call("DELETE", kind.path(namespace, name))
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        # Retrying after a 5xx is safe: if the first attempt landed, the retry gets 409 "already assigned".
+        await self._call("POST", PODS.path(namespace, name, "binding"), body=body)
+
+    async def evict(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        # 429 here is a disruption budget, not rate limiting: the caller picks another victim.
+        await self._call("POST", PODS.path(namespace, name, "eviction"), body=body, retry=False)
+
+
+def _error(code: int, raw: bytes) -> KubeError:
+    try:
+        status = json.loads(raw)
+        return KubeError(code, str(status.get("reason", "")), str(status.get("message", "")))
+    except (ValueError, AttributeError):
+        return KubeError(code, "", raw.decode(errors="replace")[:200])

@@ -1,0 +1,555 @@
+"""The controller: informers feed the engine, the engine decides, binders and evictions carry it out.
+
+The pod cache is the truth and the engine a structure derived from it. Every pass reconciles the two:
+bound pods the engine did not place are pinned where their HAMi annotations say (so a restarted scheduler
+rebuilds the cluster's allocation exactly); pending pods of ours are submitted as workloads (a pod group as
+one gang); pods that are gone release what they held. Then one engine cycle, whose placements are bound
+concurrently. A failed bind rolls its workload back; the next pass resubmits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairgpu import resources as r
+from fairgpu.framework.profile import Profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s import hami
+from fairgpu.k8s.binder import Binder, BindError
+from fairgpu.k8s.informer import Informer
+from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError, KubePort
+from fairgpu.k8s.queues import QueueEntry, queue_from_cr
+from fairgpu.k8s.reporter import Reporter
+from fairgpu.k8s.translate import PodInfo, node_spec, pod_info
+from fairgpu.model import NodeSpec, QueueTree, RequestError, Workload
+from fairgpu.state import Placement, StateError
+
+log = logging.getLogger(__name__)
+SCHEDULER_NAME = "fairgpu"
+GANG_ADMITTED = "fairgpu.io/gang-admitted"  # on every member once a gang starts binding
+
+
+@dataclass(slots=True)
+class Stats:
+    cycles: int = 0
+    binds: int = 0
+    bind_failures: int = 0
+    rollbacks: int = 0
+    evictions: int = 0
+    rebuilds: int = 0
+    bind_latency: list[float] = field(default_factory=list)  # seconds from the pod's arrival to its bind
+
+
+class Controller:
+    def __init__(
+        self,
+        port: KubePort,
+        profile: Profile,
+        scheduler_name: str = SCHEDULER_NAME,
+        clock: Callable[[], float] = time.time,
+        max_concurrent_binds: int = 64,
+        binder: Binder | None = None,
+        leading: asyncio.Event | None = None,
+    ) -> None:
+        self.port = port
+        self.profile = profile
+        self.scheduler_name = scheduler_name
+        self.clock = clock
+        self._node_events: dict[str, asyncio.Event] = {}
+        self.binder = binder or Binder(
+            port, node_changed=self._node_changed, node_cache=lambda name: self.nodes.cache.get(f"/{name}")
+        )
+        self.reporter = Reporter(port, scheduler_name)
+        self.stats = Stats()
+        self.wake = asyncio.Event()
+        self.nodes = Informer(port, NODES, self._node_event)
+        self.pods = Informer(port, PODS, self._pod_event)
+        self.queues = Informer(port, QUEUES, lambda kind, obj: self.wake.set())
+        self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
+        self.engine: Scheduler | None = None
+        self._built_from: tuple | None = None
+        self.fixed: dict[str, Placement] = {}  # pods pinned where they already run
+        self._charged: dict[str, tuple[int, np.ndarray]] = {}  # pinned pods of ours: (queue, fair charge)
+        self.owned: dict[str, str] = {}  # pod key → engine workload holding it
+        self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
+        self.inflight: set[str] = set()  # pods whose bind is under way
+        self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
+        self.queue_errors: dict[str, str] = {}
+        # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
+        # not the cluster's size. A rebuild looks at every pod again.
+        self._dirty: set[str] = set()
+        self._all_dirty = True
+        self._infos: dict[str, PodInfo] = {}
+        self._bad: dict[str, str] = {}
+        self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
+        self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        self.status_every = 2.0  # seconds between queue status updates
+        self._status_at = -1e18
+        self._binds = asyncio.Semaphore(max_concurrent_binds)
+        self._tasks: set[asyncio.Task] = set()
+        if leading is None:  # without an elector this replica always leads
+            leading = asyncio.Event()
+            leading.set()
+        self.leading = leading
+
+    def _node_event(self, kind: str, obj: dict) -> None:
+        event = self._node_events.pop(obj["metadata"]["name"], None)
+        if event is not None:
+            event.set()
+        self.wake.set()
+
+    def _node_changed(self, node: str) -> asyncio.Event:
+        """An event the node informer sets at this node's next change."""
+        return self._node_events.setdefault(node, asyncio.Event())
+
+    def _pod_event(self, kind: str, obj: dict) -> None:
+        key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+        self._dirty.add(key)
+        if kind == "DELETED":
+            self.seen_at.pop(key, None)
+        elif not (obj.get("spec") or {}).get("nodeName"):
+            self.seen_at.setdefault(key, self.clock())
+        self.wake.set()
+
+    # -- main loop --------------------------------------------------------------------------------------
+    async def run(self, min_interval: float = 0.01) -> None:
+        informers = [asyncio.create_task(i.run()) for i in (self.nodes, self.pods, self.queues)]
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.queues)))
+            while True:
+                if not self.leading.is_set():  # standbys keep their caches warm and decide nothing
+                    await self.leading.wait()
+                    self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
+                    self.wake.set()
+                await self.wake.wait()
+                self.wake.clear()
+                if self.leading.is_set():
+                    self.step()
+                await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
+        finally:
+            for t in informers + list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
+
+    def step(self) -> None:
+        """One reconcile + engine cycle; starts the binds and evictions it decides."""
+        now = self.clock()
+        self._reconcile(now)
+        if self.engine is None:
+            return
+        result = self.engine.cycle(now)
+        self.stats.cycles += 1
+        decided: dict[str, list[tuple[str, Placement]]] = {}
+        for b in result.bound:
+            self.inflight.add(b.pod_name)
+            decided.setdefault(b.workload, []).append((b.pod_name, b.placement))
+        for workload, binds in decided.items():
+            self._spawn(self._commit(workload, binds))
+        for ev in result.evictions:
+            self._spawn(self._evict(ev.workload, ev.reason))
+        self._report_pending(now)
+        if now - self._status_at >= self.status_every:
+            self._status_at = now
+            self._report_queues()
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- reconcile ----------------------------------------------------------------------------------------
+    def _queue_entries(self) -> list[QueueEntry]:
+        entries, errors = [], {}
+        for obj in self.queues.cache.values():
+            try:
+                entries.append(queue_from_cr(obj))
+            except ValueError as err:
+                errors[obj["metadata"]["name"]] = str(err)
+        # A queue whose parent is missing (or invalid) is left out with its children, not the whole tree.
+        while True:
+            names = {e.spec.name for e in entries}
+            orphans = [e for e in entries if e.spec.parent is not None and e.spec.parent not in names]
+            if not orphans:
+                break
+            for e in orphans:
+                errors[e.spec.name] = f"spec.parent: queue {e.spec.parent!r} does not exist or is invalid"
+            entries = [e for e in entries if e not in orphans]
+        for name, problem in errors.items():
+            if self.queue_errors.get(name) != problem:
+                self._spawn(self.reporter.queue_invalid(name, problem))
+        self.queue_errors = errors
+        return entries
+
+    def _reconcile(self, now: float) -> None:
+        node_specs = self._read_nodes()
+        entries = self._queue_entries()
+        try:
+            tree = QueueTree([e.spec for e in entries])
+        except ValueError as err:
+            log.error("queues: %s", err)
+            return
+        self.namespaces = {e.spec.name: e.namespaces for e in entries}
+        shape = (tuple(node_specs), repr(tree.queues))
+        if shape != self._built_from:
+            if self.inflight:
+                self.wake.set()  # rebuild once the binds under way have landed
+                return
+            self._rebuild(node_specs, tree, shape)
+        engine = self.engine
+        assert engine is not None
+        keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
+        self._all_dirty, self._dirty = False, set()
+        pods, bad = self._read_pods(keys)
+        # Pods that are gone or finished release what they hold.
+        for key in keys:
+            p = pods.get(key)
+            gone = p is None or p.terminal
+            if gone and key in self.fixed:
+                self._unhold(key)
+            if gone and key in self.owned:
+                if key in self.inflight:
+                    self._dirty.add(key)  # look again once its bind has finished
+                else:
+                    self._drop_workload(self.owned[key], pods)
+        # Bound pods the engine does not hold are pinned where they run.
+        for key in keys:
+            p = pods.get(key)
+            if p is not None and p.node and not p.terminal and key not in self.owned and key not in self.fixed:
+                self._pin(p)
+        self._submit_pending(keys | self._dirty, pods, bad, now)
+
+    def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
+        """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
+        self.engine = Scheduler(node_specs, tree, self.profile)
+        self._built_from = shape
+        self.fixed.clear()
+        self._charged.clear()
+        self.owned.clear()
+        self.members.clear()
+        self._all_dirty = True
+        self.stats.rebuilds += 1
+
+    def _pin(self, p: PodInfo) -> None:
+        engine = self.engine
+        assert engine is not None and p.node is not None
+        state = engine.state
+        ni = state.node_index.get(p.node)
+        if ni is None:
+            return  # on a node we do not schedule (not in the inventory)
+        placement = self._placement_from_annotations(p, ni)
+        if placement is None:
+            return
+        try:
+            self._hold(p, placement)
+        except StateError as err:  # a foreign pod over capacity must not stop scheduling
+            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
+
+    def _hold(self, p: PodInfo, placement: Placement) -> None:
+        """Pin a running pod where it is. One of ours is charged to its queue's usage and demand, so that
+        after a restart, a rollback or a gang member's exit, fair shares still count what tenants hold."""
+        engine = self.engine
+        assert engine is not None
+        engine.state.assign(p.key, placement)
+        self.fixed[p.key] = placement
+        queue, _ = self._queue_for(p)
+        qi = engine.tree.index.get(queue) if queue is not None else None
+        if qi is not None and p.scheduler == self.scheduler_name:
+            charge = p.spec.charge(engine.state.mean_gpu_memory_mib())
+            engine.view.add_usage(qi, charge)
+            engine.view.demand[qi] += charge
+            self._charged[p.key] = (qi, charge)
+
+    def _unhold(self, key: str) -> None:
+        engine = self.engine
+        assert engine is not None
+        engine.state.release(key)
+        del self.fixed[key]
+        charged = self._charged.pop(key, None)
+        if charged is not None:
+            qi, charge = charged
+            engine.view.add_usage(qi, -charge)
+            engine.view.demand[qi] -= charge
+
+    def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
+        state = self.engine.state  # type: ignore[union-attr]
+        spec = p.spec
+        if spec.gpu is None:
+            return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
+        raw = p.annotations.get(hami.ALLOCATED)
+        if raw is not None and p.annotations.get(hami.VGPU_NODE) == p.node:
+            try:
+                segments = hami.decode_devices(raw)
+            except hami.FormatError as err:
+                log.warning("pod %s: %s", p.key, err)
+                segments = []
+            devices = [d for seg in segments for d in seg]
+            uuids = [g.uuid for g in state.nodes[ni].gpus]
+            if devices and all(d.uuid in uuids for d in devices):
+                slots = tuple(uuids.index(d.uuid) for d in devices)
+                return Placement(
+                    ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
+                )
+        # A GPU pod placed by someone else without HAMi's record: take fitting cards so none is double-booked.
+        fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
+        if len(fits) < spec.gpu.count:
+            return None
+        return state.placement_for(spec, ni, fits[: spec.gpu.count])
+
+    def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
+        """Take a workload out of the engine; members that run stay pinned, pending ones get resubmitted."""
+        engine = self.engine
+        assert engine is not None
+        keys = self.members.pop(name, ())
+        released = engine.remove(name)
+        for key in keys:
+            self.owned.pop(key, None)
+            self._dirty.add(key)  # pending members are resubmitted on the next pass
+        self.wake.set()
+        for key, placement in zip(keys, released, strict=False):
+            p = pods.get(key)
+            if p is not None and p.node and not p.terminal and key not in self.inflight:
+                self._hold(p, placement)
+
+    def _queue_for(self, p: PodInfo) -> tuple[str | None, str]:
+        if p.queue_label is not None:
+            allowed = self.namespaces.get(p.queue_label)
+            if allowed is None:
+                return None, f"queue {p.queue_label!r} does not exist"
+            if allowed and p.namespace not in allowed:
+                return None, f"namespace {p.namespace} may not use queue {p.queue_label!r}"
+            return p.queue_label, ""
+        for name, allowed in self.namespaces.items():
+            if p.namespace in allowed:
+                return name, ""
+        return None, f"no queue serves namespace {p.namespace}; label the pod fairgpu.io/queue"
+
+    def _submit_pending(self, keys: set[str], pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
+        engine = self.engine
+        assert engine is not None
+        groups: dict[tuple[str, str], list[PodInfo]] = {}
+        for key in keys & bad.keys():
+            problem = bad[key]
+            obj = self.pods.cache[key]
+            if (obj.get("spec") or {}).get("schedulerName") == self.scheduler_name and not obj["spec"].get("nodeName"):
+                self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), problem)
+
+        def waiting(p: PodInfo) -> bool:
+            if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
+                return False
+            return p.key not in self.owned and p.key not in self.inflight
+
+        for key in keys:
+            p = pods.get(key)
+            if p is None:
+                continue
+            if p.group:
+                groups.setdefault((p.namespace, p.group), [])
+            elif waiting(p):
+                self._submit([p], key, now)
+        for gid in groups:
+            everyone = [pods[k] for k in self._groups.get(gid, ()) if k in pods]
+            groups[gid] = [m for m in everyone if waiting(m)]
+        for (ns, group), members in groups.items():
+            if not members:
+                continue
+            bound = sum(1 for k in self._groups.get((ns, group), ()) if k in pods and pods[k].node)
+            admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
+            need = 0 if admitted else max(m.min_members for m in members) - bound
+            if len(members) < need:
+                for m in members:
+                    self.reporter.unschedulable(
+                        m.key, m.uid, f"gang {group}: {len(members) + bound} of {need + bound} members exist"
+                    )
+                continue
+            self._submit(sorted(members, key=lambda m: m.name), f"{ns}/group:{group}", now)
+
+    def _submit(self, members: list[PodInfo], name: str, now: float) -> None:
+        engine = self.engine
+        assert engine is not None
+        first = members[0]
+        queue, why = self._queue_for(first)
+        if queue is None:
+            for m in members:
+                self.reporter.unschedulable(m.key, m.uid, why)
+            return
+        wl = Workload(
+            name=name,
+            queue=queue,
+            pods=tuple(m.spec for m in members),
+            submit_time=min(m.created for m in members),
+            priority=max(m.priority for m in members),
+            duration=first.duration,
+            user=first.user,
+            pod_names=tuple(m.key for m in members),
+        )
+        try:
+            engine.submit(wl)
+        except RequestError as err:
+            for m in members:
+                self.reporter.unschedulable(m.key, m.uid, str(err))
+            return
+        self.members[name] = wl.pod_names
+        for m in members:
+            self.owned[m.key] = name
+
+    # -- decisions ----------------------------------------------------------------------------------------
+    async def _commit(self, workload: str, binds: list[tuple[str, Placement]]) -> None:
+        """Bind a workload's placed pods concurrently. A gang's members are first marked admitted: if this
+        scheduler dies with the gang half bound, its successor must place the rest without waiting for
+        members that already ran and are gone."""
+        if len(self.members.get(workload, ())) > 1:
+            try:
+                for key in self.members[workload]:
+                    ns, name = key.split("/", 1)
+                    await self.port.patch(PODS, name, {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}, ns)
+            except KubeError as err:
+                log.warning("gang %s not marked admitted: %s; rolling back", workload, err)
+                for key, _ in binds:
+                    self.inflight.discard(key)
+                if workload in self.members:
+                    self.stats.rollbacks += 1
+                    self._drop_workload(workload, self._pod_infos())
+                self.wake.set()
+                return
+        await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
+
+    async def _bind(self, workload: str, key: str, placement: Placement) -> None:
+        engine = self.engine
+        assert engine is not None
+        obj = self.pods.cache.get(key)
+        try:
+            async with self._binds:
+                if obj is None:
+                    raise BindError("pod disappeared before its bind")
+                p = pod_info(obj)
+                node = engine.state.node_names[placement.node]
+                gpus = engine.state.nodes[placement.node].gpus
+                devices = [
+                    hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
+                    for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+                ]
+                await self.binder.bind(p, node, devices)
+            self.stats.binds += 1
+            self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
+            self.reporter.scheduled(key, p.uid, node)
+        except (BindError, KubeError, RequestError) as err:
+            self.stats.bind_failures += 1
+            log.warning("bind %s failed: %s; rolling back %s", key, err, workload)
+            self.inflight.discard(key)
+            if engine is self.engine and workload in self.members:
+                self.stats.rollbacks += 1
+                self._drop_workload(workload, self._pod_infos())
+        finally:
+            self.inflight.discard(key)
+            self.wake.set()
+
+    def _read_nodes(self) -> list[NodeSpec]:
+        """Node specs, parsed once per resourceVersion (a bind's node lock changes a node's RV, not its GPUs);
+        the same NodeSpec objects come back while nothing changed, so comparing inventories stays cheap."""
+        specs: list[NodeSpec] = []
+        parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        for key, obj in sorted(self.nodes.cache.items()):
+            rv = obj["metadata"].get("resourceVersion", "")
+            hit = self._node_parsed.get(key)
+            if hit is None or hit[0] != rv:
+                try:
+                    spec: NodeSpec | None = node_spec(obj)
+                except ValueError as err:
+                    log.warning("node %s left out: %s", obj["metadata"]["name"], err)
+                    spec = None
+                if hit is not None and hit[1] is not None and spec == hit[1]:
+                    spec = hit[1]  # unchanged inventory: keep the identical object
+                hit = (rv, spec)
+            parsed[key] = hit
+            if hit[1] is not None:
+                specs.append(hit[1])
+        self._node_parsed = parsed
+        return specs
+
+    def _pod_infos(self) -> dict[str, PodInfo]:
+        return self._infos
+
+    def _read_pods(self, keys: set[str]) -> tuple[dict[str, PodInfo], dict[str, str]]:
+        """Bring the parsed view of these pods up to date with the cache: PodInfo, or why it cannot be read."""
+        for key in keys:
+            old = self._infos.pop(key, None)
+            self._bad.pop(key, None)
+            if old is not None and old.group:
+                self._groups.get((old.namespace, old.group), set()).discard(key)
+            obj = self.pods.cache.get(key)
+            if obj is None:
+                continue
+            try:
+                p = pod_info(obj)
+            except (RequestError, ValueError) as err:
+                self._bad[key] = str(err)
+                continue
+            self._infos[key] = p
+            if p.group:
+                self._groups.setdefault((p.namespace, p.group), set()).add(key)
+        return self._infos, self._bad
+
+    async def _evict(self, workload: str, reason: str) -> None:
+        """Evict every pod of a victim; a disruption budget (429) leaves it running for the engine to choose
+        another victim in a later cycle."""
+        for key in self.members.get(workload, ()):
+            ns, name = key.split("/", 1)
+            try:
+                await self.port.evict(ns, name)
+                self.stats.evictions += 1
+                self.reporter.preempted(key, reason)
+            except KubeError as err:
+                log.info("eviction of %s refused: %s", key, err)
+        self.wake.set()
+
+    def _report_queues(self) -> None:
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts.
+        Pods pinned where they run (after a restart, say) are charged like the ones this engine placed."""
+        engine = self.engine
+        assert engine is not None
+        view, tree = engine.view, engine.tree
+        pending = [0] * len(tree)
+        admitted = [0] * len(tree)
+        for entry in engine.pending.values():
+            pending[entry.queue] += 1
+        for entry in engine.running.values():
+            admitted[entry.queue] += 1
+        for q, spec in enumerate(tree.queues):
+            self.reporter.queue_status(
+                spec.name,
+                {
+                    "usage": _vector(view.usage[q]),
+                    "fairShare": _vector(view.entitled[q]),
+                    "pending": pending[q],
+                    "admitted": admitted[q],
+                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                },
+            )
+
+    def _report_pending(self, now: float) -> None:
+        engine = self.engine
+        assert engine is not None
+        for name, keys in self.members.items():
+            if name not in engine.pending:
+                continue
+            pending = [k for k in keys if k not in self.inflight and engine.state.placement(k) is None]
+            if not pending or not self.reporter.wants_explanation(pending[0], now):
+                continue
+            explanation = engine.explain(name, now)
+            message = "; ".join(explanation.lines())
+            for key in pending:
+                obj = self.pods.cache.get(key)
+                if obj is not None:
+                    self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), message)
+
+
+def _vector(v: object) -> dict[str, str]:
+    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
+    gpu, gpumem, cpu, mem = (float(x) for x in v)  # type: ignore[attr-defined]
+    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

@@ -1,0 +1,110 @@
+"""What users see of the scheduler's decisions: Kubernetes Events on pods, the PodScheduled=False condition
+with the engine's explanation, and queue status conditions. Writes run in the background, deduplicated
+(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+
+from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubeError, KubePort
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reporter:
+    def __init__(self, port: KubePort, component: str, explain_every: float = 10.0, concurrency: int = 8) -> None:
+        self.port = port
+        self.component = component
+        self.explain_every = explain_every
+        self.last: dict[str, str] = {}  # pod key → last message posted
+        self.explained_at: dict[str, float] = {}
+        self.queue_last: dict[str, dict] = {}
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task] = set()
+
+    def wants_explanation(self, key: str, now: float) -> bool:
+        if now - self.explained_at.get(key, -1e18) < self.explain_every:
+            return False
+        self.explained_at[key] = now
+        return True
+
+    def unschedulable(self, key: str, uid: str, message: str) -> None:
+        if self.last.get(key) == message:
+            return
+        self.last[key] = message
+        ns, name = key.split("/", 1)
+        self._spawn(self._event(ns, name, uid, "FailedScheduling", message, "Warning"))
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        self._spawn(self._condition(ns, name, {**condition, "lastTransitionTime": _now()}))
+
+    def scheduled(self, key: str, uid: str, node: str) -> None:
+        self.last.pop(key, None)
+        self.explained_at.pop(key, None)
+        ns, name = key.split("/", 1)
+        self._spawn(self._event(ns, name, uid, "Scheduled", f"Successfully assigned {key} to {node}", "Normal"))
+
+    def preempted(self, key: str, reason: str) -> None:
+        ns, name = key.split("/", 1)
+        self._spawn(self._event(ns, name, "", "Preempted", reason, "Normal"))
+
+    async def queue_invalid(self, name: str, problem: str) -> None:
+        condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
+        try:
+            await self.port.patch(QUEUES, name, {"status": {"conditions": [condition]}}, subresource="status")
+        except KubeError as err:
+            log.warning("queue %s is invalid (%s) and its status could not be set: %s", name, problem, err)
+
+    def queue_status(self, name: str, status: dict) -> None:
+        """Publish a queue's usage, fair share and counts; unchanged status is not written again."""
+        if self.queue_last.get(name) == status:
+            return
+        self.queue_last[name] = status
+        self._spawn(self._queue_status(name, status))
+
+    async def _queue_status(self, name: str, status: dict) -> None:
+        async with self._slots:
+            try:
+                await self.port.patch(QUEUES, name, {"status": status}, subresource="status")
+            except KubeError as err:
+                log.info("status of queue %s not written: %s", name, err)
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _event(self, ns: str, name: str, uid: str, reason: str, message: str, kind: str) -> None:
+        ts = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name, "uid": uid},
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        async with self._slots:
+            try:
+                await self.port.create(EVENTS, body, ns)
+            except KubeError as err:
+                log.info("event for %s/%s not recorded: %s", ns, name, err)
+
+    async def _condition(self, ns: str, name: str, condition: dict) -> None:
+        async with self._slots:
+            try:
+                await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
+            except KubeError as err:
+                log.info("condition for %s/%s not set: %s", ns, name, err)

@@ -1,0 +1,567 @@
+"""The wire-level fake kube-apiserver (design/fake-apiserver.md): aiohttp on 127.0.0.1, JSON only.
+
+Test controls live under /_fake/ and answer only requests carrying the header `X-Fake-Control: yes`, so a
+production client can never reach them by accident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+
+from aiohttp import web
+
+from . import patches
+from .errors import ApiError, conflict, not_found, success
+from .selectors import Selector, parse_fields, parse_labels
+from .store import RESOURCES, Resource, Store
+
+JSON = "application/json"
+CONTROL_HEADER = "X-Fake-Control"
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def go_bool(query: dict, key: str) -> bool:
+    raw = query.get(key)
+    if raw is None or raw == "":
+        return False
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ApiError(400, "BadRequest", f'strconv.ParseBool: parsing "{raw}": invalid syntax ({key})')
+
+
+def respond(body: object, status: int = 200) -> web.Response:
+    # Content-Type exactly application/json, no charset (design §1).
+    return web.Response(body=json.dumps(body).encode(), status=status, headers={"Content-Type": JSON})
+
+
+@dataclass(slots=True)
+class Fault:
+    code: int
+    count: int
+    verb: str | None = None
+    path_contains: str = ""
+
+
+@dataclass(slots=True)
+class Target:
+    res: Resource
+    ns: str | None
+    name: str | None
+    sub: str | None
+
+
+@dataclass
+class FakeState:
+    store: Store = field(default_factory=Store)
+    faults: list[Fault] = field(default_factory=list)
+    delays: dict[str, float] = field(default_factory=dict)  # verb → seconds
+    pdb: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, pod) → "blocked" | "multiple"
+    bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
+    evictions: list[dict] = field(default_factory=list)
+    requests: int = 0
+    device_plugin: bool = False  # play HAMi's device plugin on every bind (test control)
+
+
+_BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
+
+
+def resolve(group: str, version: str, parts: list[str]) -> Target:
+    ns = None
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        ns, parts = parts[1], parts[2:]
+    if not parts or len(parts) > 3:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    res = _BY_PATH.get((group, version, parts[0]))
+    if res is None or (ns is not None and not res.namespaced):
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = parts[1] if len(parts) > 1 else None
+    sub = parts[2] if len(parts) > 2 else None
+    if sub is not None and sub not in res.subresources:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return Target(res, ns if res.namespaced else None, name, sub)
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.state = FakeState()
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.router.add_route("*", "/_fake/{op}", self.control)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.streams: set[web.StreamResponse] = set()
+
+    @property
+    def store(self) -> Store:
+        return self.state.store
+
+    # -- dispatch -----------------------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.state.requests += 1
+        try:
+            await self._faults(request)
+            return await self._route(request)
+        except ApiError as err:
+            return respond(err.status(), err.code)
+
+    async def _faults(self, request: web.Request) -> None:
+        delay = self.state.delays.get(request.method)
+        if delay:
+            await asyncio.sleep(delay)
+        for f in self.state.faults:
+            if f.count > 0 and (f.verb in (None, request.method)) and f.path_contains in request.path_qs:
+                f.count -= 1
+                reason = {
+                    409: "Conflict",
+                    500: "InternalError",
+                    503: "ServiceUnavailable",
+                    504: "Timeout",
+                    429: "TooManyRequests",
+                }
+                raise ApiError(f.code, reason.get(f.code, "InternalError"), f"injected fault {f.code}")
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/")
+        parts = [p for p in path.split("/") if p]
+        if path in ("/healthz", "/readyz", "/livez"):
+            return web.Response(text="ok", content_type="text/plain")
+        if path == "/version":
+            return respond(
+                {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fairgpu-fake", "platform": "linux/amd64"}
+            )
+        if path == "/api":
+            return respond({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        if path == "/apis":
+            return respond(self._groups())
+        if parts[:2] == ["api", "v1"]:
+            if len(parts) == 2:
+                return respond(self._resource_list("", "v1"))
+            return await self._resource(request, resolve("", "v1", parts[2:]))
+        if parts[:1] == ["apis"] and len(parts) >= 3:
+            if len(parts) == 3:
+                if not any(r.group == parts[1] and r.version == parts[2] for r in RESOURCES):
+                    raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                return respond(self._resource_list(parts[1], parts[2]))
+            return await self._resource(request, resolve(parts[1], parts[2], parts[3:]))
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def _groups(self) -> dict:
+        groups: dict[str, list[str]] = {}
+        for r in RESOURCES:
+            if r.group:
+                groups.setdefault(r.group, []).append(r.version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
+                for g, vs in groups.items()
+            ],
+        }
+
+    def _resource_list(self, group: str, version: str) -> dict:
+        out = []
+        for r in RESOURCES:
+            if r.group != group or r.version != version:
+                continue
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            out.append(
+                {
+                    "name": r.plural,
+                    "singularName": r.kind.lower(),
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": verbs,
+                }
+            )
+            for sub in r.subresources:
+                kind = {"binding": "Binding", "eviction": "Eviction"}.get(sub, r.kind)
+                sub_verbs = ["create"] if sub in ("binding", "eviction") else ["get", "patch", "update"]
+                out.append(
+                    {
+                        "name": f"{r.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": kind,
+                        "verbs": sub_verbs,
+                    }
+                )
+        gv = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
+
+    # -- resources ----------------------------------------------------------------------------------
+    async def _resource(self, request: web.Request, t: Target) -> web.StreamResponse:
+        q = request.query
+        store = self.store
+        m = request.method
+        if t.sub in ("binding", "eviction"):
+            if m != "POST":
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            body = await _json(request)
+            return self._bind(t, body) if t.sub == "binding" else self._evict(t, body)
+        if t.name is None:
+            selector = Selector(
+                parse_labels(q.get("labelSelector")),
+                parse_fields(q.get("fieldSelector"), t.res.getters, t.res.kind),
+                t.res.getters,
+            )
+            if m == "GET" and go_bool(q, "watch"):
+                return await self._watch(request, t, selector)
+            if m == "GET":
+                store.check_rv(q.get("resourceVersion"))
+                items = copy.deepcopy(store.list(t.res, t.ns, selector))
+                return respond(
+                    {
+                        "kind": f"{t.res.kind}List",
+                        "apiVersion": t.res.api_version,
+                        "metadata": {"resourceVersion": str(store.rev)},
+                        "items": items,
+                    }
+                )
+            if m == "POST":
+                if t.res.namespaced and t.ns is None:
+                    raise ApiError(405, "MethodNotAllowed", "create needs a namespace in the path")
+                body = await _json(request)
+                if body.get("kind") not in (None, t.res.kind):
+                    raise ApiError(400, "BadRequest", f"the body kind {body.get('kind')!r} is not {t.res.kind}")
+                return respond(copy.deepcopy(store.create(t.res, t.ns or "", body)), 201)
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        ns = t.ns or ""
+        if m == "GET":
+            return respond(copy.deepcopy(store.get(t.res, ns, t.name)))
+        if m == "PUT":
+            body = await _json(request)
+            return respond(copy.deepcopy(store.update(t.res, ns, t.name, body, t.sub or "")))
+        if m == "PATCH":
+            current = copy.deepcopy(store.get(t.res, ns, t.name))
+            raw = await request.read()
+            patched = patches.apply(request.headers.get("Content-Type", ""), current, raw)
+            # A resourceVersion carried in the patch is a precondition; otherwise the patch is unconditional.
+            body_rv = _patch_rv(request.headers.get("Content-Type", ""), raw)
+            if body_rv is None:
+                patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return respond(copy.deepcopy(store.update(t.res, ns, t.name, patched, t.sub or "")))
+        if m == "DELETE":
+            obj = store.delete(t.res, ns, t.name)
+            return respond(copy.deepcopy(obj))
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _bind(self, t: Target, body: dict) -> web.Response:
+        """BindingREST.Create (design §5): checks in the apiserver's order; answers a Status, not a Binding."""
+        record = {"namespace": t.ns, "name": t.name, "node": (body.get("target") or {}).get("name")}
+        try:
+            # A missing kind is defaulted from the endpoint, as the apiserver's decoder does.
+            if body.get("kind", "Binding") != "Binding" or not isinstance(body.get("metadata"), dict):
+                raise ApiError(400, "BadRequest", "the body of the request is not a Binding")
+            meta = body["metadata"]
+            if meta.get("name") != t.name:
+                raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+            target = body.get("target") or {}
+            if not target.get("name"):
+                raise ApiError(500, "InternalError", "target.name: Required value")
+            if target.get("kind") not in (None, "", "Node"):
+                raise ApiError(500, "InternalError", 'target.kind: Unsupported value: "{}"'.format(target["kind"]))
+            pod = self.store.get(t.res, t.ns or "", t.name)
+            pmeta = pod["metadata"]
+            if meta.get("uid") and meta["uid"] != pmeta["uid"]:
+                raise conflict(
+                    "pods",
+                    t.name,
+                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {pmeta['uid']}",
+                )
+            if meta.get("resourceVersion") and meta["resourceVersion"] != pmeta["resourceVersion"]:
+                raise conflict(
+                    "pods",
+                    t.name,
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{meta['resourceVersion']}, ResourceVersion in object meta: {pmeta['resourceVersion']}",
+                )
+            if pmeta.get("deletionTimestamp"):
+                raise conflict("pods", t.name, f"pod {t.name} is being deleted, cannot be assigned to a host")
+            if pod["spec"].get("nodeName"):
+                raise conflict("pods", t.name, f'pod {t.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            if pod["spec"].get("schedulingGates"):
+                raise conflict("pods", t.name, f"pod {t.name} has non-empty .spec.schedulingGates")
+
+            def assign(p: dict) -> None:
+                p["spec"]["nodeName"] = target["name"]
+                if meta.get("annotations"):
+                    p["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+                status = p.setdefault("status", {})
+                conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+                conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": self.store.timestamp()})
+                status["conditions"] = conds
+                status.pop("nominatedNodeName", None)
+
+            bound = self.store.mutate(t.res, t.ns or "", t.name, assign)
+            record["code"] = 201
+            if self.state.device_plugin:
+                self._allocate(t.res, bound, target["name"])
+            return respond(success(201), 201)
+        except ApiError as err:
+            record["code"] = err.code
+            record["message"] = err.message
+            raise
+        finally:
+            self.state.bindings.append(record)
+
+    def _allocate(self, res: Resource, pod: dict, node: str) -> None:
+        """HAMi's device plugin and the kubelet, as a test control: consume the allocation (bind-phase
+        success, to-allocate erased), release the node lock the pod holds, and start the pod."""
+        meta = pod["metadata"]
+        ann = meta.get("annotations") or {}
+        if ann.get("hami.io/bind-phase") == "allocating":
+
+            def consume(p: dict) -> None:
+                a = p["metadata"]["annotations"]
+                a["hami.io/vgpu-devices-to-allocate"] = ";" * a.get("hami.io/vgpu-devices-to-allocate", "").count(";")
+                a["hami.io/bind-phase"] = "success"
+                p["status"]["phase"] = "Running"
+
+            self.store.mutate(res, meta["namespace"], meta["name"], consume)
+            nodes = _BY_PATH[("", "v1", "nodes")]
+            with contextlib.suppress(ApiError):
+                lock = (self.store.get(nodes, "", node)["metadata"].get("annotations") or {}).get("hami.io/mutex.lock")
+                if lock and lock.endswith(f",{meta['namespace']},{meta['name']}"):
+                    self.store.mutate(nodes, "", node, lambda n: n["metadata"]["annotations"].pop("hami.io/mutex.lock"))
+
+    def _evict(self, t: Target, body: dict) -> web.Response:
+        if body.get("kind", "Eviction") != "Eviction" or (body.get("metadata") or {}).get("name") != t.name:
+            raise ApiError(400, "BadRequest", "the body of the request is not an Eviction for this pod")
+        self.store.get(t.res, t.ns or "", t.name)  # 404 first
+        record = {"namespace": t.ns, "name": t.name}
+        pdb = self.state.pdb.get((t.ns or "", t.name))
+        if pdb == "blocked":
+            record["code"] = 429
+            self.state.evictions.append(record)
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {
+                    "causes": [
+                        {"reason": "DisruptionBudget", "message": "The disruption budget pdb needs 1 healthy pods"}
+                    ]
+                },
+            )
+        if pdb == "multiple":
+            record["code"] = 500
+            self.state.evictions.append(record)
+            raise ApiError(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            )
+        self.store.delete(t.res, t.ns or "", t.name)
+        record["code"] = 201
+        self.state.evictions.append(record)
+        return respond(success(201), 201)
+
+    async def _watch(self, request: web.Request, t: Target, selector: Selector) -> web.StreamResponse:
+        q = request.query
+        bookmarks = go_bool(q, "allowWatchBookmarks")
+        initial = go_bool(q, "sendInitialEvents")
+        rv = q.get("resourceVersion")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        w = self.store.watch(t.res, t.ns, selector, None if initial else rv, bookmarks)
+        if initial:
+            w.push("BOOKMARK", self._bookmark(t.res, {"k8s.io/initial-events-end": "true"}))
+        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        self.streams.add(resp)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    ev = await asyncio.wait_for(w.queue.get(), left)
+                except TimeoutError:
+                    break
+                if ev is None:
+                    break
+                if ev["type"] == "BOOKMARK" and not (bookmarks or initial):
+                    continue
+                await resp.write(json.dumps(ev).encode() + b"\n")
+                if ev["type"] == "ERROR":
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unwatch(w)
+            self.streams.discard(resp)
+        with contextlib.suppress(ConnectionResetError):
+            await resp.write_eof()
+        return resp
+
+    def _bookmark(self, res: Resource, annotations: dict | None = None) -> dict:
+        meta: dict = {"resourceVersion": str(self.store.rev)}
+        if annotations:
+            meta["annotations"] = annotations
+        return {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}
+
+    # -- test controls ------------------------------------------------------------------------------
+    async def control(self, request: web.Request) -> web.Response:
+        if request.headers.get(CONTROL_HEADER) != "yes":
+            return respond(not_found("", request.path).status(), 404)
+        op = request.match_info["op"]
+        body = await request.json() if request.can_read_body else {}
+        store, st = self.store, self.state
+        if op == "compact":  # every watch or list from an older revision now gets 410
+            store.compact()
+        elif op == "freeze-watches":  # open streams stay open but get nothing more: clients miss events
+            store.frozen.extend(store.watchers)
+            store.watchers.clear()
+        elif op == "expire-watches":  # in-stream 410 on every open watch
+            for w in store.watchers + store.frozen:
+                w.close(
+                    {
+                        "type": "ERROR",
+                        "object": ApiError(
+                            410, "Expired", f"too old resource version: {w.sent_rev} ({store.rev})"
+                        ).status(),
+                    }
+                )
+        elif op == "drop-watches":  # close every stream cleanly
+            for w in store.watchers + store.frozen:
+                w.close()
+            store.frozen.clear()
+        elif op == "bookmark":
+            for w in store.watchers:
+                if w.bookmarks:
+                    w.push("BOOKMARK", self._bookmark(w.resource))
+        elif op == "fault":
+            st.faults.append(
+                Fault(int(body["code"]), int(body.get("count", 1)), body.get("verb"), body.get("path_contains", ""))
+            )
+        elif op == "device-plugin":
+            st.device_plugin = bool(body.get("enabled", True))
+        elif op == "delay":
+            st.delays[body["verb"]] = float(body["seconds"])
+        elif op == "pdb":
+            st.pdb[(body["namespace"], body["name"])] = body.get("mode", "blocked")
+        elif op == "clock":
+            from datetime import timedelta
+
+            store.clock_offset += timedelta(seconds=float(body["advance_seconds"]))
+        elif op == "finish-deletion":
+            res = _BY_PATH[("", "v1", "pods")]
+            obj = store.get(res, body["namespace"], body["name"])
+            store._write(res, "DELETED", copy.deepcopy(obj), obj)
+        elif op == "state":
+            return respond(
+                {
+                    "rev": store.rev,
+                    "faults": [asdict(f) for f in st.faults],
+                    "bindings": st.bindings,
+                    "evictions": st.evictions,
+                    "watchers": len(store.watchers),
+                    "requests": st.requests,
+                }
+            )
+        else:
+            return respond(not_found("control", op).status(), 404)
+        return respond({"ok": True, "rev": store.rev})
+
+
+async def _json(request: web.Request) -> dict:
+    try:
+        body = await request.json(loads=json.loads)
+    except ValueError as err:
+        raise ApiError(400, "BadRequest", f"couldn't decode the body: {err}") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "the body must be a JSON object")
+    return body
+
+
+def _patch_rv(content_type: str, raw: bytes) -> str | None:
+    if content_type.startswith(patches.JSON_PATCH):
+        return None  # a JSON patch states preconditions with "test" operations
+    with contextlib.suppress(ValueError, AttributeError):
+        return (json.loads(raw).get("metadata") or {}).get("resourceVersion")
+    return None
+
+
+class FakeApiServer:
+    """The fake on its own thread and event loop, so sync tests, subprocesses (kubectl) and async clients
+    can all use it."""
+
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="fakeapi")
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeApiServer:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        return self
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.api.app, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        async def _stop() -> None:
+            for w in self.api.store.watchers + self.api.store.frozen:
+                w.close()
+            await asyncio.sleep(0.05)
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(_stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    def call(self, fn, *args):
+        async def run():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def control(self, op: str, **body: object) -> dict:
+        req = urllib.request.Request(
+            f"{self.url}/_fake/{op}",
+            data=json.dumps(body).encode(),
+            headers={CONTROL_HEADER: "yes", "Content-Type": JSON},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def kubeconfig(self, path: str) -> str:
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+            "current-context": "fake",
+        }
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path

@@ -1,0 +1,336 @@
+"""Objects, the global revision counter, the event log and watchers (design/fake-apiserver.md §3–4).
+
+Everything runs on one event loop and every write is synchronous, so events reach watchers in revision
+order with no gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from .errors import STALE, ApiError, conflict, not_found
+from .selectors import FieldGetter, Selector, field_getters
+
+MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+@dataclass(slots=True, frozen=True)
+class Resource:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    fields: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+    subresources: tuple[str, ...] = ()
+    generation: bool = False  # tracks metadata.generation (spec changes)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def getters(self) -> dict[str, FieldGetter]:
+        return field_getters(self.fields)
+
+
+RESOURCES = [
+    Resource(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        True,
+        ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"),
+        ("status", "binding", "eviction"),
+    ),
+    Resource("", "v1", "Node", "nodes", False, ("metadata.name", "spec.unschedulable"), ("status",)),
+    Resource("", "v1", "Namespace", "namespaces", False, ("metadata.name",)),
+    Resource("", "v1", "Event", "events", True),
+    Resource("events.k8s.io", "v1", "Event", "events", True),
+    Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
+    Resource("fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True),
+]
+
+
+@dataclass(slots=True)
+class LogEntry:
+    rev: int
+    resource: Resource
+    type: str
+    obj: dict
+    prev: dict | None  # the object before this write (None for a create)
+
+
+@dataclass(slots=True)
+class Watcher:
+    resource: Resource
+    namespace: str | None
+    selector: Selector
+    bookmarks: bool
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    sent_rev: int = 0
+
+    def offer(self, entry: LogEntry) -> None:
+        """Queue what this watcher sees of one write, with the apiserver's selector transitions."""
+        if entry.resource != self.resource:
+            return
+        ns = entry.obj["metadata"].get("namespace")
+        if self.namespace is not None and ns != self.namespace:
+            return
+        now = entry.type != "DELETED" and self.selector.matches(entry.obj)
+        before = entry.prev is not None and self.selector.matches(entry.prev)
+        if entry.type == "DELETED":
+            now, before = False, self.selector.matches(entry.obj)
+        if now and not before:
+            self.push("ADDED", entry.obj)
+        elif now and before:
+            self.push("MODIFIED", entry.obj)
+        elif before:
+            gone = copy.deepcopy(entry.prev if entry.type != "DELETED" else entry.obj)
+            gone["metadata"]["resourceVersion"] = str(entry.rev)
+            self.push("DELETED", gone)
+
+    def push(self, kind: str, obj: dict) -> None:
+        self.sent_rev = max(self.sent_rev, int(obj["metadata"]["resourceVersion"]))
+        self.queue.put_nowait({"type": kind, "object": obj})
+
+    def close(self, error: dict | None = None) -> None:
+        self.queue.put_nowait(error if error is not None else None)
+
+
+class Store:
+    def __init__(self, window: int = 100_000) -> None:
+        self.rev = 1
+        self.objects: dict[tuple[str, str, str, str], dict] = {}  # (group, plural, ns, name)
+        self.log: deque[LogEntry] = deque(maxlen=window)
+        self.compacted = 0  # watches/lists from below this revision get 410
+        self.watchers: list[Watcher] = []
+        self.frozen: list[Watcher] = []  # streams still open that receive nothing (test control)
+        self.clock_offset = timedelta()
+
+    # -- time ---------------------------------------------------------------------------------------
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.clock_offset
+
+    def timestamp(self) -> str:
+        return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, res: Resource, ns: str, name: str) -> dict:
+        obj = self.objects.get((res.group, res.plural, ns, name))
+        if obj is None:
+            raise not_found(_what(res), name)
+        return obj
+
+    def list(self, res: Resource, ns: str | None, selector: Selector) -> list[dict]:
+        return [
+            obj
+            for (g, p, ons, _), obj in sorted(self.objects.items())
+            if g == res.group and p == res.plural and (ns is None or ons == ns) and selector.matches(obj)
+        ]
+
+    def check_rv(self, rv: str | None) -> None:
+        if rv and rv != "0" and int(rv) < self.compacted:
+            raise ApiError(410, "Expired", f"too old resource version: {rv} ({self.compacted})")
+
+    # -- writes -------------------------------------------------------------------------------------
+    def _write(self, res: Resource, kind: str, obj: dict, prev: dict | None) -> dict:
+        self.rev += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rev)
+        key = (res.group, res.plural, meta.get("namespace", ""), meta["name"])
+        if kind == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
+        entry = LogEntry(self.rev, res, kind, obj, prev)
+        if len(self.log) == self.log.maxlen:
+            self.compacted = self.log[0].rev
+        self.log.append(entry)
+        for w in self.watchers:
+            w.offer(entry)
+        return obj
+
+    def create(self, res: Resource, ns: str, obj: dict) -> dict:
+        validate(res, obj)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta["name"] = name
+        if not name:
+            raise ApiError(
+                422, "Invalid", f"{res.kind} is invalid: metadata.name: Required value", _cause("metadata.name")
+            )
+        if res.namespaced:
+            if meta.get("namespace", ns) != ns:
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the request")
+            meta["namespace"] = ns
+        if (res.group, res.plural, ns if res.namespaced else "", name) in self.objects:
+            raise ApiError(409, "AlreadyExists", f'{_what(res)} "{name}" already exists', {"name": name})
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self.timestamp()
+        if res.generation:
+            meta["generation"] = 1
+        if res.plural == "pods":
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+            obj["spec"].setdefault("schedulerName", "default-scheduler")
+        return self._write(res, "ADDED", obj, None)
+
+    def update(
+        self, res: Resource, ns: str, name: str, new: dict, subresource: str = "", strict_rv: bool = True
+    ) -> dict:
+        """Replace an object (PUT, or the result of a PATCH). A resourceVersion in `new` must be current."""
+        old = self.get(res, ns, name)
+        meta = new.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        rv = meta.get("resourceVersion")
+        if strict_rv and rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(_what(res), name, STALE)
+        if "status" in res.subresources:
+            if subresource == "status":  # the status subresource changes status only
+                new = {**copy.deepcopy(old), "status": new.get("status", {})}
+            else:  # the main resource ignores status
+                new["status"] = copy.deepcopy(old.get("status", {}))
+        for k in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "generation"):
+            if k in old["metadata"]:
+                new["metadata"][k] = old["metadata"][k]
+            else:
+                new["metadata"].pop(k, None)
+        new["metadata"]["name"] = name
+        new["apiVersion"], new["kind"] = res.api_version, res.kind
+        if res.plural == "pods" and new.get("spec") != old.get("spec"):
+            _check_pod_spec_update(old["spec"], new.get("spec", {}), name)
+        if res.generation and new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        validate(res, new)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return old  # a no-op write keeps the revision, like the apiserver
+        return self._write(res, "MODIFIED", new, old)
+
+    def delete(self, res: Resource, ns: str, name: str) -> dict:
+        old = self.get(res, ns, name)
+        if old["metadata"].get("finalizers"):
+            new = copy.deepcopy(old)
+            new["metadata"].setdefault("deletionTimestamp", self.timestamp())
+            new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+            return self._write(res, "MODIFIED", new, old)
+        return self._write(res, "DELETED", copy.deepcopy(old), old)
+
+    def mutate(self, res: Resource, ns: str, name: str, change: Callable[[dict], None]) -> dict:
+        """A server-side write (binding): change a copy of the current object and store it."""
+        old = self.get(res, ns, name)
+        new = copy.deepcopy(old)
+        change(new)
+        return self._write(res, "MODIFIED", new, old)
+
+    # -- watch --------------------------------------------------------------------------------------
+    def watch(self, res: Resource, ns: str | None, selector: Selector, rv: str | None, bookmarks: bool) -> Watcher:
+        w = Watcher(res, ns, selector, bookmarks)
+        if rv and rv != "0":
+            start = int(rv)
+            if start < self.compacted:
+                w.close(expired(start, self.compacted))
+                return w
+            for entry in self.log:
+                if entry.rev > start:
+                    w.offer(entry)
+        else:
+            for obj in self.list(res, ns, selector):
+                w.push("ADDED", obj)
+        self.watchers.append(w)
+        return w
+
+    def unwatch(self, w: Watcher) -> None:
+        for group in (self.watchers, self.frozen):
+            if w in group:
+                group.remove(w)
+
+    def compact(self) -> None:
+        self.compacted = self.rev
+        self.log.clear()
+
+
+def expired(rv: int, compacted: int) -> dict:
+    return {
+        "type": "ERROR",
+        "object": ApiError(410, "Expired", f"too old resource version: {rv} ({compacted})").status(),
+    }
+
+
+def _what(res: Resource) -> str:
+    return f"{res.plural}.{res.group}" if res.group else res.plural
+
+
+def _cause(path: str, message: str = "Required value") -> dict:
+    return {"causes": [{"reason": "FieldValueRequired", "message": message, "field": path}]}
+
+
+def _invalid(res: Resource, name: str, path: str, message: str) -> ApiError:
+    return ApiError(
+        422,
+        "Invalid",
+        f'{res.kind} "{name}" is invalid: {path}: {message}',
+        {
+            "name": name,
+            "kind": res.kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": message, "field": path}],
+        },
+    )
+
+
+def _check_pod_spec_update(old: dict, new: dict, name: str) -> None:
+    """Pod specs are immutable apart from images, activeDeadlineSeconds and removing scheduling gates."""
+    loose = ("containers", "initContainers", "activeDeadlineSeconds", "schedulingGates", "tolerations")
+    strip = {k: v for k, v in old.items() if k not in loose}
+    if strip != {k: v for k, v in new.items() if k not in loose} or len(new.get("schedulingGates") or []) > len(
+        old.get("schedulingGates") or []
+    ):
+        raise ApiError(
+            422,
+            "Invalid",
+            f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change fields other than '
+            "`spec.containers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+            "existing tolerations) or `spec.schedulingGates`",
+        )
+
+
+def validate(res: Resource, obj: dict) -> None:
+    """The few validations the scheduler's writes can trip: they make tests fail where a real server would."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "")
+    if not isinstance(meta.get("annotations", {}), dict) or any(
+        not isinstance(v, str) for v in (meta.get("annotations") or {}).values()
+    ):
+        raise _invalid(res, name, "metadata.annotations", "annotation values must be strings")
+    if res.plural == "pods" and not (obj.get("spec") or {}).get("containers"):
+        raise _invalid(res, name, "spec.containers", "Required value")
+    if res.plural == "leases":
+        spec = obj.get("spec") or {}
+        d = spec.get("leaseDurationSeconds")
+        if d is not None and (not isinstance(d, int) or d <= 0):
+            raise _invalid(res, name, "spec.leaseDurationSeconds", "must be greater than 0")
+        for k in ("acquireTime", "renewTime"):
+            _microtime(spec.get(k), f"spec.{k}")
+    if res.kind == "Event":
+        _microtime(obj.get("eventTime"), "eventTime")
+
+
+def _microtime(value: object, path: str) -> None:
+    if value is not None and (not isinstance(value, str) or not MICROTIME.match(value)):
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{path}: parsing time "{value}" as "2006-01-02T15:04:05.000000Z07:00": cannot parse as ".000000"',
+        )

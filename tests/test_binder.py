@@ -1,0 +1,97 @@
+"""The HAMi commit sequence against the fake apiserver: node lock semantics, 409 on an already-made bind,
+rollback that releases only its own lock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fairgpu.k8s import hami
+from fairgpu.k8s.binder import Binder, BindError
+from fairgpu.k8s.client import KubeClient
+from fairgpu.k8s.port import NODES, PODS, KubeError
+from fairgpu.k8s.translate import pod_info
+from test_live_scheduling import node, pod
+
+DEV = [hami.DeviceUse("GPU-00-0", "NVIDIA", 81920, 100)]
+
+
+def run(fake_api, tmp_path, body):
+    async def go():
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        for i in range(2):
+            await port.create(NODES, node(i))
+        try:
+            await body(port)
+        finally:
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+async def make(port, name: str) -> object:
+    return pod_info(await port.create(PODS, pod("a", name, {"nvidia.com/gpu": "1"}), "a"))
+
+
+def lock_of(obj: dict) -> str | None:
+    return (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
+
+
+def test_commit_writes_hami_keys_in_order_and_binds_with_uid(fake_api, tmp_path):
+    async def body(port):
+        p = await make(port, "p")
+        await Binder(port).bind(p, "node-00", DEV)
+        got = await port.get(PODS, "p", "a")
+        ann = got["metadata"]["annotations"]
+        assert got["spec"]["nodeName"] == "node-00"
+        assert ann[hami.ALLOCATED] == ann[hami.TO_ALLOCATE] == "GPU-00-0,NVIDIA,81920,100:;;"
+        assert ann[hami.BIND_PHASE] == "allocating" and ann[hami.VGPU_NODE] == "node-00"
+        assert lock_of(await port.get(NODES, "node-00")).endswith(",a,p")  # the device plugin releases it
+
+    run(fake_api, tmp_path, body)
+
+
+def test_already_bound_to_the_same_node_is_success_elsewhere_rolls_back_own_lock(fake_api, tmp_path):
+    async def body(port):
+        p = await make(port, "p")
+        await port.bind("a", "p", p.uid, "node-00")
+        await Binder(port).bind(p, "node-00", DEV)  # 409 "already assigned to node-00": it is where we want it
+        q = await make(port, "q")
+        await port.bind("a", "q", q.uid, "node-00")
+        with pytest.raises(BindError, match="already assigned"):
+            await Binder(port).bind(q, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 81920, 100)])
+        assert lock_of(await port.get(NODES, "node-01")) is None  # our lock on node-01 was released
+
+    run(fake_api, tmp_path, body)
+
+
+def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
+    async def body(port):
+        holder = await make(port, "holder")
+        binder = Binder(port)
+        await binder.bind(holder, "node-00", DEV)  # holder is bound, allocating: its lock is live
+        nxt = await make(port, "next")
+        task = asyncio.create_task(binder.bind(nxt, "node-00", [hami.DeviceUse("GPU-00-1", "NVIDIA", 81920, 100)]))
+        await asyncio.sleep(0.5)
+        assert not task.done() and lock_of(await port.get(NODES, "node-00")).endswith(",a,holder")
+        await port.patch(PODS, "holder", {"metadata": {"annotations": {hami.BIND_PHASE: "success"}}}, "a")
+        await asyncio.wait_for(task, 10)  # a holder whose allocation finished no longer holds the node
+        assert (await port.get(PODS, "next", "a"))["spec"]["nodeName"] == "node-00"
+        # a failed bind whose lock was meanwhile replaced (say, taken over after expiry) leaves it alone
+        stolen = hami.NodeLock(binder.clock(), "a", "other").encode()
+
+        class Stealing:
+            def __getattr__(self, name):
+                return getattr(port, name)
+
+            async def bind(self, ns, name, uid, target):
+                await port.patch(NODES, target, {"metadata": {"annotations": {hami.NODE_LOCK: stolen}}})
+                raise KubeError(500, "InternalError", "the apiserver fell over")
+
+        late = await make(port, "late")
+        with pytest.raises(BindError, match="fell over"):
+            await Binder(Stealing()).bind(late, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 1000, 10)])
+        assert lock_of(await port.get(NODES, "node-01")) == stolen
+
+    run(fake_api, tmp_path, body)

@@ -1,0 +1,310 @@
+"""The fake kube-apiserver is honest: the same contract through kubernetes-asyncio's typed client, through
+kubectl (client-go), and through fairgpu's own port (design/fake-apiserver.md §9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from fairgpu.k8s.client import KubeClient
+from fairgpu.k8s.informer import Informer
+from fairgpu.k8s.port import NODES, PODS, KubeError
+
+
+def pod(name: str, ns: str = "default", labels: dict | None = None, **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+async def typed(fake_api, tmp_path):
+    return await config.new_client_from_config(config_file=fake_api.kubeconfig(str(tmp_path / "kc")))
+
+
+async def read_watch(resp, n: int, timeout: float = 5.0) -> list[dict]:
+    out = []
+    async with asyncio.timeout(timeout):
+        while len(out) < n:
+            line = await resp.content.readline()
+            if not line:
+                break
+            out.append(json.loads(line))
+    return out
+
+
+# -- kubernetes-asyncio, typed client ---------------------------------------------------------------------
+def test_typed_client_crud_bind_and_status_reply(fake_api, tmp_path):
+    async def go():
+        api = await typed(fake_api, tmp_path)
+        v1 = client.CoreV1Api(api)
+        created = await v1.create_namespaced_pod("default", pod("p1"))
+        assert created.metadata.uid and created.metadata.resource_version
+        assert created.status.phase == "Pending"
+        with pytest.raises(client.ApiException) as err:
+            await v1.create_namespaced_pod("default", pod("p1"))
+        assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "AlreadyExists"
+        # strategic merge patch is what the typed client sends for a dict
+        patched = await v1.patch_namespaced_pod("p1", "default", {"metadata": {"annotations": {"a": "1"}}})
+        assert patched.metadata.annotations == {"a": "1"}
+        assert int(patched.metadata.resource_version) > int(created.metadata.resource_version)
+        # stale resourceVersion in a patch is a precondition → 409 Conflict
+        stale = {"metadata": {"resourceVersion": created.metadata.resource_version, "annotations": {"b": "2"}}}
+        with pytest.raises(client.ApiException) as err:
+            await v1.patch_namespaced_pod("p1", "default", stale)
+        assert err.value.status == 409 and "the object has been modified" in json.loads(err.value.body)["message"]
+        # binding answers a Status, not a Binding: read it raw
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name="p1", uid=created.metadata.uid),
+            target=client.V1ObjectReference(kind="Node", name="n1"),
+        )
+        resp = await v1.create_namespaced_pod_binding("p1", "default", body, _preload_content=False)
+        assert resp.status == 201 and resp.headers["Content-Type"] == "application/json"
+        assert (await resp.json())["kind"] == "Status"
+        got = await v1.read_namespaced_pod("p1", "default")
+        assert got.spec.node_name == "n1"
+        assert [c.type for c in got.status.conditions] == ["PodScheduled"]
+        with pytest.raises(client.ApiException) as err:
+            await v1.create_namespaced_pod_binding("p1", "default", body)
+        assert err.value.status == 409 and 'already assigned to node "n1"' in json.loads(err.value.body)["message"]
+        # field selectors, Go booleans
+        listed = await v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1")
+        assert [p.metadata.name for p in listed.items] == ["p1"]
+        with pytest.raises(client.ApiException) as err:
+            await v1.list_pod_for_all_namespaces(field_selector="spec.hostname=x")
+        assert err.value.status == 400
+        await api.close()
+
+    run(go())
+
+
+def test_binding_preconditions_and_validation(fake_api, tmp_path):
+    async def go():
+        api = await typed(fake_api, tmp_path)
+        v1 = client.CoreV1Api(api)
+        await v1.create_namespaced_pod("default", pod("p2"))
+
+        async def bind(meta: dict, target: dict, name: str = "p2") -> tuple[int, dict]:
+            body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": target}
+            r = await v1.create_namespaced_pod_binding(name, "default", body, _preload_content=False)
+            return r.status, await r.json()
+
+        assert (await bind({"name": "other"}, {"name": "n"}))[0] == 400
+        code, status = await bind({"name": "p2"}, {"kind": "Node"})
+        assert code == 500 and status["message"] == "target.name: Required value"
+        code, status = await bind({"name": "p2", "uid": "not-the-uid"}, {"name": "n"})
+        assert code == 409 and "Precondition failed: UID" in status["message"]
+        assert (await bind({"name": "ghost"}, {"name": "n"}, name="ghost"))[0] == 404
+        await api.close()
+
+    run(go())
+
+
+def test_watch_semantics_replay_selector_transitions_and_410(fake_api, tmp_path):
+    async def go():
+        api = await typed(fake_api, tmp_path)
+        v1 = client.CoreV1Api(api)
+        a = await v1.create_namespaced_pod("default", pod("a"))
+        await v1.create_namespaced_pod("default", pod("b"))
+        # unset RV: synthetic ADDED for every object
+        resp = await v1.list_pod_for_all_namespaces(watch=True, _preload_content=False)
+        assert resp.headers["Content-Type"] == "application/json"
+        assert [e["type"] for e in await read_watch(resp, 2)] == ["ADDED", "ADDED"]
+        resp.close()
+        # exact RV: replay only what came after; unassigned-pods watch sees DELETED when its bind lands
+        resp = await v1.list_pod_for_all_namespaces(
+            watch=True,
+            resource_version=a.metadata.resource_version,
+            field_selector="spec.nodeName=",
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "a"}, "target": {"name": "n1"}}
+        await v1.create_namespaced_pod_binding("a", "default", binding, _preload_content=False)
+        fake_api.control("bookmark")
+        events = await read_watch(resp, 3)
+        assert [(e["type"], e["object"]["metadata"].get("name")) for e in events] == [
+            ("ADDED", "b"),
+            ("DELETED", "a"),
+            ("BOOKMARK", None),
+        ]
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+        assert rvs == sorted(rvs)
+        resp.close()
+        # compaction: a watch from an old RV gets one in-stream ERROR 410 and the stream closes
+        fake_api.control("compact")
+        resp = await v1.list_pod_for_all_namespaces(
+            watch=True, resource_version=a.metadata.resource_version, _preload_content=False
+        )
+        events = await read_watch(resp, 2)
+        assert len(events) == 1 and events[0]["type"] == "ERROR"
+        assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+        await api.close()
+
+    run(go())
+
+
+def test_lease_optimistic_concurrency_and_microtime(fake_api, tmp_path):
+    async def go():
+        api = await typed(fake_api, tmp_path)
+        coord = client.CoordinationV1Api(api)
+        spec = {"holderIdentity": "a", "leaseDurationSeconds": 10, "renewTime": "2026-01-01T00:00:00.000000Z"}
+        lease = {"metadata": {"name": "l", "namespace": "kube-system"}, "spec": spec}
+        first = await coord.create_namespaced_lease("kube-system", lease)
+        with pytest.raises(client.ApiException) as err:
+            await coord.create_namespaced_lease("kube-system", lease)
+        assert err.value.status == 409
+        # The typed client turns renewTime into a datetime and writes it back without microseconds: a real
+        # apiserver rejects that, and so does the fake (the trap that broke electors tested on lax fakes).
+        first.spec.holder_identity = "b"
+        with pytest.raises(client.ApiException) as err:
+            await coord.replace_namespaced_lease("l", "kube-system", first)
+        assert err.value.status == 400
+        rv = first.metadata.resource_version
+        update = {"metadata": {"name": "l", "resourceVersion": rv}, "spec": {**spec, "holderIdentity": "b"}}
+        await coord.replace_namespaced_lease("l", "kube-system", update)
+        update["spec"]["holderIdentity"] = "c"  # same (now stale) resourceVersion
+        with pytest.raises(client.ApiException) as err:
+            await coord.replace_namespaced_lease("l", "kube-system", update)
+        assert err.value.status == 409
+        bad = {"metadata": {"name": "m"}, "spec": {**spec, "renewTime": "2026-01-01T00:00:00Z"}}
+        with pytest.raises(client.ApiException) as err:
+            await coord.create_namespaced_lease("kube-system", bad)
+        assert err.value.status == 400 and "cannot parse" in json.loads(err.value.body)["message"]
+        zero = {"metadata": {"name": "z"}, "spec": {**spec, "leaseDurationSeconds": 0}}
+        with pytest.raises(client.ApiException) as err:
+            await coord.create_namespaced_lease("kube-system", zero)
+        assert err.value.status == 422
+        await api.close()
+
+    run(go())
+
+
+def test_eviction_pdb_and_patch_types(fake_api, tmp_path):
+    async def go():
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(PODS, pod("v1"), "default")
+        await port.create(PODS, pod("v2"), "default")
+        fake_api.control("pdb", namespace="default", name="v1")
+        with pytest.raises(KubeError) as err:
+            await port.evict("default", "v1")
+        assert err.value.code == 429 and "disruption budget" in err.value.message
+        await port.evict("default", "v2")
+        with pytest.raises(KubeError) as err:
+            await port.get(PODS, "v2", "default")
+        assert err.value.code == 404
+        # merge patch: null deletes a key; pod spec is immutable (nodeName only through binding)
+        await port.patch(PODS, "v1", {"metadata": {"annotations": {"k": "v", "j": "w"}}}, "default")
+        got = await port.patch(PODS, "v1", {"metadata": {"annotations": {"k": None}}}, "default")
+        assert got["metadata"]["annotations"] == {"j": "w"}
+        with pytest.raises(KubeError) as err:
+            await port.patch(PODS, "v1", {"spec": {"nodeName": "n1"}}, "default")
+        assert err.value.code == 422
+        await port.close()
+
+    run(go())
+    req = urllib.request.Request(
+        f"{fake_api.url}/api/v1/namespaces/default/pods/v1",
+        data=b"{}",
+        method="PATCH",
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=5)
+    assert err.value.code == 415 and err.value.headers["Content-Type"] == "application/json"
+    with pytest.raises(urllib.error.HTTPError) as err:  # bad Go bool
+        urllib.request.urlopen(f"{fake_api.url}/api/v1/pods?watch=yes", timeout=5)
+    assert err.value.code == 400
+    with pytest.raises(urllib.error.HTTPError) as err:  # controls need the header
+        urllib.request.urlopen(urllib.request.Request(f"{fake_api.url}/_fake/compact", method="POST"), timeout=5)
+    assert err.value.code == 404
+
+
+def test_informer_relists_after_410_and_reports_deletions_missed(fake_api, tmp_path):
+    async def go():
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        seen: list[tuple[str, str]] = []
+        inf = Informer(port, NODES, lambda t, o: seen.append((t, o["metadata"]["name"])))
+        await port.create(NODES, {"metadata": {"name": "n1"}})
+        await port.create(NODES, {"metadata": {"name": "n2"}})
+        task = asyncio.create_task(inf.run())
+        await inf.synced.wait()
+        # while nobody watches, n1 goes and history is compacted: the informer must relist and see it
+        fake_api.control("freeze-watches")  # the stream stays open but delivers nothing
+        await port.delete(NODES, "n1")
+        await port.create(NODES, {"metadata": {"name": "n3"}})
+        fake_api.control("compact")
+        fake_api.control("expire-watches")
+        async with asyncio.timeout(10):
+            while "/n3" not in inf.cache or "/n1" in inf.cache:
+                await asyncio.sleep(0.02)
+        assert ("DELETED", "n1") in seen and ("ADDED", "n3") in seen and inf.relists >= 2
+        task.cancel()
+        await port.close()
+
+    run(go())
+
+
+# -- kubectl (client-go) ----------------------------------------------------------------------------------
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
+def test_kubectl_round_trip(fake_api, tmp_path):
+    kc = fake_api.kubeconfig(str(tmp_path / "kc"))
+
+    def k(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [KUBECTL, "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True, timeout=30
+        )
+
+    assert k("create", "--validate=false", "-f", "-", stdin=json.dumps(pod("k1", labels={"app": "x"}))).returncode == 0
+    dup = k("create", "--validate=false", "-f", "-", stdin=json.dumps(pod("k1")))
+    assert dup.returncode != 0 and "AlreadyExists" in dup.stderr
+    assert k("get", "pods", "-l", "app in (x,y)", "-o", "name").stdout.split() == ["pod/k1"]
+    assert k("get", "pods", "-l", "app notin (x)", "-o", "name").stdout.split() == []
+    for kind, patch in (
+        ("merge", '{"metadata":{"annotations":{"m":"1"}}}'),
+        ("json", '[{"op":"add","path":"/metadata/annotations/j","value":"2"}]'),
+        ("strategic", '{"metadata":{"annotations":{"s":"3"}}}'),
+    ):
+        assert k("patch", "pod", "k1", f"--type={kind}", "-p", patch).returncode == 0, kind
+    got = json.loads(k("get", "--raw", "/api/v1/namespaces/default/pods/k1").stdout)
+    assert got["metadata"]["annotations"] == {"m": "1", "j": "2", "s": "3"}
+    # kubectl get -w: list then watch from the list's RV; it must print the change made meanwhile
+    watcher = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", kc, "get", "pods", "-w", "-o", "json", "--output-watch-events"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = _read_event(watcher)
+        assert first["type"] == "ADDED" and first["object"]["metadata"]["name"] == "k1"
+        assert k("delete", "pod", "k1").returncode == 0
+        second = _read_event(watcher)
+        assert second["type"] == "DELETED" and second["object"]["metadata"]["name"] == "k1"
+    finally:
+        watcher.kill()
+        watcher.wait(5)
+    assert k("get", "pod", "k1").returncode != 0
+
+
+def _read_event(proc: subprocess.Popen, timeout: float = 10.0) -> dict:
+    """One watch event: kubectl prints each as one line of JSON. Bounded in time, never blocks the suite."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "kubectl printed nothing in time"
+    return json.loads(proc.stdout.readline())  # type: ignore[union-attr]

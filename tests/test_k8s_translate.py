@@ -1,0 +1,157 @@
+"""HAMi annotation formats and Node/Pod translation (design/hami-interop.md §2–3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairgpu.k8s import hami
+from fairgpu.k8s.binder import device_string
+from fairgpu.k8s.queues import queue_from_cr
+from fairgpu.k8s.translate import node_spec, pod_info
+from fairgpu.model import RequestError
+
+JSON_REGISTER = (
+    '[{"id":"GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec","count":10,"devmem":32768,"devcore":100,'
+    '"type":"NVIDIA-Tesla V100-PCIE-32GB","mode":"hami-core","health":true},'
+    '{"id":"GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448","index":1,"count":10,"devmem":32768,"devcore":100,'
+    '"type":"NVIDIA-Tesla V100-PCIE-32GB","numa":1,"mode":"hami-core"}]'
+)
+LEGACY_7 = (
+    "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+    "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+)
+LEGACY_9 = (
+    "GPU-c68a7b57-2e7c-82e7-5544-ba780116e140,10,4096,100,NVIDIA-NVIDIA GeForce GTX 1050,0,true,0,hami-core:"
+    "GPU-331e028c-15b8-e878-7c68-0c2d231b0932,10,4096,100,NVIDIA-NVIDIA GeForce GTX 1050,0,true,1,hami-core:"
+)
+
+
+def test_register_json_omitempty_means_unhealthy_and_zero():
+    a, b = hami.decode_register(JSON_REGISTER)
+    assert (a.index, a.numa, a.healthy, a.memory_mib, a.count) == (0, 0, True, 32768, 10)
+    assert (b.index, b.numa, b.healthy) == (1, 1, False)  # no "health" key: unhealthy
+
+
+@pytest.mark.parametrize("value", [LEGACY_7, LEGACY_9])
+def test_register_legacy_text(value):
+    devices = hami.decode_register(value)
+    assert len(devices) == 2 and all(d.healthy and d.count == 10 for d in devices)
+    assert devices[1].index == (1 if value is LEGACY_9 else 0)
+
+
+def test_register_round_trip_and_errors():
+    devices = hami.decode_register(LEGACY_9)
+    assert hami.decode_register(hami.encode_register(devices)) == devices
+    with pytest.raises(hami.FormatError, match="node-nvidia-register"):
+        hami.decode_register("GPU-x,10,4096:")
+
+
+def test_device_strings_keep_empty_segments_and_tolerate_missing_semicolon():
+    s = "GPU-0fc3,NVIDIA,3000,0:;GPU-0fc3,NVIDIA,5000,0:;"
+    decoded = hami.decode_devices(s)
+    assert [[d.memory_mib for d in c] for c in decoded] == [[3000], [5000]]
+    assert hami.encode_devices(decoded) == s
+    assert hami.decode_devices(";GPU-a,NVIDIA,20000,30:GPU-b,NVIDIA,20000,30:")[1][1].uuid == "GPU-b"
+    assert hami.decode_devices(";;") == [[], []]
+
+
+def test_node_from_hami_register_with_cordon():
+    node = {
+        "metadata": {
+            "name": "n1",
+            "annotations": {
+                hami.NODE_REGISTER: LEGACY_7,
+                hami.DEVICE_CORDON: "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec",
+            },
+        },
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "20"}},
+    }
+    spec = node_spec(node)
+    assert (spec.cpu_m, spec.memory_mib, spec.split_count) == (64000, 262144, 10)
+    assert [g.healthy for g in spec.gpus] == [False, True]
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # HAMi drops a node whose plugin reports nothing
+    assert node_spec(node).gpus == ()
+
+
+def test_node_without_hami_uses_gpu_feature_discovery():
+    node = {
+        "metadata": {
+            "name": "n2",
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-H100", "nvidia.com/gpu.memory": "81559"},
+        },
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "4"}},
+        "spec": {"unschedulable": True},
+    }
+    spec = node_spec(node)
+    assert [(g.model, g.memory_mib) for g in spec.gpus] == [("NVIDIA-H100", 81559)] * 4
+    assert spec.split_count == 1 and not spec.schedulable  # nothing enforces sharing without HAMi
+
+
+def _pod(containers, init=(), labels=None, annotations=(), **spec):
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {"initContainers": list(init), "containers": list(containers), **spec},
+    }
+
+
+def _c(name, limits=None, requests=None):
+    return {"name": name, "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+
+def test_pod_requests_defaults_gang_queue_runtime():
+    obj = _pod(
+        [_c("a", {"nvidia.com/gpu": "2"}, {"cpu": "2", "memory": "1Gi"}), _c("b", requests={"cpu": "500m"})],
+        init=[_c("init", requests={"cpu": "4"})],
+        labels={"fairgpu.io/queue": "q", "scheduling.x-k8s.io/pod-group": "g", "fairgpu.io/user": "ann"},
+        annotations={"fairgpu.io/expected-runtime": "2h", "fairgpu.io/min-members": "3"},
+        priority=7,
+        schedulerName="fairgpu",
+    )
+    p = pod_info(obj)
+    assert p.spec.gpu.count == 2 and p.spec.gpu.cores == 100  # gpu alone: whole exclusive cards
+    assert p.spec.cpu_m == 4000  # max(sum(app) = 2500, max(init) = 4000)
+    assert (p.gpu_container, p.containers) == (1, 3)
+    assert (p.queue_label, p.group, p.min_members, p.duration, p.priority, p.user) == ("q", "g", 3, 7200.0, 7, "ann")
+    devices = [hami.DeviceUse("GPU-a", "NVIDIA", 100, 100), hami.DeviceUse("GPU-b", "NVIDIA", 100, 100)]
+    assert device_string(p, devices) == ";GPU-a,NVIDIA,100,100:GPU-b,NVIDIA,100,100:;;"
+
+
+def test_pod_errors_name_the_field():
+    with pytest.raises(RequestError, match=r"spec.containers\[0\].resources.nvidia.com/gpucores"):
+        pod_info(_pod([_c("a", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})]))
+    with pytest.raises(RequestError, match="only one container"):
+        pod_info(_pod([_c("a", {"nvidia.com/gpu": "1"}), _c("b", {"nvidia.com/gpu": "1"})]))
+
+
+def test_queue_cr_maps_scenario_keys_and_names_bad_fields():
+    q = queue_from_cr(
+        {
+            "metadata": {"name": "team"},
+            "spec": {
+                "parent": "root",
+                "weight": 2,
+                "guaranteed": {"nvidia.com/gpu": 8},
+                "usage_half_life": "1h",
+                "fair_within": "users",
+                "namespaces": ["a", "b"],
+            },
+        }
+    )
+    assert (q.spec.name, q.spec.parent, q.spec.weight, q.spec.usage_half_life, q.spec.fair_within) == (
+        "team",
+        "root",
+        2,
+        3600.0,
+        "users",
+    )
+    assert q.spec.guaranteed[0] == 8 and q.namespaces == ("a", "b")
+    with pytest.raises(ValueError, match=r"^spec.weight"):
+        queue_from_cr({"metadata": {"name": "x"}, "spec": {"weight": 0}})
+    with pytest.raises(ValueError, match=r"^spec.colour"):
+        queue_from_cr({"metadata": {"name": "x"}, "spec": {"colour": "red"}})

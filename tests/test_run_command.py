@@ -1,0 +1,58 @@
+"""`fairgpu run` as a process against the fake apiserver: it binds a GPU pod and answers its probes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from fairgpu.k8s.hami import ALLOCATED
+from test_live_scheduling import node, pod
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request(url: str, method: str = "GET", body: dict | None = None) -> dict | str:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        raw = resp.read().decode()
+        return json.loads(raw) if resp.headers.get("Content-Type") == "application/json" else raw
+
+
+def test_run_binds_and_serves_probes(fake_api, tmp_path):
+    api = fake_api.url
+    _request(f"{api}/api/v1/nodes", "POST", node(0))
+    _request(
+        f"{api}/apis/fairgpu.io/v1alpha1/queues", "POST", {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}}
+    )
+    _request(f"{api}/api/v1/namespaces/a/pods", "POST", pod("a", "p", {"nvidia.com/gpu": "1"}))
+    health = _free_port()
+    cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
+    cmd += ["--health-host", "127.0.0.1", "--health-port", str(health), "--identity", "t", "--lease-namespace", "x"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        got: dict = {}
+        while time.monotonic() < deadline:
+            got = _request(f"{api}/api/v1/namespaces/a/pods/p")  # type: ignore[assignment]
+            if got["spec"].get("nodeName"):
+                break
+            time.sleep(0.1)
+        assert got["spec"].get("nodeName") == "node-00", proc.stderr.read() if proc.poll() is not None else ""
+        assert got["metadata"]["annotations"][ALLOCATED].startswith("GPU-00-")
+        assert _request(f"http://127.0.0.1:{health}/healthz") == "ok"
+        assert _request(f"http://127.0.0.1:{health}/readyz") == "ok"
+        lease = _request(f"{api}/apis/coordination.k8s.io/v1/namespaces/x/leases/fairgpu")
+        assert lease["spec"]["holderIdentity"] == "t"
+    finally:
+        proc.terminate()
+        proc.wait(10)
