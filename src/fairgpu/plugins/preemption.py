@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.fairness import dominant_shares
 from fairgpu.framework.interfaces import EngineView, Preempt, PreemptContext
 from fairgpu.framework.placement import feasible, place_all
 from fairgpu.framework.profile import register
@@ -57,7 +58,7 @@ class Preemption:
         usage = ctx.usage
         within = np.all(usage <= tree.guaranteed + _TOL, axis=1)  # (Q,)
         borrowing = np.any(usage > tree.guaranteed + _TOL, axis=1)
-        ratio = np.array([_ratio(view, q, usage[q]) for q in range(len(tree))])
+        ratio = _ratios(view, usage)
         p_within = bool(np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
         other = np.zeros(len(tree), dtype=bool)
         if policy.reclaim and p_within:
@@ -128,11 +129,19 @@ def _ratio(view: EngineView, q: int, usage: np.ndarray) -> float:
     return dom / ent if ent > 0 else float("inf")
 
 
+def _ratios(view: EngineView, usage: np.ndarray) -> np.ndarray:
+    """(Q,) every queue's share ratio (dominant share of `usage` over its entitlement), inf when entitled
+    to nothing."""
+    dom = dominant_shares(usage, view.capacity)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(view.entitled_dom > 0, dom / view.entitled_dom, np.inf)
+
+
 def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
     """(U,) eviction cost, lower first: queues furthest above their fair share, then an elastic
     workload's extra pods, then lowest priority, then the least GPU-seconds of work lost."""
     t, view = ctx.victims, ctx.view
-    ratio = np.array([_ratio(view, q, ctx.usage[q]) for q in range(len(view.tree))])
+    ratio = _ratios(view, ctx.usage)
     queue_rank = np.empty(len(ratio), dtype=np.int64)
     queue_rank[np.argsort(-ratio, kind="stable")] = np.arange(len(ratio))
     _, prio_rank = np.unique(t.priority, return_inverse=True)
