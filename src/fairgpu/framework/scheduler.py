@@ -476,8 +476,8 @@ class Scheduler:
         preempting = preempting or (own is not None and not own.starving)
         exclude = None
         for name, res in list(self.reservations.items()):
-            if name == entry.workload.name or (not res.starving and res.queue == entry.queue and preempting):
-                continue
+            if name == entry.workload.name or (preempting and (res.starving or res.queue == entry.queue)):
+                continue  # a preemptor keeps the room it planned with, even if a starving gang came later
             if now > res.fit.at:  # the time passed without it starting: look again
                 del self.reservations[name]
                 continue
