@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from pydantic import Field, ValidationError
 
-from fairgpu import resources as r
 from fairgpu.model import QueueSpec
-from fairgpu.sim.scenario import QueueDoc, parse_duration
+from fairgpu.sim.scenario import QueueDoc
 
 
 class QueueCrSpec(QueueDoc):
@@ -37,15 +35,4 @@ def queue_from_cr(obj: dict) -> QueueEntry:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"spec.{where}: {first['msg']}") from err
-    guaranteed = r.quota_vector(doc.guaranteed, default=np.inf) if doc.guaranteed else r.zeros()
-    spec = QueueSpec(
-        name,
-        doc.weight,
-        guaranteed,
-        r.quota_vector(doc.limit, default=np.inf),
-        doc.parent,
-        usage_half_life=parse_duration(doc.usage_half_life),
-        fair_within=doc.fair_within,
-        starvation_after=parse_duration(doc.starvation_after),
-    )
-    return QueueEntry(spec, tuple(doc.namespaces))
+    return QueueEntry(doc.to_spec(name), tuple(doc.namespaces))

@@ -175,6 +175,23 @@ class QueueDoc(_Strict):
             r.quota_vector(v, default=0.0)
         return v
 
+    def to_spec(self, name: str | None = None) -> QueueSpec:
+        """The engine's QueueSpec (the Queue custom resource uses this too, with its metadata.name)."""
+        guaranteed = r.quota_vector(self.guaranteed, default=np.inf) if self.guaranteed else r.zeros()
+        return QueueSpec(
+            name or self.name,
+            self.weight,
+            guaranteed,
+            r.quota_vector(self.limit, default=np.inf),
+            self.parent,
+            usage_half_life=parse_duration(self.usage_half_life),
+            fair_within=self.fair_within,
+            starvation_after=parse_duration(self.starvation_after),
+            lendable=None if self.lendable is None else r.quota_vector(self.lendable, default=np.inf),
+            allocation=self.allocation,
+            preemption=self.policy(),
+        )
+
     def policy(self) -> PreemptionPolicy:
         if self.preemption == "never":
             return NEVER
@@ -363,22 +380,7 @@ def build(doc: dict[str, Any]) -> Scenario:
             raise ScenarioError(f"queues[{qi}].name: {q.name!r} is used twice")
         if q.parent is not None and q.parent not in names:
             raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
-        guaranteed = r.quota_vector(q.guaranteed, default=np.inf) if q.guaranteed else r.zeros()
-        queues.append(
-            QueueSpec(
-                q.name,
-                q.weight,
-                guaranteed,
-                r.quota_vector(q.limit, default=np.inf),
-                q.parent,
-                usage_half_life=parse_duration(q.usage_half_life),
-                fair_within=q.fair_within,
-                starvation_after=parse_duration(q.starvation_after),
-                lendable=None if q.lendable is None else r.quota_vector(q.lendable, default=np.inf),
-                allocation=q.allocation,
-                preemption=q.policy(),
-            )
-        )
+        queues.append(q.to_spec())
     try:
         tree = QueueTree(queues)
     except ValueError as err:
