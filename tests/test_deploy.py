@@ -17,6 +17,7 @@ from fairgpu.cli import app
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 KUBECTL = shutil.which("kubectl")
 CERT_MANAGER = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+PROMETHEUS_OPERATOR = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,8 @@ def test_every_object_validates(rendered):
         k for _, k in kinds
     }
     for doc in rendered:
-        if (doc["apiVersion"], doc["kind"]) in CERT_MANAGER:
-            continue  # cert-manager's own kinds: no schema ships with kubernetes-validate
+        if (doc["apiVersion"], doc["kind"]) in CERT_MANAGER | PROMETHEUS_OPERATOR:
+            continue  # cert-manager's and the Prometheus Operator's kinds: no schema ships with kubernetes-validate
         kubernetes_validate.validate(doc, "1.32", strict=True)
 
 
@@ -68,3 +69,11 @@ def test_rbac_is_least_privilege(rendered):
     assert all("*" not in v for v in verbs.values())
     leases = next(d for d in rendered if d["kind"] == "Role")
     assert leases["metadata"]["namespace"] == "fairgpu-system"
+
+
+def test_service_monitor_scrapes_the_metrics_port(rendered):
+    monitor = next(d for d in rendered if d["kind"] == "ServiceMonitor")
+    service = next(d for d in rendered if d["kind"] == "Service" and d["metadata"]["name"] == "fairgpu-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0] == {"port": "metrics", "path": "/metrics", "interval": "30s"}
+    assert service["spec"]["ports"][0]["targetPort"] == "health"  # the port that serves /healthz and /metrics

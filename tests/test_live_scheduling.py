@@ -8,8 +8,12 @@ import asyncio
 import json
 from collections import Counter, defaultdict
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
+from fairgpu.k8s.app import metrics_registry
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError
@@ -118,6 +122,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         loop = asyncio.get_running_loop()
         # Phase 1: the cluster fills; the first wave must be fair between the three equal queues.
         ctl = Controller(port, profile)
+        registry = metrics_registry(ctl)  # what `fairgpu run` serves at /metrics
         run = asyncio.create_task(ctl.run())
 
         def bound() -> dict[str, dict]:
@@ -140,6 +145,17 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         for t in TEAMS:
             assert abs(share[t] - total / 3) <= 0.1 * total, share  # each queue within 10 % of an equal third
         assert check_annotations_match_engine(ctl, first) == len(first)
+        # /metrics agrees with what is bound: cores allocated per GPU add up to the GPUs the pods hold.
+        families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+        cores = sum(smp.value for smp in families["fairgpu_gpu_cores_allocated_ratio"].samples)
+        assert abs(cores - sum(share.values())) < 1e-6, (cores, sum(share.values()))
+        scheduled = [
+            smp.value
+            for smp in families["fairgpu_schedule_attempts"].samples
+            if smp.name.endswith("_total") and smp.labels["result"] == "scheduled"
+        ]
+        assert scheduled and scheduled[0] > 0
+        assert families["fairgpu_leader_election_master_status"].samples[0].value == 1.0
         assert not nodes.violations
         events, _ = await port.list(PODS.__class__("", "v1", "events", True))
         assert any(e["reason"] == "FailedScheduling" and e["message"] for e in events)

@@ -4,21 +4,54 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from dataclasses import dataclass, field
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from fairgpu.framework.profile import Profile
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.webhook import tls_context, webhook_app
+from fairgpu.observe.metrics import EngineCollector, SchedulingMetrics
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class ControllerSource:
+    """What the metrics read: the controller's engine as it stands (None until nodes are known)."""
+
+    controller: Controller
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def sched(self) -> Scheduler | None:
+        return self.controller.engine
+
+    def is_leader(self) -> bool:
+        return self.controller.leading.is_set()
+
+
+def metrics_registry(controller: Controller) -> CollectorRegistry:
+    """A private registry: gauges read from the engine at scrape time, counters fed by each cycle."""
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(ControllerSource(controller)))  # type: ignore[arg-type]
+    controller.on_cycle = SchedulingMetrics(registry).on_cycle
+    return registry
+
+
 def health_app(controller: Controller) -> web.Application:
-    """/healthz: the process answers. /readyz: the caches are synced (a standby is ready too: it is warm)."""
+    """/healthz: the process answers. /readyz: the caches are synced (a standby is ready too: it is warm).
+    /metrics: Prometheus exposition of the engine and of what the scheduler did (docs/metrics.md)."""
+    registry = metrics_registry(controller)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -30,6 +63,7 @@ def health_app(controller: Controller) -> web.Application:
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     return app
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import Scheduler
+from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder, BindError
 from fairgpu.k8s.informer import Informer
@@ -56,8 +56,10 @@ class Controller:
         max_concurrent_binds: int = 64,
         binder: Binder | None = None,
         leading: asyncio.Event | None = None,
+        on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
     ) -> None:
         self.port = port
+        self.on_cycle = on_cycle  # (engine, result, now, seconds): metrics of each cycle
         self.profile = profile
         self.scheduler_name = scheduler_name
         self.clock = clock
@@ -143,7 +145,10 @@ class Controller:
         self._reconcile(now)
         if self.engine is None:
             return
+        started = time.perf_counter()
         result = self.engine.cycle(now)
+        if self.on_cycle is not None:
+            self.on_cycle(self.engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
         decided: dict[str, list[tuple[str, Placement]]] = {}
         for b in result.bound:

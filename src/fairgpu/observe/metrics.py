@@ -102,9 +102,10 @@ class EngineCollector(Collector):
         src = self.source
         with src.lock:
             sched = src.sched
-            yield from _queue_metrics(sched)
-            yield from _gpu_metrics(sched.state, self._labels_of(sched.state))
-            yield from _cluster_metrics(sched)
+            if sched is not None:  # a live controller has no engine until it knows its nodes
+                yield from _queue_metrics(sched)
+                yield from _gpu_metrics(sched.state, self._labels_of(sched.state))
+                yield from _cluster_metrics(sched)
             leader = GaugeMetricFamily(
                 P + "leader_election_master_status", "1 when this replica is the leader.", labels=["name"]
             )
