@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec
-from fairgpu.state import ClusterState, Placement, StateError
+from fairgpu.state import _ARRAYS, ClusterState, Placement, StateError
 
 A100 = "NVIDIA A100-SXM4-80GB"
 T4 = "Tesla T4"
@@ -40,17 +40,7 @@ def frac(cores: int, mem_mib: int, n: int = 1, cpu_m: int = 500) -> PodSpec:
     return PodSpec(cpu_m, 512, GpuRequest(n, cores, mem_mib))
 
 
-ARRAYS = (
-    "cpu_free",
-    "mem_free",
-    "gpu_cores_free",
-    "gpu_mem_free",
-    "gpu_tasks",
-    "gpu_exclusive",
-    "gpu_idle",
-    "node_idle_gpus",
-    "node_cores_free",
-)
+ARRAYS = _ARRAYS  # every mutable array of the state: a failed assign or release must change none
 
 
 def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
