@@ -40,7 +40,8 @@ def frac(cores: int, mem_mib: int, n: int = 1, cpu_m: int = 500) -> PodSpec:
     return PodSpec(cpu_m, 512, GpuRequest(n, cores, mem_mib))
 
 
-ARRAYS = _ARRAYS  # every mutable array of the state: a failed assign or release must change none
+# Every mutable capacity array of the state (node_version counts changes; it only grows).
+ARRAYS = tuple(name for name in _ARRAYS if name != "node_version")
 
 
 def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
