@@ -191,3 +191,24 @@ def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
     for entry in sim.sched.running.values():
         assert len(entry.placed) >= entry.workload.needed
     sim.sched.state.check_invariants()
+
+
+def test_a_refused_eviction_leaves_the_victim_eligible_again():
+    """A PodDisruptionBudget can refuse an eviction: the victim keeps running, stops counting as leaving,
+    and the next preemption decision may pick it (or another) again."""
+    sc = scenarios.load("reclaim")
+    sim = Simulation(sc, load_profile("fairgpu"))
+    sim.run_until(2 * 3600 - 1)
+    sched = sim.sched
+    a = next(w for w in sc.workloads if w.queue == "a")
+    sched.submit(a)
+    first = sched.cycle(2 * 3600)
+    assert len(first.evictions) == 1
+    victim = first.evictions[0].workload
+    assert sched.running[victim].terminating and sched._leaving.any()
+    sched.eviction_refused(victim)
+    assert not sched.running[victim].terminating and not sched._leaving.any()
+    sched.remove(a.name)  # the preemptor gives up its claim; a new one must be able to choose the victim
+    sched.submit(a)
+    again = sched.cycle(2 * 3600 + 1)
+    assert [e.workload for e in again.evictions] == [victim]

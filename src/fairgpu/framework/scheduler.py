@@ -180,6 +180,14 @@ class Scheduler:
         self._forget_leaving(entry)
         return released
 
+    def eviction_refused(self, name: str) -> None:
+        """The driver could not evict a victim (a PodDisruptionBudget said no): it keeps running and may be
+        chosen again, or another victim chosen, in a later cycle."""
+        entry = self.running.get(name)
+        if entry is not None and entry.terminating:
+            self._forget_leaving(entry)
+            self._placement_version += 1  # the cached victim table marks it as leaving: rebuild it
+
     def _forget_leaving(self, entry: Entry) -> None:
         if entry.terminating and entry.leaving is not None:
             for q in self.tree.paths_of[entry.queue]:

@@ -511,6 +511,8 @@ class Controller:
                 self.reporter.preempted(key, reason)
             except KubeError as err:
                 log.info("eviction of %s refused: %s", key, err)
+                if err.code == 429 and self.engine is not None:
+                    self.engine.eviction_refused(workload)
         self.wake.set()
 
     def _report_queues(self) -> None:
