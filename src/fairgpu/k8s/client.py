@@ -17,6 +17,9 @@ RETRIED = (500, 503, 504)  # transient server failures: back off exponentially, 
 ATTEMPTS = 5
 
 
+CONNECTIONS = 128  # concurrent requests to the API server (binds run in parallel, one node lock each)
+
+
 class KubeClient:
     def __init__(self, api: client.ApiClient, backoff: float = 0.05) -> None:
         self.api = api
@@ -25,10 +28,13 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
         """From a kubeconfig file, or the pod's service account when none is given."""
-        if kubeconfig:
-            return cls(await config.new_client_from_config(config_file=kubeconfig))
         conf = client.Configuration()
-        config.load_incluster_config(client_configuration=conf)
+        # The default pool is 5 connections per CPU: on a 2-core node that caps concurrent binds at 10.
+        conf.connection_pool_maxsize = CONNECTIONS
+        if kubeconfig:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+        else:
+            config.load_incluster_config(client_configuration=conf)
         return cls(client.ApiClient(configuration=conf))
 
     async def close(self) -> None:
