@@ -120,6 +120,7 @@ class Scheduler:
         self._history = np.zeros((q, dims))
         self._history_t: float | None = None
         self.reservations: dict[str, Reservation] = {}  # by the workload they hold nodes for
+        self._growable: set[str] = set()  # running elastic workloads below their full size
         self._leaving = np.zeros((q, dims))  # what evictions under way will take from each queue
         self._max_grace = max((spec.preemption.grace_period for spec in tree.queues), default=0.0)
         self._placement_version = 0  # bumped on every assign/release, so cached victim tables know
@@ -153,6 +154,7 @@ class Scheduler:
 
     def remove(self, name: str) -> list[Placement]:
         """A workload finished or was deleted: release whatever it holds. Returns the released placements."""
+        self._growable.discard(name)
         entry = self.running.pop(name, None)
         if entry is None:
             entry = self.pending.pop(name, None)
@@ -174,6 +176,7 @@ class Scheduler:
         if sorted(pods) != list(range(n - len(pods), n)) or n - len(pods) < entry.workload.needed:
             raise ValueError(f"workload {name}: only its newest pods above min_pods can be shrunk")
         released = []
+        self._growable.add(name)
         for _ in pods:  # placed pods stay a prefix: the newest go first
             released.append(self._release(entry, len(entry.placed) - 1))
             entry.placed.pop()
@@ -285,7 +288,7 @@ class Scheduler:
     def _grow(self, now: float, result: CycleResult) -> Iterator[None]:
         """After every pending workload had its turn, elastic workloads grow into what is left, the
         queue furthest below its share first, one pod at a time."""
-        growing = [e for e in self.running.values() if len(e.placed) < len(e.workload.pods) and not e.terminating]
+        growing = [e for n in self._growable if not (e := self.running[n]).terminating]
         growing.sort(key=lambda e: (self.view.share_ratio[e.queue], e.order))
         for entry in growing:
             wl = entry.workload
@@ -302,6 +305,8 @@ class Scheduler:
                 entry.placed.append(placement)
                 self._account(entry, pod, +1)
                 result.bound.append(Bound(wl.name, i, wl.pod_names[i], placement))
+            if len(entry.placed) == len(wl.pods):
+                self._growable.discard(wl.name)
             result.attempts += 1
             yield
 
@@ -343,6 +348,8 @@ class Scheduler:
         self._forget_key(entry)
         entry.started = now
         self.running[entry.workload.name] = entry
+        if len(entry.placed) < len(entry.workload.pods):
+            self._growable.add(entry.workload.name)  # elastic: grows into idle capacity after each cycle
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
 

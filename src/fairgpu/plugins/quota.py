@@ -28,6 +28,8 @@ class Quota:
                 what = "guarantee (static allocation)" if tree.static[q] else "limit"
                 return f"queue {tree.queues[q].name} would exceed its {dim} {what}"
         # Other queues' idle guarantee that they do not lend (all of it, for static queues) stays free.
+        if not tree.unlent.any():
+            return None  # nobody holds back idle guarantee (the usual case): nothing more to check
         held_back = np.zeros(len(tree), dtype=bool)
         held_back[tree.leaves] = True
         held_back[path] = False
