@@ -220,6 +220,27 @@ def test_fragmentation_learns_only_from_pods_it_has_seen() -> None:
     assert len(frag._keys) == 2
 
 
+def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
+    """The per-shape host counts follow every placement, and a shape with h < scarce hosts weighs
+    2^ceil(log2(scarce / h)) times its share of the mix."""
+    big = [gpu_node(f"big{i}", gpus=8, cpu_m=128_000) for i in range(2)]
+    small = [gpu_node(f"s{i}", gpus=8, cpu_m=96_000) for i in range(6)]
+    view, _ = view_of(big + small)
+    prof = scored([{"name": "Fragmentation", "args": {"scarce": 8}}])
+    frag = prof.score[0][0]
+    hungry = whole(8, cpu_m=120_000)  # fits the two 128-core nodes only
+    place_pod(hungry, view, prof)  # seen, not placed
+    for i, pod in enumerate([whole(1, cpu_m=4000)] * 5 + [fraction(30, 1024)] * 5):
+        view.state.assign(f"p{i}", place_pod(pod, view, prof))
+        agg = frag._aggregates(view.state)
+        np.testing.assert_array_equal(agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0))
+        boost = np.where(agg.hosts < 8, np.exp2(np.ceil(np.log2(8 / np.maximum(agg.hosts, 1)))), 1.0)
+        np.testing.assert_allclose(frag._w, frag._p * boost, rtol=1e-6)
+    t = frag._keys[(120_000, 8, 100, (), ())]
+    assert agg.hosts[t] == 2 and frag._w[t] == pytest.approx(4 * frag._p[t])
+    assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
+
+
 @pytest.mark.parametrize("name", ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "Fragmentation"])
 def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
     nodes = [gpu_node(f"n{i}", gpus=2, cpu_m=8000) for i in range(3)]
@@ -238,6 +259,19 @@ def test_gpu_packing_prefers_a_shared_gpu() -> None:
     view.state.assign("x", view.state.placement_for(fraction(40, 1024), 1, (1,)))
     p = place_pod(fraction(30, 1024), view, scored([{"name": "GpuPacking"}]))
     assert (p.node, p.slots) == (1, (1,))
+
+
+def test_fixed_random_tie_break_piles_pods_onto_one_node_until_it_is_full() -> None:
+    """The FGD simulator's tie-break: among equal scores always the first node of one seeded random order.
+    GpuPacking has no opinion on CPU-only pods, so they fill one node before the next is used."""
+    view, _ = view_of([gpu_node(f"n{i}", gpus=2, cpu_m=4000) for i in range(6)])
+    prof = scored([{"name": "GpuPacking"}, {"name": "Random", "weight": 1e-3, "args": {"seed": 7, "fixed": True}}])
+    used = []
+    for i in range(8):
+        p = place_pod(PodSpec(cpu_m=1000), view, prof)
+        view.state.assign(f"c{i}", p)
+        used.append(p.node)
+    assert len(set(used[:4])) == 1 and len(set(used[4:])) == 1 and used[0] != used[4]
 
 
 def test_gang_spans_as_few_nodes_as_possible() -> None:

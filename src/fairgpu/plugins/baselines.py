@@ -38,16 +38,28 @@ def _chosen_free(pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
 @register(Score, "Random")
 @dataclass(slots=True)
 class Random:
-    """Uniformly random node and GPUs; seeded, so runs repeat. With a small weight: a random tie-break."""
+    """Uniformly random node and GPUs; seeded, so runs repeat. With a small weight: a random tie-break.
+
+    `fixed` draws once and keeps the draw: a random order of the nodes, ties always going to the first
+    node in it. That is how the FGD authors' simulator breaks ties (it takes the lexicographically smallest
+    node name, names being prefixed with a seeded random permutation), and it matters: pods no score
+    tells apart pile onto the same nodes instead of spreading over all of them."""
 
     seed: int = 0
+    fixed: bool = False
     _rng: np.random.Generator = field(init=False)
+    _draw: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return self._rng.uniform(0.0, 100.0, view.state.num_nodes)
+        n = view.state.num_nodes
+        if not self.fixed:
+            return self._rng.uniform(0.0, 100.0, n)
+        if self._draw is None or len(self._draw) != n:
+            self._draw = 100.0 * (n - self._rng.permutation(n)) / n
+        return self._draw
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         return self._rng.permutation(slots)

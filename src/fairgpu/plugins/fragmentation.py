@@ -43,6 +43,7 @@ class _Aggregates:
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
     seen: np.ndarray  # (N,) the state's node_version these rows reflect
     version: np.ndarray  # (N,) clock value of each node's last change
+    hosts: np.ndarray  # (T,) nodes where each shape fits now
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
     clock: int = 0
     # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
@@ -68,6 +69,11 @@ class Fragmentation:
     # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
     # whole shape's need; this sees CPU draining from GPU-rich nodes before that (0 = FGD's measure alone).
     cpu_balance: float = 0.0
+    # a shape that fits on fewer than this many nodes weighs more (×2 each time its hosts halve, up to this
+    # factor): FGD's measure is node-local and cannot see that breaking one of the last few nodes able to
+    # take a shape (say, the only ones with 120 cores beside 8 GPUs) costs more than breaking one of
+    # hundreds alike (0 = FGD's weights alone)
+    scarce: int = 0
     max_shapes: int = 128
     _keys: dict[tuple, int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -79,6 +85,7 @@ class Fragmentation:
     # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
     _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    _w: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # _p with scarcity boosts
     _p_total: float = 0.0
     _per_core: float = 0.0  # CPU millicores per GPU percent of the mix, refreshed with _p
     _agg: _Aggregates | None = None
@@ -129,7 +136,8 @@ class Fragmentation:
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
             seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
-            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version)
+            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version, np.zeros(0))
+            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0)
             self._agg = agg
         rows = np.flatnonzero(agg.seen != state.node_version)
         if rows.size:
@@ -138,23 +146,42 @@ class Fragmentation:
             agg.seen[rows] = state.node_version[rows]
             sub = _free_cores(state, rows)
             fit = sub[:, :, None] >= self._need
+            agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
             agg.fit_count[rows] = fit.sum(axis=1)
             agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
             agg.free[rows] = sub
             agg.cpu[rows] = cpu[rows]
-            if agg.usable is not None:
-                agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+            agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
+        self._reweigh(agg)
+        if agg.usable is not None and rows.size:
+            agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
         if agg.usable is None:
             every = np.arange(state.num_nodes)
             agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
         return agg
 
+    def _ok(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+        """(rows, T): each shape fits on the node."""
+        return (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows]
+
+    def _reweigh(self, agg: _Aggregates) -> None:
+        """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
+        boosts move in powers of two, so rarely)."""
+        w = self._p
+        if self.scarce:
+            few = agg.hosts < self.scarce
+            boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
+            w = (w * np.where(few, boost, 1.0)).astype(np.float32)
+        if not np.array_equal(w, self._w):
+            self._w = w
+            agg.usable = None
+            agg.deltas.clear()
+
     def _after(
         self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray, cpu_after: np.ndarray
     ) -> np.ndarray:
-        """Σ_t p_t · (free capacity usable by shape t) on these rows after a placement."""
-        ok = (fit_count >= self._k) & (cpu_after[:, None] >= self._cpu) & agg.access[rows]
-        return (ok * fit_free) @ self._p
+        """Σ_t w_t · (free capacity usable by shape t) on these rows after a placement."""
+        return (self._ok(agg, rows, fit_count, cpu_after) * fit_free) @ self._w
 
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""

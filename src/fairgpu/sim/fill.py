@@ -31,9 +31,9 @@ from fairgpu.sim.traces import _field, _rows, load_openb_nodes, openb_pod
 TUNING_RATIO = 1.3
 LOADS = tuple(range(0, 131, 5))
 NO_TASK_LIMIT = 1_000_000
-# Scores of the FGD paper's baselines; ties among a baseline's integer scores go to a seeded Random, as
-# kube-scheduler picks at random among the best nodes.
-_TIE = {"name": "Random", "weight": 1e-3}
+# Scores of the FGD paper's baselines; ties among a baseline's integer scores go to the first node of a
+# seeded random order, as in the FGD authors' simulator (see `Random.fixed`).
+_TIE = {"name": "Random", "weight": 1e-3, "args": {"fixed": True}}
 BASELINES: dict[str, list[dict]] = {
     "random": [{"name": "Random"}],
     "dotprod": [{"name": "DotProd"}, _TIE],
