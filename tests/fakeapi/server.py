@@ -69,6 +69,7 @@ class FakeState:
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
+    credentials: set[str] = field(default_factory=set)  # Authorization headers seen (tests check clients send them)
     device_plugin: bool = False  # play HAMi's device plugin on every bind (test control)
 
 
@@ -106,6 +107,7 @@ class FakeApi:
     # -- dispatch -----------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.state.requests += 1
+        self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
             await self._faults(request)
             return await self._route(request)
