@@ -55,10 +55,10 @@ def test_commit_writes_hami_keys_in_order_and_binds_with_uid(fake_api, tmp_path)
 def test_already_bound_to_the_same_node_is_success_elsewhere_rolls_back_own_lock(fake_api, tmp_path):
     async def body(port):
         p = await make(port, "p")
-        await port.bind("a", "p", p.uid, "node-00")
+        await port.bind("a", "p", p.uid, "node-00", {})
         await Binder(port).bind(p, "node-00", DEV)  # 409 "already assigned to node-00": it is where we want it
         q = await make(port, "q")
-        await port.bind("a", "q", q.uid, "node-00")
+        await port.bind("a", "q", q.uid, "node-00", {})
         with pytest.raises(BindError, match="already assigned"):
             await Binder(port).bind(q, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 81920, 100)])
         assert lock_of(await port.get(NODES, "node-01")) is None  # our lock on node-01 was released
@@ -85,7 +85,7 @@ def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
             def __getattr__(self, name):
                 return getattr(port, name)
 
-            async def bind(self, ns, name, uid, target):
+            async def bind(self, ns, name, uid, target, annotations):
                 await port.patch(NODES, target, {"metadata": {"annotations": {hami.NODE_LOCK: stolen}}})
                 raise KubeError(500, "InternalError", "the apiserver fell over")
 

@@ -65,7 +65,10 @@ class Controller:
         self.clock = clock
         self._node_events: dict[str, asyncio.Event] = {}
         self.binder = binder or Binder(
-            port, node_changed=self._node_changed, node_cache=lambda name: self.nodes.cache.get(f"/{name}")
+            port,
+            node_changed=self._node_changed,
+            node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
+            pod_cache=lambda key: self.pods.cache.get(key),
         )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
