@@ -51,11 +51,19 @@ class Binder:
         self.node_cache = node_cache
         self.pod_cache = pod_cache
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
+        # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
+        # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
+        # flood the API server ahead of the binds that could proceed on other nodes.
+        self._turns: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(2))
 
     async def bind(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
         if not devices:  # no GPU: nothing for HAMi to enforce
             await self._binding(pod, node, {})
             return
+        async with self._turns[node]:
+            await self._bind_gpus(pod, node, devices)
+
+    async def _bind_gpus(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
         now = self.clock()
         unix = str(int(now.timestamp()))
         alloc = device_string(pod, devices)

@@ -10,6 +10,7 @@ concurrently. A failed bind rolls its workload back; the next pass resubmits it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -26,7 +27,7 @@ from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_from_cr
 from fairgpu.k8s.reporter import Reporter
-from fairgpu.k8s.translate import PodInfo, node_spec, pod_info
+from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
 from fairgpu.model import NodeSpec, QueueTree, RequestError, Workload
 from fairgpu.state import Placement, StateError
 
@@ -53,7 +54,6 @@ class Controller:
         profile: Profile,
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
-        max_concurrent_binds: int = 64,
         binder: Binder | None = None,
         leading: asyncio.Event | None = None,
         on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
@@ -75,7 +75,7 @@ class Controller:
         self.wake = asyncio.Event()
         self.nodes = Informer(port, NODES, self._node_event)
         self.pods = Informer(port, PODS, self._pod_event)
-        self.queues = Informer(port, QUEUES, lambda kind, obj: self.wake.set())
+        self.queues = Informer(port, QUEUES, self._queue_event)
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
@@ -93,10 +93,18 @@ class Controller:
         self._infos: dict[str, PodInfo] = {}
         self._bad: dict[str, str] = {}
         self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
-        self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        self._node_parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
+        # Nodes or queues changed since the last pass: only then are they read again (a bind's node lock
+        # changes a node twice, and reading 5,000 nodes at every pass would cost more than the binds).
+        self._inputs_changed = True
+        # The engine's inputs (workloads, what runs, capacity) changed since its last cycle. Without a change
+        # a cycle could only repeat the last one's decisions, so it runs only every `retry_every` seconds
+        # while work waits (reservations expire, workloads starve, gang timeouts pass).
+        self._engine_changed = True
+        self._cycled_at = -1e18
+        self.retry_every = 1.0
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
-        self._binds = asyncio.Semaphore(max_concurrent_binds)
         self._tasks: set[asyncio.Task] = set()
         if leading is None:  # without an elector this replica always leads
             leading = asyncio.Event()
@@ -107,6 +115,11 @@ class Controller:
         event = self._node_events.pop(obj["metadata"]["name"], None)
         if event is not None:
             event.set()
+        self._inputs_changed = True
+        self.wake.set()
+
+    def _queue_event(self, kind: str, obj: dict) -> None:
+        self._inputs_changed = True
         self.wake.set()
 
     def _node_changed(self, node: str) -> asyncio.Event:
@@ -132,7 +145,9 @@ class Controller:
                     await self.leading.wait()
                     self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
                     self.wake.set()
-                await self.wake.wait()
+                waiting = self.engine is not None and bool(self.engine.pending)
+                with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
+                    await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
                 self.wake.clear()
                 if self.leading.is_set():
                     self.step()
@@ -141,6 +156,7 @@ class Controller:
             for t in informers + list(self._tasks):
                 t.cancel()
             await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
+            await self.reporter.close()
 
     def step(self) -> None:
         """One reconcile + engine cycle; starts the binds and evictions it decides."""
@@ -148,6 +164,9 @@ class Controller:
         self._reconcile(now)
         if self.engine is None:
             return
+        if not self._engine_changed and now - self._cycled_at < self.retry_every:
+            return
+        self._engine_changed, self._cycled_at = False, now
         started = time.perf_counter()
         result = self.engine.cycle(now)
         if self.on_cycle is not None:
@@ -195,20 +214,22 @@ class Controller:
         return entries
 
     def _reconcile(self, now: float) -> None:
-        node_specs = self._read_nodes()
-        entries = self._queue_entries()
-        try:
-            tree = QueueTree([e.spec for e in entries])
-        except ValueError as err:
-            log.error("queues: %s", err)
-            return
-        self.namespaces = {e.spec.name: e.namespaces for e in entries}
-        shape = (tuple(node_specs), repr(tree.queues))
-        if shape != self._built_from:
-            if self.inflight:
-                self.wake.set()  # rebuild once the binds under way have landed
+        if self._inputs_changed:
+            node_specs = self._read_nodes()
+            entries = self._queue_entries()
+            try:
+                tree = QueueTree([e.spec for e in entries])
+            except ValueError as err:
+                log.error("queues: %s", err)
                 return
-            self._rebuild(node_specs, tree, shape)
+            self.namespaces = {e.spec.name: e.namespaces for e in entries}
+            shape = (tuple(node_specs), repr(tree.queues))
+            if shape != self._built_from:
+                if self.inflight:
+                    self.wake.set()  # rebuild once the binds under way have landed
+                    return
+                self._rebuild(node_specs, tree, shape)
+            self._inputs_changed = False
         engine = self.engine
         assert engine is not None
         keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
@@ -235,6 +256,7 @@ class Controller:
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
         """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
         self.engine = Scheduler(node_specs, tree, self.profile)
+        self._engine_changed = True
         self._built_from = shape
         self.fixed.clear()
         self._charged.clear()
@@ -264,6 +286,7 @@ class Controller:
         engine = self.engine
         assert engine is not None
         engine.state.assign(p.key, placement)
+        self._engine_changed = True
         self.fixed[p.key] = placement
         queue, _ = self._queue_for(p)
         qi = engine.tree.index.get(queue) if queue is not None else None
@@ -277,6 +300,7 @@ class Controller:
         engine = self.engine
         assert engine is not None
         engine.state.release(key)
+        self._engine_changed = True
         del self.fixed[key]
         charged = self._charged.pop(key, None)
         if charged is not None:
@@ -315,6 +339,7 @@ class Controller:
         assert engine is not None
         keys = self.members.pop(name, ())
         released = engine.remove(name)
+        self._engine_changed = True
         for key in keys:
             self.owned.pop(key, None)
             self._dirty.add(key)  # pending members are resubmitted on the next pass
@@ -402,6 +427,7 @@ class Controller:
             for m in members:
                 self.reporter.unschedulable(m.key, m.uid, str(err))
             return
+        self._engine_changed = True
         self.members[name] = wl.pod_names
         for m in members:
             self.owned[m.key] = name
@@ -428,21 +454,22 @@ class Controller:
         await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
 
     async def _bind(self, workload: str, key: str, placement: Placement) -> None:
+        """Every decided bind starts at once: the client's connection pool bounds the requests in flight, and
+        HAMi's node lock lines up the binds to one node. A cap on binds in flight would be held by binds
+        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node."""
         engine = self.engine
         assert engine is not None
-        obj = self.pods.cache.get(key)
+        p = self._infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
         try:
-            async with self._binds:
-                if obj is None:
-                    raise BindError("pod disappeared before its bind")
-                p = pod_info(obj)
-                node = engine.state.node_names[placement.node]
-                gpus = engine.state.nodes[placement.node].gpus
-                devices = [
-                    hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-                    for s, m in zip(placement.slots, placement.mem_mib, strict=True)
-                ]
-                await self.binder.bind(p, node, devices)
+            if p is None:
+                raise BindError("pod disappeared before its bind")
+            node = engine.state.node_names[placement.node]
+            gpus = engine.state.nodes[placement.node].gpus
+            devices = [
+                hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
+                for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+            ]
+            await self.binder.bind(p, node, devices)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
@@ -458,22 +485,23 @@ class Controller:
             self.wake.set()
 
     def _read_nodes(self) -> list[NodeSpec]:
-        """Node specs, parsed once per resourceVersion (a bind's node lock changes a node's RV, not its GPUs);
-        the same NodeSpec objects come back while nothing changed, so comparing inventories stays cheap."""
+        """Node specs, parsed again only when what they are read from changed (a bind's node lock changes the
+        node, not its GPUs); the same NodeSpec objects come back while nothing changed, so comparing
+        inventories stays cheap."""
         specs: list[NodeSpec] = []
-        parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
         for key, obj in sorted(self.nodes.cache.items()):
-            rv = obj["metadata"].get("resourceVersion", "")
+            inputs = NodeInputs.of(obj)
             hit = self._node_parsed.get(key)
-            if hit is None or hit[0] != rv:
+            if hit is None or hit[0] != inputs:
                 try:
-                    spec: NodeSpec | None = node_spec(obj)
+                    spec: NodeSpec | None = node_spec(inputs)
                 except ValueError as err:
-                    log.warning("node %s left out: %s", obj["metadata"]["name"], err)
+                    log.warning("node %s left out: %s", inputs.name, err)
                     spec = None
                 if hit is not None and hit[1] is not None and spec == hit[1]:
                     spec = hit[1]  # unchanged inventory: keep the identical object
-                hit = (rv, spec)
+                hit = (inputs, spec)
             parsed[key] = hit
             if hit[1] is not None:
                 specs.append(hit[1])
@@ -516,6 +544,7 @@ class Controller:
                 log.info("eviction of %s refused: %s", key, err)
                 if err.code == 429 and self.engine is not None:
                     self.engine.eviction_refused(workload)
+                    self._engine_changed = True
         self.wake.set()
 
     def _report_queues(self) -> None:
@@ -545,9 +574,8 @@ class Controller:
     def _report_pending(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
-        for name, keys in self.members.items():
-            if name not in engine.pending:
-                continue
+        for name in engine.pending:
+            keys = self.members.get(name, ())
             pending = [k for k in keys if k not in self.inflight and engine.state.placement(k) is None]
             if not pending or not self.reporter.wants_explanation(pending[0], now):
                 continue
