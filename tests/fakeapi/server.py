@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import threading
 import time
@@ -20,7 +19,7 @@ from aiohttp import web
 from . import patches
 from .errors import ApiError, conflict, not_found, success
 from .selectors import Selector, parse_fields, parse_labels
-from .store import RESOURCES, Resource, Store
+from .store import RESOURCES, Resource, Store, clone
 
 JSON = "application/json"
 CONTROL_HEADER = "X-Fake-Control"
@@ -225,7 +224,7 @@ class FakeApi:
                 return await self._watch(request, t, selector)
             if m == "GET":
                 store.check_rv(q.get("resourceVersion"))
-                items = copy.deepcopy(store.list(t.res, t.ns, selector))
+                items = store.list(t.res, t.ns, selector)
                 return respond(
                     {
                         "kind": f"{t.res.kind}List",
@@ -240,26 +239,26 @@ class FakeApi:
                 body = await _json(request)
                 if body.get("kind") not in (None, t.res.kind):
                     raise ApiError(400, "BadRequest", f"the body kind {body.get('kind')!r} is not {t.res.kind}")
-                return respond(copy.deepcopy(store.create(t.res, t.ns or "", body)), 201)
+                return respond(store.create(t.res, t.ns or "", body), 201)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         ns = t.ns or ""
         if m == "GET":
-            return respond(copy.deepcopy(store.get(t.res, ns, t.name)))
+            return respond(store.get(t.res, ns, t.name))
         if m == "PUT":
             body = await _json(request)
-            return respond(copy.deepcopy(store.update(t.res, ns, t.name, body, t.sub or "")))
+            return respond(store.update(t.res, ns, t.name, body, t.sub or ""))
         if m == "PATCH":
-            current = copy.deepcopy(store.get(t.res, ns, t.name))
+            current = clone(store.get(t.res, ns, t.name))
             raw = await request.read()
             patched = patches.apply(request.headers.get("Content-Type", ""), current, raw)
             # A resourceVersion carried in the patch is a precondition; otherwise the patch is unconditional.
             body_rv = _patch_rv(request.headers.get("Content-Type", ""), raw)
             if body_rv is None:
                 patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-            return respond(copy.deepcopy(store.update(t.res, ns, t.name, patched, t.sub or "")))
+            return respond(store.update(t.res, ns, t.name, patched, t.sub or ""))
         if m == "DELETE":
             obj = store.delete(t.res, ns, t.name)
-            return respond(copy.deepcopy(obj))
+            return respond(obj)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     def _bind(self, t: Target, body: dict) -> web.Response:
@@ -465,7 +464,7 @@ class FakeApi:
         elif op == "finish-deletion":
             res = _BY_PATH[("", "v1", "pods")]
             obj = store.get(res, body["namespace"], body["name"])
-            store._write(res, "DELETED", copy.deepcopy(obj), obj)
+            store._write(res, "DELETED", clone(obj), obj)
         elif op == "state":
             return respond(
                 {

@@ -1,13 +1,14 @@
 """Objects, the global revision counter, the event log and watchers (design/fake-apiserver.md §3–4).
 
 Everything runs on one event loop and every write is synchronous, so events reach watchers in revision
-order with no gaps.
+order with no gaps. A stored object is never changed in place (every write stores a new one), so handlers
+and watch streams serialise stored objects as they are, and only writers copy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 import re
 import uuid
 from collections import deque
@@ -94,7 +95,7 @@ class Watcher:
         elif now and before:
             self.push("MODIFIED", entry.obj)
         elif before:
-            gone = copy.deepcopy(entry.prev if entry.type != "DELETED" else entry.obj)
+            gone = clone(entry.prev if entry.type != "DELETED" else entry.obj)
             gone["metadata"]["resourceVersion"] = str(entry.rev)
             self.push("DELETED", gone)
 
@@ -199,9 +200,9 @@ class Store:
             raise conflict(_what(res), name, STALE)
         if "status" in res.subresources:
             if subresource == "status":  # the status subresource changes status only
-                new = {**copy.deepcopy(old), "status": new.get("status", {})}
+                new = {**clone(old), "status": new.get("status", {})}
             else:  # the main resource ignores status
-                new["status"] = copy.deepcopy(old.get("status", {}))
+                new["status"] = clone(old.get("status", {}))
         for k in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "generation"):
             if k in old["metadata"]:
                 new["metadata"][k] = old["metadata"][k]
@@ -222,16 +223,16 @@ class Store:
     def delete(self, res: Resource, ns: str, name: str) -> dict:
         old = self.get(res, ns, name)
         if old["metadata"].get("finalizers"):
-            new = copy.deepcopy(old)
+            new = clone(old)
             new["metadata"].setdefault("deletionTimestamp", self.timestamp())
             new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
             return self._write(res, "MODIFIED", new, old)
-        return self._write(res, "DELETED", copy.deepcopy(old), old)
+        return self._write(res, "DELETED", clone(old), old)
 
     def mutate(self, res: Resource, ns: str, name: str, change: Callable[[dict], None]) -> dict:
         """A server-side write (binding): change a copy of the current object and store it."""
         old = self.get(res, ns, name)
-        new = copy.deepcopy(old)
+        new = clone(old)
         change(new)
         return self._write(res, "MODIFIED", new, old)
 
@@ -260,6 +261,11 @@ class Store:
     def compact(self) -> None:
         self.compacted = self.rev
         self.log.clear()
+
+
+def clone(obj: dict) -> dict:
+    """A private copy of a JSON object to change (a JSON round trip: several times faster than deepcopy)."""
+    return json.loads(json.dumps(obj))
 
 
 def expired(rv: int, compacted: int) -> dict:
