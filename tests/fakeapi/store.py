@@ -57,6 +57,9 @@ RESOURCES = [
     Resource("", "v1", "Event", "events", True),
     Resource("events.k8s.io", "v1", "Event", "events", True),
     Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
+    Resource(
+        "policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, subresources=("status",), generation=True
+    ),
     Resource("fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True),
 ]
 
@@ -121,8 +124,8 @@ class Store:
     def now(self) -> datetime:
         return datetime.now(UTC) + self.clock_offset
 
-    def timestamp(self) -> str:
-        return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    def timestamp(self, later: float = 0.0) -> str:
+        return (self.now() + timedelta(seconds=later)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # -- reads --------------------------------------------------------------------------------------
     def get(self, res: Resource, ns: str, name: str) -> dict:
@@ -203,7 +206,14 @@ class Store:
                 new = {**clone(old), "status": new.get("status", {})}
             else:  # the main resource ignores status
                 new["status"] = clone(old.get("status", {}))
-        for k in ("uid", "creationTimestamp", "namespace", "deletionTimestamp", "generation"):
+        for k in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
             if k in old["metadata"]:
                 new["metadata"][k] = old["metadata"][k]
             else:
@@ -220,8 +230,20 @@ class Store:
             return old  # a no-op write keeps the revision, like the apiserver
         return self._write(res, "MODIFIED", new, old)
 
-    def delete(self, res: Resource, ns: str, name: str) -> dict:
+    def delete(self, res: Resource, ns: str, name: str, grace: int | None = None) -> dict:
+        """Without a kubelet the fake deletes at once, unless the caller gives a bound, running pod a grace
+        period: then, as the apiserver does, it only marks the pod (deletionTimestamp, MODIFIED) and whoever
+        plays the kubelet deletes it again with grace 0 once its containers are gone. A second graceful
+        delete may only shorten the grace."""
         old = self.get(res, ns, name)
+        if res.plural == "pods" and grace and old["spec"].get("nodeName") and not _terminal(old):
+            meta = old["metadata"]
+            if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds", 0) <= grace:
+                return old
+            new = clone(old)
+            new["metadata"]["deletionTimestamp"] = self.timestamp(grace)
+            new["metadata"]["deletionGracePeriodSeconds"] = grace
+            return self._write(res, "MODIFIED", new, old)
         if old["metadata"].get("finalizers"):
             new = clone(old)
             new["metadata"].setdefault("deletionTimestamp", self.timestamp())
@@ -273,6 +295,10 @@ def expired(rv: int, compacted: int) -> dict:
         "type": "ERROR",
         "object": ApiError(410, "Expired", f"too old resource version: {rv} ({compacted})").status(),
     }
+
+
+def _terminal(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _what(res: Resource) -> str:
@@ -331,6 +357,10 @@ def validate(res: Resource, obj: dict) -> None:
             _microtime(spec.get(k), f"spec.{k}")
     if res.kind == "Event":
         _microtime(obj.get("eventTime"), "eventTime")
+    if res.plural == "poddisruptionbudgets":
+        spec = obj.get("spec") or {}
+        if "minAvailable" in spec and "maxUnavailable" in spec:
+            raise _invalid(res, name, "spec", "minAvailable and maxUnavailable cannot be both set")
 
 
 def _microtime(value: object, path: str) -> None:

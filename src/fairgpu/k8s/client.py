@@ -131,8 +131,11 @@ class KubeClient:
     ) -> dict:
         return await self._call("PATCH", kind.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
 
-    async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
-        return await self._call("DELETE", kind.path(namespace, name))
+    async def delete(
+        self, kind: Kind, name: str, namespace: str | None = None, grace_seconds: int | None = None
+    ) -> dict:
+        query = [("gracePeriodSeconds", str(grace_seconds))] if grace_seconds is not None else None
+        return await self._call("DELETE", kind.path(namespace, name), query)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         body = {
@@ -144,8 +147,10 @@ class KubeClient:
         # Retrying after a 5xx is safe: if the first attempt landed, the retry gets 409 "already assigned".
         await self._call("POST", PODS.path(namespace, name, "binding"), body=body)
 
-    async def evict(self, namespace: str, name: str) -> None:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        body: dict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         # 429 here is a disruption budget, not rate limiting: the caller picks another victim.
         await self._call("POST", PODS.path(namespace, name, "eviction"), body=body, retry=False)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
@@ -34,6 +36,8 @@ from fairgpu.state import Placement, StateError
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
 GANG_ADMITTED = "fairgpu.io/gang-admitted"  # on every member once a gang starts binding
+# A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
+REFUSED_BACKOFF = 60.0
 
 
 @dataclass(slots=True)
@@ -84,6 +88,7 @@ class Controller:
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
+        self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
@@ -179,7 +184,11 @@ class Controller:
         for workload, binds in decided.items():
             self._spawn(self._commit(workload, binds))
         for ev in result.evictions:
-            self._spawn(self._evict(ev.workload, ev.reason))
+            victim = self.engine.running[ev.workload]
+            grace = self.engine.tree.queues[victim.queue].preemption.grace_period
+            if ev.pods is not None:
+                self.shrinking[ev.workload] = ev.pods
+            self._spawn(self._evict(ev, math.ceil(grace)))
         self._report_pending(now)
         if now - self._status_at >= self.status_every:
             self._status_at = now
@@ -244,7 +253,7 @@ class Controller:
             if gone and key in self.owned:
                 if key in self.inflight:
                     self._dirty.add(key)  # look again once its bind has finished
-                else:
+                elif not self._shrunk(self.owned[key], pods):
                     self._drop_workload(self.owned[key], pods)
         # Bound pods the engine does not hold are pinned where they run.
         for key in keys:
@@ -262,6 +271,7 @@ class Controller:
         self._charged.clear()
         self.owned.clear()
         self.members.clear()
+        self.shrinking.clear()
         self._all_dirty = True
         self.stats.rebuilds += 1
 
@@ -333,11 +343,35 @@ class Controller:
             return None
         return state.placement_for(spec, ni, fits[: spec.gpu.count])
 
+    def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
+        """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
+        the rest; once all of those are gone it shrinks for good (replacements come as new pods). False:
+        some other member went, and the workload is dropped."""
+        evicted = self.shrinking.get(name)
+        if evicted is None:
+            return False
+        keys = self.members[name]
+        gone = {i for i, key in enumerate(keys) if (p := pods.get(key)) is None or p.terminal}
+        if not gone <= set(evicted):
+            return False
+        if gone == set(evicted):
+            engine = self.engine
+            assert engine is not None
+            engine.shrink(name, evicted, regrow=False)
+            del self.shrinking[name]
+            for i in evicted:
+                self.owned.pop(keys[i], None)
+            self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
+            self._engine_changed = True
+            self.wake.set()
+        return True
+
     def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
         """Take a workload out of the engine; members that run stay pinned, pending ones get resubmitted."""
         engine = self.engine
         assert engine is not None
         keys = self.members.pop(name, ())
+        self.shrinking.pop(name, None)
         released = engine.remove(name)
         self._engine_changed = True
         for key in keys:
@@ -400,9 +434,17 @@ class Controller:
                         m.key, m.uid, f"gang {group}: {len(members) + bound} of {need + bound} members exist"
                     )
                 continue
-            self._submit(sorted(members, key=lambda m: m.name), f"{ns}/group:{group}", now)
+            members.sort(key=lambda m: m.name)
+            # Members beyond what the gang still needs are elastic: they run as room allows and are the first
+            # given back when another queue reclaims. Members that join a running group form a workload of
+            # their own, named after their first member.
+            least = max(1, need)
+            name = f"{ns}/group:{group}"
+            if name in self.members:
+                name = f"{name}/{members[0].name}"
+            self._submit(members, name, now, least if len(members) > least else None)
 
-    def _submit(self, members: list[PodInfo], name: str, now: float) -> None:
+    def _submit(self, members: list[PodInfo], name: str, now: float, min_pods: int | None = None) -> None:
         engine = self.engine
         assert engine is not None
         first = members[0]
@@ -420,6 +462,7 @@ class Controller:
             duration=first.duration,
             user=first.user,
             pod_names=tuple(m.key for m in members),
+            min_pods=min_pods,
         )
         try:
             engine.submit(wl)
@@ -440,6 +483,9 @@ class Controller:
         if len(self.members.get(workload, ())) > 1:
             try:
                 for key in self.members[workload]:
+                    info = self._infos.get(key)
+                    if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
+                        continue  # marked when the gang started; an elastic one's later pods need no second patch
                     ns, name = key.split("/", 1)
                     await self.port.patch(PODS, name, {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}, ns)
             except KubeError as err:
@@ -531,20 +577,29 @@ class Controller:
                 self._groups.setdefault((p.namespace, p.group), set()).add(key)
         return self._infos, self._bad
 
-    async def _evict(self, workload: str, reason: str) -> None:
-        """Evict every pod of a victim; a disruption budget (429) leaves it running for the engine to choose
-        another victim in a later cycle."""
-        for key in self.members.get(workload, ()):
+    async def _evict(self, ev: Evict, grace: int) -> None:
+        """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
+        workload, only the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or
+        any failure but the pod being gone already) stops there: the victim keeps running, and the engine
+        picks another one once the room it planned on is overdue."""
+        keys = self.members.get(ev.workload, ())
+        if ev.pods is not None:
+            keys = tuple(keys[i] for i in ev.pods)
+        for key in keys:
             ns, name = key.split("/", 1)
             try:
-                await self.port.evict(ns, name)
-                self.stats.evictions += 1
-                self.reporter.preempted(key, reason)
+                await self.port.evict(ns, name, grace)
             except KubeError as err:
+                if err.code == 404:
+                    continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
-                if err.code == 429 and self.engine is not None:
-                    self.engine.eviction_refused(workload)
+                if self.engine is not None:
+                    self.engine.eviction_refused(ev.workload, self.clock() + REFUSED_BACKOFF)
+                    self.shrinking.pop(ev.workload, None)
                     self._engine_changed = True
+                break
+            self.stats.evictions += 1
+            self.reporter.preempted(key, ev.reason)
         self.wake.set()
 
     def _report_queues(self) -> None:
