@@ -378,6 +378,14 @@ def test_kubectl_round_trip(fake_api, tmp_path):
         assert k("patch", "pod", "k1", f"--type={kind}", "-p", patch).returncode == 0, kind
     got = json.loads(k("get", "--raw", "/api/v1/namespaces/default/pods/k1").stdout)
     assert got["metadata"]["annotations"] == {"m": "1", "j": "2", "s": "3"}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "b1", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}},
+    }
+    assert k("create", "--validate=false", "-f", "-", stdin=json.dumps(budget)).returncode == 0  # via discovery
+    assert k("get", "pdb", "-o", "name").stdout.split() == ["poddisruptionbudget.policy/b1"]
     # kubectl get -w: list then watch from the list's RV; it must print the change made meanwhile
     watcher = subprocess.Popen(
         [KUBECTL, "--kubeconfig", kc, "get", "pods", "-w", "-o", "json", "--output-watch-events"],

@@ -192,6 +192,7 @@ class FakeApi:
                     "namespaced": r.namespaced,
                     "kind": r.kind,
                     "verbs": verbs,
+                    **({"shortNames": list(r.short_names)} if r.short_names else {}),
                 }
             )
             for sub in r.subresources:

@@ -32,6 +32,7 @@ class Resource:
     fields: tuple[str, ...] = ("metadata.name", "metadata.namespace")
     subresources: tuple[str, ...] = ()
     generation: bool = False  # tracks metadata.generation (spec changes)
+    short_names: tuple[str, ...] = ()  # discovery's shortNames, as kubectl resolves `get pdb`
 
     @property
     def api_version(self) -> str:
@@ -51,14 +52,24 @@ RESOURCES = [
         True,
         ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"),
         ("status", "binding", "eviction"),
+        short_names=("po",),
     ),
-    Resource("", "v1", "Node", "nodes", False, ("metadata.name", "spec.unschedulable"), ("status",)),
-    Resource("", "v1", "Namespace", "namespaces", False, ("metadata.name",)),
-    Resource("", "v1", "Event", "events", True),
-    Resource("events.k8s.io", "v1", "Event", "events", True),
+    Resource(
+        "", "v1", "Node", "nodes", False, ("metadata.name", "spec.unschedulable"), ("status",), short_names=("no",)
+    ),
+    Resource("", "v1", "Namespace", "namespaces", False, ("metadata.name",), short_names=("ns",)),
+    Resource("", "v1", "Event", "events", True, short_names=("ev",)),
+    Resource("events.k8s.io", "v1", "Event", "events", True, short_names=("ev",)),
     Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
     Resource(
-        "policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, subresources=("status",), generation=True
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        True,
+        subresources=("status",),
+        generation=True,
+        short_names=("pdb",),
     ),
     Resource("fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True),
 ]
