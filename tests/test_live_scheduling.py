@@ -5,19 +5,21 @@ over-committed, a scheduler killed half-way and replaced, and injected 410/409/5
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter, defaultdict
 
-from prometheus_client import generate_latest
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
-from fairgpu.k8s.app import metrics_registry
+from fairgpu.k8s.app import dashboard_app
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError
 from fairgpu.k8s.translate import pod_info
+from fairgpu.observe.server import Beside
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
 
 NODES_N, GPUS = 20, 8
@@ -122,7 +124,8 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         loop = asyncio.get_running_loop()
         # Phase 1: the cluster fills; the first wave must be fair between the three equal queues.
         ctl = Controller(port, profile)
-        registry = metrics_registry(ctl)  # what `fairgpu run` serves at /metrics
+        served = contextlib.AsyncExitStack()  # what `fairgpu run` serves, on the controller's loop as there
+        dashboard = await served.enter_async_context(Beside(dashboard_app(ctl, "fake")))
         run = asyncio.create_task(ctl.run())
 
         def bound() -> dict[str, dict]:
@@ -146,7 +149,9 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
             assert abs(share[t] - total / 3) <= 0.1 * total, share  # each queue within 10 % of an equal third
         assert check_annotations_match_engine(ctl, first) == len(first)
         # /metrics agrees with what is bound: cores allocated per GPU add up to the GPUs the pods hold.
-        families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+        async with aiohttp.ClientSession() as http, http.get(f"{dashboard.url}/metrics") as resp:
+            exposition = await resp.text()
+        families = {f.name: f for f in text_string_to_metric_families(exposition)}
         cores = sum(smp.value for smp in families["fairgpu_gpu_cores_allocated_ratio"].samples)
         assert abs(cores - sum(share.values())) < 1e-6, (cores, sum(share.values()))
         scheduled = [
@@ -156,6 +161,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         ]
         assert scheduled and scheduled[0] > 0
         assert families["fairgpu_leader_election_master_status"].samples[0].value == 1.0
+        await served.aclose()
         assert not nodes.violations
         events, _ = await port.list(PODS.__class__("", "v1", "events", True))
         assert any(e["reason"] == "FailedScheduling" and e["message"] for e in events)

@@ -116,6 +116,10 @@ class Controller:
             leading.set()
         self.leading = leading
 
+    def synced(self) -> bool:
+        """Every informer has listed once: the caches are warm (on a standby too)."""
+        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.queues))
+
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
         if event is not None:
