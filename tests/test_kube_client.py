@@ -1,13 +1,17 @@
-"""KubeClient's configuration over the wire: credentials reach the apiserver, and the environment (proxy
-variables, netrc) is read once at connect time, not on a worker thread per request."""
+"""KubeClient over the wire: credentials reach the apiserver, the environment (proxy variables, netrc) is
+read once at connect time, not on a worker thread per request, and an API server that does not answer is a
+KubeError like any other failure."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
-from fairgpu.k8s.client import KubeClient
-from fairgpu.k8s.port import NODES
+import pytest
+
+from fairgpu.k8s.client import UNREACHABLE, KubeClient
+from fairgpu.k8s.port import NODES, KubeError
 
 
 def kubeconfig(path, server: str, user: dict) -> str:
@@ -57,3 +61,40 @@ def test_proxy_variables_read_once_and_no_proxy_honoured(fake_api, tmp_path, mon
         return proxy
 
     assert asyncio.run(direct()) is None
+
+
+def test_no_answer_is_a_kube_error_even_mid_stream(tmp_path):
+    """Refused connections, and a watch stream the server tears off mid-way (aiohttp's error there is no
+    OSError), reach the caller as KubeError, which informers retry."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    event = json.dumps({"type": "ADDED", "object": {"metadata": {"name": "n", "resourceVersion": "2"}}}).encode()
+
+    async def torn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + f"{len(event) + 1:x}\r\n".encode() + event + b"\n\r\n")
+        await writer.drain()
+        writer.close()  # no last chunk: the stream is cut short
+
+    async def go() -> None:
+        port = await KubeClient.connect(kubeconfig(tmp_path / "kc", dead, {}))
+        port.backoff = 0.001
+        with pytest.raises(KubeError) as err:
+            await port.list(NODES)
+        assert err.value.code == UNREACHABLE and "Connect" in err.value.message
+        await port.close()
+        server = await asyncio.start_server(torn, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        port = await KubeClient.connect(kubeconfig(tmp_path / "kc2", url, {}))
+        got = []
+        with pytest.raises(KubeError) as err:
+            async for ev in port.watch(NODES, "1"):
+                got.append(ev)
+        assert err.value.code == UNREACHABLE and got == [json.loads(event)]
+        await port.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(go(), 30))

@@ -16,7 +16,8 @@ from kubernetes_asyncio import client, config
 from fairgpu.k8s.port import PODS, Kind, KubeError
 
 MERGE_PATCH = "application/merge-patch+json"
-RETRIED = (500, 503, 504)  # transient server failures: back off exponentially, a few times
+UNREACHABLE = 0  # KubeError code when no answer came back: connection refused or reset, or a timeout
+RETRIED = (UNREACHABLE, 500, 503, 504)  # transient failures: back off exponentially, a few times
 ATTEMPTS = 5
 
 
@@ -57,26 +58,31 @@ class KubeClient:
         retry: bool = True,
     ) -> dict:
         for attempt in range(ATTEMPTS):
-            resp = await self.api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=AUTH,
-                _preload_content=False,
-                _request_timeout=30,
-            )
-            raw = await resp.read()
-            if 200 <= resp.status < 300:
-                return json.loads(raw) if raw else {}
-            err = _error(resp.status, raw)
+            retry_after = None
+            try:
+                resp = await self.api.call_api(
+                    path,
+                    method,
+                    query_params=query or [],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    auth_settings=AUTH,
+                    _preload_content=False,
+                    _request_timeout=30,
+                )
+                raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                err = _unreachable(exc)
+            else:
+                if 200 <= resp.status < 300:
+                    return json.loads(raw) if raw else {}
+                err, retry_after = _error(resp.status, raw), resp.headers.get("Retry-After")
             last = attempt == ATTEMPTS - 1
             if retry and not last and err.code in RETRIED:
                 await asyncio.sleep(self.backoff * 2**attempt)
                 continue
-            if retry and not last and err.code == 429 and "Retry-After" in resp.headers:
-                await asyncio.sleep(float(resp.headers["Retry-After"]))
+            if retry and not last and err.code == 429 and retry_after is not None:
+                await asyncio.sleep(float(retry_after))
                 continue
             raise err
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -99,21 +105,26 @@ class KubeClient:
         ]
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        resp = await self.api.call_api(
-            kind.path(),
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=AUTH,
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
-        )
+        try:
+            resp = await self.api.call_api(
+                kind.path(),
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=AUTH,
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unreachable(exc) from exc
         try:
             if resp.status != 200:
                 raise _error(resp.status, await resp.read())
             while line := await resp.content.readline():
                 if line.strip():
                     yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the stream was torn (server gone, reset)
+            raise _unreachable(exc) from exc
         finally:
             resp.release()
 
@@ -168,6 +179,12 @@ def _read_environment_once(rest: client.rest.RESTClientObject, host: str) -> Non
     connector = session.connector
     session.detach()  # hand its connection pool (TLS settings, size) over without closing it
     rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=READ_BUFFER)
+
+
+def _unreachable(exc: BaseException) -> KubeError:
+    """No answer from the API server is a KubeError too, so callers handle one kind of failure (aiohttp's
+    own, such as a server that disconnects mid-stream, are not all OSErrors)."""
+    return KubeError(UNREACHABLE, "Unreachable", f"{type(exc).__name__}: {exc}")
 
 
 def _error(code: int, raw: bytes) -> KubeError:

@@ -361,8 +361,12 @@ class Controller:
         if gone == set(evicted):
             engine = self.engine
             assert engine is not None
-            engine.shrink(name, evicted, regrow=False)
             del self.shrinking[name]
+            try:
+                engine.shrink(name, evicted, regrow=False)
+            except ValueError as err:  # not its newest pods after all: account for it the general way
+                log.warning("%s", err)
+                return False
             for i in evicted:
                 self.owned.pop(keys[i], None)
             self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
