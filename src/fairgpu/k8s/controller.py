@@ -588,8 +588,8 @@ class Controller:
     async def _evict(self, ev: Evict, grace: int) -> None:
         """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
         workload, only the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or
-        any failure but the pod being gone already) stops there: the victim keeps running, and the engine
-        picks another one once the room it planned on is overdue."""
+        any failure but the pod being gone already) stops there: the victim keeps running, out of choice for
+        REFUSED_BACKOFF seconds, and its preemptor picks another victim at its next attempt."""
         keys = self.members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
