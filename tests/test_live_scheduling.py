@@ -263,3 +263,36 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 240))
+
+
+def test_cycles_follow_engine_changes_not_events(fake_api, tmp_path):
+    """Pod writes that change nothing the engine reads (a label, the kubelet's status) cost no cycle; work
+    that waits is still tried again every `retry_every` seconds without news."""
+
+    fake_api.control("device-plugin")  # each bind's allocation is consumed and the node lock released
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(NODES, node(0))
+        await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+        for i in range(GPUS + 1):  # one more than fits: it waits
+            await port.create(PODS, pod("a", f"p{i}", {"nvidia.com/gpu": "1"}), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        ctl.retry_every = 0.5
+        run = asyncio.create_task(ctl.run())
+        await until(lambda: ctl.stats.binds == GPUS and not ctl.inflight, 20, "the node to fill")
+        await asyncio.sleep(0.6)
+        before = ctl.stats.cycles
+        for i in range(40):  # writes to running pods that the engine does not read, one every 30 ms
+            await port.patch(PODS, f"p{i % GPUS}", {"metadata": {"labels": {"touched": str(i)}}}, "a")
+            await asyncio.sleep(0.03)
+        await asyncio.sleep(0.3)
+        assert 1 <= ctl.stats.cycles - before <= 5, ctl.stats.cycles - before  # the retries, not 40 cycles
+        assert len(ctl.engine.pending) == 1
+        await port.delete(PODS, "p0", "a")  # room: the waiting pod goes at once
+        await until(lambda: ctl.stats.binds == GPUS + 1, 5, "the waiting pod to be bound")
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
