@@ -67,7 +67,7 @@ def main() -> None:
     began = time.perf_counter()
     result = sched.cycle(0.0)
     metrics.on_cycle(sched, result, 0.0, time.perf_counter() - began)
-    source = LiveSource(sched, f"synthetic-{args.nodes}", clock=lambda: 0.0)
+    source = LiveSource.of(sched, f"synthetic-{args.nodes}", clock=lambda: 0.0)
     source.history.sample(0.0, sched)
     with Background(create_app(source, registry)) as bg:
         out = {

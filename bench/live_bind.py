@@ -43,7 +43,7 @@ async def bench(kubeconfig: str, nodes: int, pods: int, trickle: int, rate: floa
             await port.create(PODS, pod("bench", f"p{i}", frac), "bench")
 
     await asyncio.gather(*(create(i) for i in range(pods)))
-    ctl = Controller(port, load_profile("fairgpu"), max_concurrent_binds=256)
+    ctl = Controller(port, load_profile("fairgpu"))
     start = time.perf_counter()
     run = asyncio.create_task(ctl.run())
     while ctl.stats.binds < pods:

@@ -1,6 +1,7 @@
 """What the nodes would do, for tests over the wire: HAMi's device plugin consumes each allocation (bind-phase
-success, to-allocate erased, node lock released) and the kubelet starts the pod; it also audits every GPU
-on every allocation for over-commitment."""
+success, to-allocate erased, node lock released) and the kubelet starts the pod (Running and Ready), and
+stops a pod marked for deletion once its grace period has passed (then deletes it with grace 0); it also
+audits every GPU on every allocation for over-commitment."""
 
 from __future__ import annotations
 
@@ -22,12 +23,18 @@ class FakeNodes:
         self.todo: asyncio.Queue[str] = asyncio.Queue()
         self.violations: list[str] = []
         self.started: set[str] = set()
+        self.stopping: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
 
     def _event(self, kind: str, obj: dict) -> None:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if kind != "DELETED" and obj["metadata"].get("deletionTimestamp") and key not in self.stopping:
+            self.stopping.add(key)
+            self._spawn(self._stop(key, obj["metadata"].get("deletionGracePeriodSeconds", 0)))
         ann = obj["metadata"].get("annotations") or {}
         waiting = ann.get(hami.BIND_PHASE) == "allocating" or hami.ALLOCATED not in ann
         if kind != "DELETED" and obj["spec"].get("nodeName") and waiting:
-            self.todo.put_nowait(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+            self.todo.put_nowait(key)
 
     def audit(self, node: str) -> None:
         cores: dict[str, int] = defaultdict(int)
@@ -53,7 +60,6 @@ class FakeNodes:
     async def run(self) -> None:
         """Nodes work in parallel; each pod's allocation is its own task, as each node's plugin is its own."""
         inf = asyncio.create_task(self.informer.run())
-        tasks: set[asyncio.Task] = set()
         try:
             while True:
                 key = await self.todo.get()
@@ -63,13 +69,26 @@ class FakeNodes:
                 if obj is None:
                     continue
                 self.started.add(key)
-                task = asyncio.create_task(self._allocate(key, obj))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                self._spawn(self._allocate(key, obj))
         finally:
             inf.cancel()
-            for t in tasks:
+            for t in list(self._tasks):
                 t.cancel()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _stop(self, key: str, grace: float) -> None:
+        """The containers ignore SIGTERM: the pod goes when its grace period is over."""
+        await asyncio.sleep(grace)
+        ns, name = key.split("/", 1)
+        try:
+            await self.port.delete(PODS, name, ns, grace_seconds=0)
+        except KubeError as err:
+            if err.code != 404:
+                raise
 
     async def _allocate(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
@@ -87,7 +106,8 @@ class FakeNodes:
                     release = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]}}
                     release["metadata"]["annotations"] = {hami.NODE_LOCK: None}
                     await self.port.patch(NODES, node, release)
-            await self.port.patch(PODS, name, {"status": {"phase": "Running"}}, ns, subresource="status")
+            running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+            await self.port.patch(PODS, name, {"status": running}, ns, subresource="status")
         except KubeError as err:
             if err.code == 409:  # the node changed under us: try again
                 self.started.discard(key)

@@ -55,10 +55,10 @@ def test_commit_writes_hami_keys_in_order_and_binds_with_uid(fake_api, tmp_path)
 def test_already_bound_to_the_same_node_is_success_elsewhere_rolls_back_own_lock(fake_api, tmp_path):
     async def body(port):
         p = await make(port, "p")
-        await port.bind("a", "p", p.uid, "node-00")
+        await port.bind("a", "p", p.uid, "node-00", {})
         await Binder(port).bind(p, "node-00", DEV)  # 409 "already assigned to node-00": it is where we want it
         q = await make(port, "q")
-        await port.bind("a", "q", q.uid, "node-00")
+        await port.bind("a", "q", q.uid, "node-00", {})
         with pytest.raises(BindError, match="already assigned"):
             await Binder(port).bind(q, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 81920, 100)])
         assert lock_of(await port.get(NODES, "node-01")) is None  # our lock on node-01 was released
@@ -85,7 +85,7 @@ def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
             def __getattr__(self, name):
                 return getattr(port, name)
 
-            async def bind(self, ns, name, uid, target):
+            async def bind(self, ns, name, uid, target, annotations):
                 await port.patch(NODES, target, {"metadata": {"annotations": {hami.NODE_LOCK: stolen}}})
                 raise KubeError(500, "InternalError", "the apiserver fell over")
 
@@ -93,5 +93,42 @@ def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
         with pytest.raises(BindError, match="fell over"):
             await Binder(Stealing()).bind(late, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 1000, 10)])
         assert lock_of(await port.get(NODES, "node-01")) == stolen
+
+    run(fake_api, tmp_path, body)
+
+
+def test_binds_to_one_node_take_turns_two_at_a_time(fake_api, tmp_path):
+    """Binds to one node wait for its lock in turn: past the start, only the holder and the next one (which
+    annotates its pod meanwhile) do any work, so a long queue for one node does not flood the API server."""
+    fake_api.control("device-plugin")  # each Binding's allocation is consumed and its lock released
+
+    async def body(port):
+        started, most = 0, 0
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(port, name)
+
+            async def patch(self, kind, name, patch, namespace=None, subresource=None):
+                nonlocal started, most
+                if kind is PODS:  # a bind's first request: annotating its pod
+                    started += 1
+                    most = max(most, started)
+                return await port.patch(kind, name, patch, namespace, subresource)
+
+            async def bind(self, *args):  # its last: the Binding
+                nonlocal started
+                try:
+                    return await port.bind(*args)
+                finally:
+                    started -= 1
+
+        pods = [await make(port, f"p{i}") for i in range(6)]
+        binder = Binder(Counting())
+        devices = [[hami.DeviceUse(f"GPU-00-{i}", "NVIDIA", 81920, 100)] for i in range(6)]
+        await asyncio.gather(*(binder.bind(p, "node-00", d) for p, d in zip(pods, devices, strict=True)))
+        assert most == 2, most
+        for i in range(6):
+            assert (await port.get(PODS, f"p{i}", "a"))["spec"]["nodeName"] == "node-00"
 
     run(fake_api, tmp_path, body)

@@ -156,7 +156,7 @@ def test_cluster_view_of_a_thousand_nodes_renders_quickly(browser):
     allocated = sched.state.allocated_gpu_equivalents()
     registry = CollectorRegistry()
     SchedulingMetrics(registry)
-    with Background(create_app(LiveSource(sched, "thousand", clock=lambda: 0.0), registry)) as bg:
+    with Background(create_app(LiveSource.of(sched, "thousand", clock=lambda: 0.0), registry)) as bg:
         page = browser.new_page()
         watch = Watch()
         watch.attach(page)

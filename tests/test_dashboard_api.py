@@ -11,11 +11,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from fairgpu.framework.profile import load_profile
+from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.observe.history import MAX_SAMPLES, QueueHistory
 from fairgpu.observe.serve import replay_app
 from fairgpu.observe.server import Background
@@ -116,16 +118,27 @@ def test_dashboard_page_and_assets_are_served_locally(server):
     assert b"http" not in get(f"{url}/static/app.js")[1].replace(b"http://www.w3.org/2000/svg", b"")
 
 
-def test_history_stays_bounded():
-    class Fake:
-        class view:
-            usage = np.zeros((2, 4))
-            entitled = np.zeros((2, 4))
+class _FakeSched:
+    def __init__(self, *names: str) -> None:
+        self.tree = QueueTree([QueueSpec(n) for n in names])
+        self.view = SimpleNamespace(usage=np.zeros((len(names), 4)), entitled=np.zeros((len(names), 4)))
 
+
+def test_history_stays_bounded():
     h = QueueHistory()
+    sched = _FakeSched("a", "b")
     for t in range(3 * MAX_SAMPLES):
-        h.sample(float(t), Fake)
+        h.sample(float(t), sched)
     assert len(h.t) <= MAX_SAMPLES and h.t[0] == 0 and h.t[-1] == 3 * MAX_SAMPLES - 1
+
+
+def test_history_starts_over_when_the_queues_change():
+    """A live scheduler rebuilds its engine when queues come or go: old rows would index other queues."""
+    h = QueueHistory()
+    h.sample(0.0, _FakeSched("a", "b"))
+    h.sample(1.0, _FakeSched("a", "b"))
+    h.sample(2.0, _FakeSched("a", "c"))
+    assert h.t == [2.0] and h.queues == ["a", "c"]
 
 
 def test_the_engine_does_not_import_observe():

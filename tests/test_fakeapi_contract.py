@@ -16,7 +16,7 @@ from kubernetes_asyncio import client, config
 
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.port import NODES, PODS, KubeError
+from fairgpu.k8s.port import NODES, PODS, Kind, KubeError
 
 
 def pod(name: str, ns: str = "default", labels: dict | None = None, **spec) -> dict:
@@ -194,19 +194,112 @@ def test_lease_optimistic_concurrency_and_microtime(fake_api, tmp_path):
     run(go())
 
 
-def test_eviction_pdb_and_patch_types(fake_api, tmp_path):
+PDBS = Kind("policy", "v1", "poddisruptionbudgets", True)
+
+
+def test_eviction_honours_disruption_budgets_and_grace(fake_api, tmp_path):
+    """policy/v1 eviction as EvictionREST does it: budgets matched by selector, a budget the disruption
+    controller has not processed yet, none left, one used up, several; pending and terminating pods skip
+    budgets; the grace period marks a bound pod and the kubelet's grace-0 delete removes it."""
+
+    def raw_evict(name: str, body: dict | None = None) -> tuple[int, dict, str | None]:
+        doc = body or {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+        req = urllib.request.Request(
+            f"{fake_api.url}/api/v1/namespaces/default/pods/{name}/eviction",
+            data=json.dumps(doc).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, json.loads(resp.read()), None
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read()), err.headers.get("Retry-After")
+
+    async def go():
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        for name in ("db-0", "db-1", "web-0"):
+            app = name.split("-")[0]
+            created = await port.create(PODS, pod(name, labels={"app": app}), "default")
+            await port.bind("default", name, created["metadata"]["uid"], "n1", {})
+            await port.patch(PODS, name, {"status": ready}, "default", subresource="status")
+        await port.create(PODS, pod("db-pending", labels={"app": "db"}), "default")
+        spec = {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}}
+        await port.create(PDBS, {"metadata": {"name": "db"}, "spec": spec}, "default")
+        with pytest.raises(KubeError) as err:
+            await port.create(PDBS, {"metadata": {"name": "both"}, "spec": {**spec, "maxUnavailable": 1}}, "default")
+        assert err.value.code == 422
+
+        code, status, retry = await asyncio.to_thread(raw_evict, "db-0")  # no status yet: not processed
+        assert (code, status["reason"], retry) == (429, "TooManyRequests", "10")
+        assert "still being processed" in status["details"]["causes"][0]["message"]
+        budget = {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2}
+        await port.patch(PDBS, "db", {"status": budget}, "default", subresource="status")
+        code, status, retry = await asyncio.to_thread(raw_evict, "db-0")
+        assert (code, retry) == (429, None) and status["message"].startswith("Cannot evict pod as it would violate")
+        assert status["details"]["causes"] == [
+            {
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget db needs 2 healthy pods and has 2 currently",
+            }
+        ]
+        await port.evict("default", "db-pending")  # pending: budgets do not apply
+        with pytest.raises(KubeError) as err:
+            await port.get(PODS, "db-pending", "default")
+        assert err.value.code == 404
+        await port.evict("default", "web-0")  # no budget selects it, no grace: gone at once
+        with pytest.raises(KubeError) as err:
+            await port.get(PODS, "web-0", "default")
+        assert err.value.code == 404
+
+        await port.patch(PDBS, "db", {"status": {"disruptionsAllowed": 1, "currentHealthy": 3}}, "default", "status")
+        await port.evict("default", "db-0", grace_seconds=5)
+        marked = await port.get(PODS, "db-0", "default")  # graceful: marked, still there
+        assert marked["metadata"]["deletionGracePeriodSeconds"] == 5 and marked["metadata"]["deletionTimestamp"]
+        used = (await port.get(PDBS, "db", "default"))["status"]
+        assert used["disruptionsAllowed"] == 0 and set(used["disruptedPods"]) == {"db-0"}
+        await port.evict("default", "db-0", grace_seconds=5)  # terminating: no budget needed, nothing changes
+        assert (await port.get(PODS, "db-0", "default"))["metadata"]["resourceVersion"] == marked["metadata"][
+            "resourceVersion"
+        ]
+        with pytest.raises(KubeError) as err:  # the budget is used up for the others
+            await port.evict("default", "db-1")
+        assert err.value.code == 429
+        req = urllib.request.Request(
+            f"{fake_api.url}/api/v1/namespaces/default/pods/db-0?gracePeriodSeconds=0", method="DELETE"
+        )
+        await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=5).close())  # the kubelet finishes
+        with pytest.raises(KubeError) as err:
+            await port.get(PODS, "db-0", "default")
+        assert err.value.code == 404
+
+        other = {"metadata": {"name": "all-db"}, "spec": {"maxUnavailable": 1, "selector": spec["selector"]}}
+        await port.create(PDBS, other, "default")
+        with pytest.raises(KubeError) as err:
+            await port.evict("default", "db-1")
+        assert err.value.code == 500 and "more than one PodDisruptionBudget" in err.value.message
+        code, status, _ = await asyncio.to_thread(
+            raw_evict, "db-1", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "db-2"}}
+        )
+        assert code == 400
+        with pytest.raises(KubeError) as err:
+            await port.evict("default", "ghost")
+        assert err.value.code == 404
+        assert [(e["name"], e["code"]) for e in fake_api.control("state")["evictions"]][-3:] == [
+            ("db-1", 500),
+            ("db-1", 400),
+            ("ghost", 404),
+        ]
+        await port.close()
+
+    run(go())
+
+
+def test_patch_types(fake_api, tmp_path):
     async def go():
         port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
         await port.create(PODS, pod("v1"), "default")
-        await port.create(PODS, pod("v2"), "default")
-        fake_api.control("pdb", namespace="default", name="v1")
-        with pytest.raises(KubeError) as err:
-            await port.evict("default", "v1")
-        assert err.value.code == 429 and "disruption budget" in err.value.message
-        await port.evict("default", "v2")
-        with pytest.raises(KubeError) as err:
-            await port.get(PODS, "v2", "default")
-        assert err.value.code == 404
         # merge patch: null deletes a key; pod spec is immutable (nodeName only through binding)
         await port.patch(PODS, "v1", {"metadata": {"annotations": {"k": "v", "j": "w"}}}, "default")
         got = await port.patch(PODS, "v1", {"metadata": {"annotations": {"k": None}}}, "default")
@@ -285,6 +378,14 @@ def test_kubectl_round_trip(fake_api, tmp_path):
         assert k("patch", "pod", "k1", f"--type={kind}", "-p", patch).returncode == 0, kind
     got = json.loads(k("get", "--raw", "/api/v1/namespaces/default/pods/k1").stdout)
     assert got["metadata"]["annotations"] == {"m": "1", "j": "2", "s": "3"}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "b1", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}},
+    }
+    assert k("create", "--validate=false", "-f", "-", stdin=json.dumps(budget)).returncode == 0  # via discovery
+    assert k("get", "pdb", "-o", "name").stdout.split() == ["poddisruptionbudget.policy/b1"]
     # kubectl get -w: list then watch from the list's RV; it must print the change made meanwhile
     watcher = subprocess.Popen(
         [KUBECTL, "--kubeconfig", kc, "get", "pods", "-w", "-o", "json", "--output-watch-events"],

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import device_string
 from fairgpu.k8s.queues import queue_from_cr
-from fairgpu.k8s.translate import node_spec, pod_info
+from fairgpu.k8s.translate import NodeInputs, node_spec, pod_info
 from fairgpu.model import RequestError
 
 JSON_REGISTER = (
@@ -71,6 +73,34 @@ def test_node_from_hami_register_with_cordon():
     assert [g.healthy for g in spec.gpus] == [False, True]
     node["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # HAMi drops a node whose plugin reports nothing
     assert node_spec(node).gpus == ()
+
+
+def test_node_inputs_ignore_the_lock_and_see_inventory_changes():
+    """The controller keeps a node's parsed spec while its inputs compare equal: HAMi's lock and handshake
+    must not count as a change, anything node_spec reads must."""
+    node = {
+        "metadata": {"name": "n1", "annotations": {hami.NODE_REGISTER: LEGACY_7}, "labels": {"zone": "a"}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "20"}},
+    }
+    before = NodeInputs.of(node)
+    locked = copy.deepcopy(node)
+    locked["metadata"]["annotations"][hami.NODE_LOCK] = "2026-01-01T00:00:00Z,ns,p"
+    locked["metadata"]["annotations"]["hami.io/node-handshake"] = "Requesting_2026-01-01 00:00:00"
+    locked["metadata"]["resourceVersion"] = "42"
+    assert NodeInputs.of(locked) == before
+    changes = [
+        ("metadata", "annotations", hami.DEVICE_CORDON, "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"),
+        ("metadata", "annotations", hami.NODE_REGISTER, LEGACY_7.replace("32768", "16384")),
+        ("metadata", "labels", "zone", "b"),
+        ("status", "allocatable", "nvidia.com/gpu", "0"),
+        ("spec", None, "unschedulable", True),
+    ]
+    for top, sub, key, value in changes:
+        changed = copy.deepcopy(node)
+        where = changed.setdefault(top, {})
+        (where.setdefault(sub, {}) if sub else where)[key] = value
+        assert NodeInputs.of(changed) != before, key
+        assert node_spec(NodeInputs.of(changed)) == node_spec(changed) != node_spec(node), key
 
 
 def test_node_without_hami_uses_gpu_feature_discovery():

@@ -5,19 +5,21 @@ over-committed, a scheduler killed half-way and replaced, and injected 410/409/5
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter, defaultdict
 
-from prometheus_client import generate_latest
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
-from fairgpu.k8s.app import metrics_registry
+from fairgpu.k8s.app import dashboard_app
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError
 from fairgpu.k8s.translate import pod_info
+from fairgpu.observe.server import Beside
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
 
 NODES_N, GPUS = 20, 8
@@ -122,7 +124,8 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         loop = asyncio.get_running_loop()
         # Phase 1: the cluster fills; the first wave must be fair between the three equal queues.
         ctl = Controller(port, profile)
-        registry = metrics_registry(ctl)  # what `fairgpu run` serves at /metrics
+        served = contextlib.AsyncExitStack()  # what `fairgpu run` serves, on the controller's loop as there
+        dashboard = await served.enter_async_context(Beside(dashboard_app(ctl, "fake")))
         run = asyncio.create_task(ctl.run())
 
         def bound() -> dict[str, dict]:
@@ -146,7 +149,9 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
             assert abs(share[t] - total / 3) <= 0.1 * total, share  # each queue within 10 % of an equal third
         assert check_annotations_match_engine(ctl, first) == len(first)
         # /metrics agrees with what is bound: cores allocated per GPU add up to the GPUs the pods hold.
-        families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+        async with aiohttp.ClientSession() as http, http.get(f"{dashboard.url}/metrics") as resp:
+            exposition = await resp.text()
+        families = {f.name: f for f in text_string_to_metric_families(exposition)}
         cores = sum(smp.value for smp in families["fairgpu_gpu_cores_allocated_ratio"].samples)
         assert abs(cores - sum(share.values())) < 1e-6, (cores, sum(share.values()))
         scheduled = [
@@ -156,6 +161,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         ]
         assert scheduled and scheduled[0] > 0
         assert families["fairgpu_leader_election_master_status"].samples[0].value == 1.0
+        await served.aclose()
         assert not nodes.violations
         events, _ = await port.list(PODS.__class__("", "v1", "events", True))
         assert any(e["reason"] == "FailedScheduling" and e["message"] for e in events)
@@ -257,3 +263,38 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 240))
+
+
+def test_cycles_follow_engine_changes_not_events(fake_api, tmp_path):
+    """Pod writes that change nothing the engine reads (a label, the kubelet's status) cost no cycle; work
+    that waits is still tried again every `retry_every` seconds without news."""
+
+    fake_api.control("device-plugin")  # each bind's allocation is consumed and the node lock released
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(NODES, node(0))
+        await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+        for i in range(GPUS + 1):  # one more than fits: it waits
+            await port.create(PODS, pod("a", f"p{i}", {"nvidia.com/gpu": "1"}), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        ctl.retry_every = 0.5
+        run = asyncio.create_task(ctl.run())
+        await until(lambda: ctl.stats.binds == GPUS and not ctl.inflight, 20, "the node to fill")
+        await asyncio.sleep(0.6)
+        loop = asyncio.get_running_loop()
+        before, began = ctl.stats.cycles, loop.time()
+        for i in range(40):  # writes to running pods that the engine does not read, one every 30 ms
+            await port.patch(PODS, f"p{i % GPUS}", {"metadata": {"labels": {"touched": str(i)}}}, "a")
+            await asyncio.sleep(0.03)
+        await asyncio.sleep(0.3)
+        retries = (loop.time() - began) / ctl.retry_every
+        assert 1 <= ctl.stats.cycles - before <= retries + 2, (ctl.stats.cycles - before, retries)  # not 40
+        assert len(ctl.engine.pending) == 1
+        await port.delete(PODS, "p0", "a")  # room: the waiting pod goes at once
+        await until(lambda: ctl.stats.binds == GPUS + 1, 5, "the waiting pod to be bound")
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))

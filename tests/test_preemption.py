@@ -8,7 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import gpu_node, tree, whole
 from fairgpu.framework.profile import load_profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import Workload
 from fairgpu.sim import scenario as scenarios
 from fairgpu.sim.runner import SimResult, Simulation
 
@@ -206,9 +209,49 @@ def test_a_refused_eviction_leaves_the_victim_eligible_again():
     assert len(first.evictions) == 1
     victim = first.evictions[0].workload
     assert sched.running[victim].terminating and sched._leaving.any()
-    sched.eviction_refused(victim)
+    sched.eviction_refused(victim, retry_at=2 * 3600)
     assert not sched.running[victim].terminating and not sched._leaving.any()
     sched.remove(a.name)  # the preemptor gives up its claim; a new one must be able to choose the victim
     sched.submit(a)
     again = sched.cycle(2 * 3600 + 1)
     assert [e.workload for e in again.evictions] == [victim]
+
+
+def test_a_refused_victim_is_passed_over_until_its_back_off_ends():
+    """A refusal voids the room its preemptor planned with: at its next attempt it picks another victim;
+    the refused one is not chosen again before its back-off ends."""
+    sc = scenarios.load("reclaim")
+    sim = Simulation(sc, load_profile("fairgpu"))
+    t = 2 * 3600 - 1
+    sim.run_until(t)
+    sched = sim.sched
+    a = next(w for w in sc.workloads if w.queue == "a")
+    sched.submit(a)
+    refused = sched.cycle(t).evictions[0].workload
+    assert a.name in sched.reservations
+    sched.eviction_refused(refused, retry_at=t + 3600)
+    assert a.name not in sched.reservations
+    second = sched.cycle(t + 1).evictions
+    assert len(second) == 1 and second[0].workload != refused
+    sched.eviction_refused(second[0].workload, retry_at=t + 2)
+    third = sched.cycle(t + 3).evictions  # the second refusal's back-off is over, the first's not
+    assert [e.workload for e in third] == [second[0].workload]
+
+
+def test_shrink_for_good_keeps_only_the_pods_that_still_run():
+    """A live cluster deletes an elastic workload's evicted pods: the workload keeps the pods it runs, its
+    demand shrinks with it, and it does not grow back into pods that no longer exist."""
+    sched = Scheduler([gpu_node("n0")], tree("q"), load_profile("fairgpu"))
+    wl = Workload("e", "q", (whole(1),) * 4, duration=3600.0, min_pods=2)
+    sched.submit(wl)
+    assert len(sched.cycle(0.0).bound) == 4
+    entry = sched.running["e"]
+    one = sched._charge(whole(1))
+    sched.shrink("e", (3,), regrow=False)
+    assert len(entry.workload.pods) == len(entry.placed) == 3 and entry.workload.pod_names == wl.pod_names[:3]
+    assert np.allclose(sched.view.demand[0], 3 * one) and np.allclose(entry.charge, 3 * one)
+    assert sched.state.placement(wl.pod_names[3]) is None
+    assert sched.cycle(1.0).bound == []  # room is free, but nothing to grow into
+    sched.remove("e")
+    assert np.allclose(sched.view.demand, 0) and all(sched.state.placement(k) is None for k in wl.pod_names)
+    sched.state.check_invariants()

@@ -1,4 +1,5 @@
-"""`fairgpu run` as a process against the fake apiserver: it binds a GPU pod and answers its probes."""
+"""`fairgpu run` as a process against the fake apiserver: it binds a GPU pod, answers its probes and serves
+the dashboard."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
         assert got["metadata"]["annotations"][ALLOCATED].startswith("GPU-00-")
         assert _request(f"http://127.0.0.1:{health}/healthz") == "ok"
         assert _request(f"http://127.0.0.1:{health}/readyz") == "ok"
+        # the same port serves the dashboard and its API, read from the live engine
+        assert "<html" in str(_request(f"http://127.0.0.1:{health}/")).lower()
+        info = _request(f"http://127.0.0.1:{health}/api/info")
+        assert info == {"time": info["time"], "name": api, "profile": "fairgpu", "horizon": None, "queues": ["q"]}
+        running = _request(f"http://127.0.0.1:{health}/api/workloads")["running"]  # type: ignore[index]
+        assert [(w["workload"], w["queue"]) for w in running] == [("a/p", "q")]
         lease = _request(f"{api}/apis/coordination.k8s.io/v1/namespaces/x/leases/fairgpu")
         assert lease["spec"]["holderIdentity"] == "t"
     finally:

@@ -70,6 +70,21 @@ def parse_labels(text: str | None) -> list[Requirement]:
     return reqs
 
 
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+def label_selector(selector: dict | None) -> list[Requirement] | None:
+    """A metav1.LabelSelector (matchLabels, matchExpressions) as requirements; None if it is invalid."""
+    reqs = [Requirement(k, "=", (v,)) for k, v in ((selector or {}).get("matchLabels") or {}).items()]
+    for e in (selector or {}).get("matchExpressions") or []:
+        op = _EXPRESSION_OPS.get(e.get("operator", ""))
+        values = tuple(e.get("values") or ())
+        if op is None or not e.get("key") or bool(values) != (op in ("in", "notin")):
+            return None
+        reqs.append(Requirement(e["key"], op, values))
+    return reqs
+
+
 FieldGetter = Callable[[dict], str]
 
 

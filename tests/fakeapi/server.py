@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import threading
 import time
@@ -19,8 +18,8 @@ from aiohttp import web
 
 from . import patches
 from .errors import ApiError, conflict, not_found, success
-from .selectors import Selector, parse_fields, parse_labels
-from .store import RESOURCES, Resource, Store
+from .selectors import Selector, label_selector, parse_fields, parse_labels
+from .store import RESOURCES, Resource, Store, clone
 
 JSON = "application/json"
 CONTROL_HEADER = "X-Fake-Control"
@@ -44,6 +43,14 @@ def respond(body: object, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(body).encode(), status=status, headers={"Content-Type": JSON})
 
 
+def respond_error(err: ApiError) -> web.Response:
+    resp = respond(err.status(), err.code)
+    retry = (err.details or {}).get("retryAfterSeconds")
+    if retry:  # as the apiserver does for a 429 that suggests when to come back
+        resp.headers["Retry-After"] = str(retry)
+    return resp
+
+
 @dataclass(slots=True)
 class Fault:
     code: int
@@ -65,10 +72,10 @@ class FakeState:
     store: Store = field(default_factory=Store)
     faults: list[Fault] = field(default_factory=list)
     delays: dict[str, float] = field(default_factory=dict)  # verb → seconds
-    pdb: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, pod) → "blocked" | "multiple"
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
+    credentials: set[str] = field(default_factory=set)  # Authorization headers seen (tests check clients send them)
     device_plugin: bool = False  # play HAMi's device plugin on every bind (test control)
 
 
@@ -106,11 +113,12 @@ class FakeApi:
     # -- dispatch -----------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.state.requests += 1
+        self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
             await self._faults(request)
             return await self._route(request)
         except ApiError as err:
-            return respond(err.status(), err.code)
+            return respond_error(err)
 
     async def _faults(self, request: web.Request) -> None:
         delay = self.state.delays.get(request.method)
@@ -184,6 +192,7 @@ class FakeApi:
                     "namespaced": r.namespaced,
                     "kind": r.kind,
                     "verbs": verbs,
+                    **({"shortNames": list(r.short_names)} if r.short_names else {}),
                 }
             )
             for sub in r.subresources:
@@ -223,7 +232,7 @@ class FakeApi:
                 return await self._watch(request, t, selector)
             if m == "GET":
                 store.check_rv(q.get("resourceVersion"))
-                items = copy.deepcopy(store.list(t.res, t.ns, selector))
+                items = store.list(t.res, t.ns, selector)
                 return respond(
                     {
                         "kind": f"{t.res.kind}List",
@@ -238,26 +247,27 @@ class FakeApi:
                 body = await _json(request)
                 if body.get("kind") not in (None, t.res.kind):
                     raise ApiError(400, "BadRequest", f"the body kind {body.get('kind')!r} is not {t.res.kind}")
-                return respond(copy.deepcopy(store.create(t.res, t.ns or "", body)), 201)
+                return respond(store.create(t.res, t.ns or "", body), 201)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         ns = t.ns or ""
         if m == "GET":
-            return respond(copy.deepcopy(store.get(t.res, ns, t.name)))
+            return respond(store.get(t.res, ns, t.name))
         if m == "PUT":
             body = await _json(request)
-            return respond(copy.deepcopy(store.update(t.res, ns, t.name, body, t.sub or "")))
+            return respond(store.update(t.res, ns, t.name, body, t.sub or ""))
         if m == "PATCH":
-            current = copy.deepcopy(store.get(t.res, ns, t.name))
+            current = clone(store.get(t.res, ns, t.name))
             raw = await request.read()
             patched = patches.apply(request.headers.get("Content-Type", ""), current, raw)
             # A resourceVersion carried in the patch is a precondition; otherwise the patch is unconditional.
             body_rv = _patch_rv(request.headers.get("Content-Type", ""), raw)
             if body_rv is None:
                 patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-            return respond(copy.deepcopy(store.update(t.res, ns, t.name, patched, t.sub or "")))
+            return respond(store.update(t.res, ns, t.name, patched, t.sub or ""))
         if m == "DELETE":
-            obj = store.delete(t.res, ns, t.name)
-            return respond(copy.deepcopy(obj))
+            options = await _json(request) if request.can_read_body else {}
+            raw = q.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+            return respond(store.delete(t.res, ns, t.name, _grace(raw, t.res.plural == "pods")))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     def _bind(self, t: Target, body: dict) -> web.Response:
@@ -340,36 +350,90 @@ class FakeApi:
                     self.store.mutate(nodes, "", node, lambda n: n["metadata"]["annotations"].pop("hami.io/mutex.lock"))
 
     def _evict(self, t: Target, body: dict) -> web.Response:
-        if body.get("kind", "Eviction") != "Eviction" or (body.get("metadata") or {}).get("name") != t.name:
-            raise ApiError(400, "BadRequest", "the body of the request is not an Eviction for this pod")
-        self.store.get(t.res, t.ns or "", t.name)  # 404 first
-        record = {"namespace": t.ns, "name": t.name}
-        pdb = self.state.pdb.get((t.ns or "", t.name))
-        if pdb == "blocked":
-            record["code"] = 429
+        """EvictionREST.Create (pkg/registry/core/pod/storage/eviction.go): a pod that is pending, finished or
+        already being deleted goes without a look at budgets; otherwise the one PodDisruptionBudget whose
+        selector matches it must allow a disruption, which the eviction then uses up. Answers a Status."""
+        record: dict = {"namespace": t.ns, "name": t.name}
+        try:
+            if body.get("kind", "Eviction") != "Eviction" or body.get("apiVersion", "policy/v1") not in (
+                "policy/v1",
+                "policy/v1beta1",
+            ):
+                raise ApiError(400, "BadRequest", "the body of the request is not an Eviction")
+            if (body.get("metadata") or {}).get("name") != t.name:
+                raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+            options = body.get("deleteOptions") or {}
+            if not isinstance(options, dict):
+                raise ApiError(400, "BadRequest", "deleteOptions must be an object")
+            grace = _grace(options.get("gracePeriodSeconds"), pod=True)
+            record["gracePeriodSeconds"] = grace
+            pod = self.store.get(t.res, t.ns or "", t.name)
+            uid = (options.get("preconditions") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                raise conflict(
+                    "pods",
+                    t.name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}",
+                )
+            if not _ignores_budgets(pod):
+                self._use_budget(pod)
+            self.store.delete(t.res, t.ns or "", t.name, grace)
+            record["code"] = 201
+            return respond(success(201), 201)
+        except ApiError as err:
+            record["code"] = err.code
+            raise
+        finally:
             self.state.evictions.append(record)
-            raise ApiError(
-                429,
-                "TooManyRequests",
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                {
-                    "causes": [
-                        {"reason": "DisruptionBudget", "message": "The disruption budget pdb needs 1 healthy pods"}
-                    ]
-                },
-            )
-        if pdb == "multiple":
-            record["code"] = 500
-            self.state.evictions.append(record)
+
+    def _use_budget(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        budgets = []
+        for pdb in self.store.list(_BY_PATH[("policy", "v1", "poddisruptionbudgets")], meta["namespace"], _ALL):
+            reqs = label_selector((pdb.get("spec") or {}).get("selector"))
+            # An invalid selector matches nothing; so does an empty one, here (unlike the disruption controller).
+            if reqs and all(r.matches(meta.get("labels") or {}) for r in reqs):
+                budgets.append(pdb)
+        if not budgets:
+            return
+        if len(budgets) > 1:
             raise ApiError(
                 500,
                 "InternalError",
                 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
             )
-        self.store.delete(t.res, t.ns or "", t.name)
-        record["code"] = 201
-        self.state.evictions.append(record)
-        return respond(success(201), 201)
+        pdb = budgets[0]
+        name, status = pdb["metadata"]["name"], pdb.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or []
+        )
+        if not ready:  # an unhealthy pod does not count towards the budget (unhealthyPodEvictionPolicy)
+            healthy, desired = status.get("currentHealthy", 0), status.get("desiredHealthy", 0)
+            if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or healthy >= desired > 0:
+                return
+        if status.get("observedGeneration", 0) < pdb["metadata"].get("generation", 1):
+            raise _budget_refusal(f"The disruption budget {name} is still being processed by the server.", 10)
+        allowed = status.get("disruptionsAllowed", 0)
+        if allowed < 0:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'poddisruptionbudgets.policy "{name}" is forbidden: pdb disruptions allowed is negative',
+            )
+        if allowed == 0:
+            raise _budget_refusal(
+                f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
+                f"{status.get('currentHealthy', 0)} currently",
+                0,
+            )
+
+        def disrupt(p: dict) -> None:
+            st = p.setdefault("status", {})
+            st["disruptionsAllowed"] = allowed - 1
+            st.setdefault("disruptedPods", {})[meta["name"]] = self.store.timestamp()
+
+        self.store.mutate(_BY_PATH[("policy", "v1", "poddisruptionbudgets")], meta["namespace"], name, disrupt)
 
     async def _watch(self, request: web.Request, t: Target, selector: Selector) -> web.StreamResponse:
         q = request.query
@@ -454,8 +518,6 @@ class FakeApi:
             st.device_plugin = bool(body.get("enabled", True))
         elif op == "delay":
             st.delays[body["verb"]] = float(body["seconds"])
-        elif op == "pdb":
-            st.pdb[(body["namespace"], body["name"])] = body.get("mode", "blocked")
         elif op == "clock":
             from datetime import timedelta
 
@@ -463,7 +525,7 @@ class FakeApi:
         elif op == "finish-deletion":
             res = _BY_PATH[("", "v1", "pods")]
             obj = store.get(res, body["namespace"], body["name"])
-            store._write(res, "DELETED", copy.deepcopy(obj), obj)
+            store._write(res, "DELETED", clone(obj), obj)
         elif op == "state":
             return respond(
                 {
@@ -478,6 +540,38 @@ class FakeApi:
         else:
             return respond(not_found("control", op).status(), 404)
         return respond({"ok": True, "rev": store.rev})
+
+
+_ALL = Selector([], [], {})
+
+
+def _ignores_budgets(pod: dict) -> bool:
+    """Pending, finished or already terminating pods are evicted without consulting any budget."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Pending", "Succeeded", "Failed") or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _budget_refusal(cause: str, retry_after: int) -> ApiError:
+    details: dict = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+    return ApiError(
+        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.", details
+    )
+
+
+def _grace(raw: object, pod: bool) -> int | None:
+    """DeleteOptions.gracePeriodSeconds (an int64, or a query string); a pod treats a negative one as 1."""
+    if raw is None:
+        return None
+    bad = ApiError(400, "BadRequest", f"gracePeriodSeconds: invalid value {raw!r}")
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise bad
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise bad from err
+    return 1 if pod and value < 0 else value
 
 
 async def _json(request: web.Request) -> dict:

@@ -10,7 +10,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -127,6 +127,8 @@ class Scheduler:
         self._victim_version = -1
         self._victim_table: VictimTable | None = None
         self._victim_index: dict[str, list[int]] = {}
+        self._refused: dict[str, float] = {}  # victims whose eviction was refused → when they may be tried again
+        self._evicted_for: dict[str, str] = {}  # victim being evicted → the preemptor it makes room for
 
     # -- events from the driver ---------------------------------------------------------------------
     def submit(self, wl: Workload) -> None:
@@ -155,6 +157,8 @@ class Scheduler:
     def remove(self, name: str) -> list[Placement]:
         """A workload finished or was deleted: release whatever it holds. Returns the released placements."""
         self._growable.discard(name)
+        self._refused.pop(name, None)
+        self._evicted_for.pop(name, None)
         entry = self.running.pop(name, None)
         if entry is None:
             entry = self.pending.pop(name, None)
@@ -169,27 +173,50 @@ class Scheduler:
         self.reservations.pop(name, None)
         return released
 
-    def shrink(self, name: str, pods: tuple[int, ...]) -> list[Placement]:
-        """An elastic workload's extra pods were evicted: release them; they can grow back later."""
+    def shrink(self, name: str, pods: tuple[int, ...], regrow: bool = True) -> list[Placement]:
+        """An elastic workload's extra pods were evicted: release them. They can grow back later, unless
+        `regrow` is False: then they are gone for good (a cluster deleted them; replacements arrive as new
+        work) and the workload keeps only the pods it still runs."""
         entry = self.running[name]
         n = len(entry.placed)
         if sorted(pods) != list(range(n - len(pods), n)) or n - len(pods) < entry.workload.needed:
             raise ValueError(f"workload {name}: only its newest pods above min_pods can be shrunk")
         released = []
-        self._growable.add(name)
         for _ in pods:  # placed pods stay a prefix: the newest go first
             released.append(self._release(entry, len(entry.placed) - 1))
             entry.placed.pop()
         self._forget_leaving(entry)
+        self._evicted_for.pop(name, None)
+        if regrow:
+            self._growable.add(name)
+        else:
+            self._truncate(entry)
         return released
 
-    def eviction_refused(self, name: str) -> None:
-        """The driver could not evict a victim (a PodDisruptionBudget said no): it keeps running and may be
-        chosen again, or another victim chosen, in a later cycle."""
+    def _truncate(self, entry: Entry) -> None:
+        """The workload becomes the pods it has placed: its size, charge and demand shrink to them."""
+        wl, n = entry.workload, len(entry.placed)
+        charge = self._pods_charge(wl, tuple(range(n)))
+        self.view.demand[entry.queue] += charge - entry.charge
+        entry.workload = replace(wl, pods=wl.pods[:n], pod_names=wl.pod_names[:n])
+        entry.charge = charge
+        entry.share = float(fairness.dominant_shares(charge, self.view.capacity))
+        self._growable.discard(wl.name)
+
+    def eviction_refused(self, name: str, retry_at: float) -> None:
+        """The driver could not evict a victim (a PodDisruptionBudget said no): it keeps running, stops
+        counting as leaving, and is not chosen as a victim again before `retry_at`. The preemptor it was
+        to make room for loses the room it planned with, so its next attempt picks another victim."""
         entry = self.running.get(name)
-        if entry is not None and entry.terminating:
-            self._forget_leaving(entry)
-            self._placement_version += 1  # the cached victim table marks it as leaving: rebuild it
+        if entry is None:
+            return
+        self._forget_leaving(entry)
+        self._refused[name] = retry_at
+        preemptor = self._evicted_for.pop(name, "")
+        held = self.reservations.get(preemptor)
+        if held is not None and not held.starving:
+            del self.reservations[preemptor]
+        self._placement_version += 1  # the cached victim table marks it as leaving: rebuild it
 
     def _forget_leaving(self, entry: Entry) -> None:
         if entry.terminating and entry.leaving is not None:
@@ -410,6 +437,7 @@ class Scheduler:
                 for q in self.tree.paths_of[victim.queue]:
                     self._leaving[q] += unit.charge
                 table.alive[self._victim_index[victim.workload.name]] = False
+                self._evicted_for[victim.workload.name] = wl.name
                 nodes.update(p.node for p in unit.placements)
                 pods = None if unit.whole else unit.pods
                 result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods))
@@ -432,6 +460,9 @@ class Scheduler:
         """Running work that could be evicted — whole workloads, and each elastic workload's newest extra
         pod — as arrays; rebuilt only when what runs has changed since the last preemption decision, from
         per-workload rows that are recomputed only for workloads whose placements changed."""
+        if any(at <= self.view.now for at in self._refused.values()):  # refusals past their back-off
+            self._refused = {n: at for n, at in self._refused.items() if at > self.view.now}
+            self._placement_version += 1
         if self._victim_table is not None and self._victim_version == self._placement_version:
             return self._victim_table
         units: list[VictimUnit] = []
@@ -466,7 +497,7 @@ class Scheduler:
                 slot_rows += [(*row, u) for row in slots_of[-1]]
         table = VictimTable.of(units, len(r.FAIR_DIMS), Footprint.from_rows(pod_rows, slot_rows))
         for name, ids in index.items():
-            if self.running[name].terminating:
+            if self.running[name].terminating or name in self._refused:
                 table.alive[ids] = False
         self._victim_table, self._victim_index, self._victim_version = table, index, self._placement_version
         return table

@@ -1,5 +1,5 @@
 """Carry out one placement the way HAMi's own scheduler does (design/hami-interop.md §3.3 and §5): pod
-annotations, node lock, bind-phase, then the Binding with the pod's UID as precondition.
+annotations, node lock, then the Binding with the pod's UID as precondition, carrying bind-phase.
 
 On failure the lock is released only if it is still ours, and BindError tells the controller to roll back.
 """
@@ -38,6 +38,7 @@ class Binder:
         lock_wait: float = 60.0,
         node_changed: Callable[[str], asyncio.Event] | None = None,
         node_cache: Callable[[str], dict | None] | None = None,
+        pod_cache: Callable[[str], dict | None] | None = None,
     ) -> None:
         self.port = port
         self.clock = clock
@@ -45,14 +46,24 @@ class Binder:
         # An event set at the node's next change (informer): waiting for a lock then costs no polling. It is
         # taken before each read of the node, so a release landing between the read and the wait is not missed.
         self.node_changed = node_changed
-        # The informer's copy of a node saves a GET per lock; if it is stale the conditional patch gets 409.
+        # The informers' copies of nodes and pods save a GET per lock and per look at a lock's owner; a stale
+        # node costs one 409, after which the node is read again once its informer has caught up.
         self.node_cache = node_cache
+        self.pod_cache = pod_cache
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
+        # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
+        # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
+        # flood the API server ahead of the binds that could proceed on other nodes.
+        self._turns: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(2))
 
     async def bind(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
         if not devices:  # no GPU: nothing for HAMi to enforce
-            await self._binding(pod, node)
+            await self._binding(pod, node, {})
             return
+        async with self._turns[node]:
+            await self._bind_gpus(pod, node, devices)
+
+    async def _bind_gpus(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
         now = self.clock()
         unix = str(int(now.timestamp()))
         alloc = device_string(pod, devices)
@@ -71,8 +82,11 @@ class Binder:
         async with self._local[node]:
             lock = await self._lock(pod, node)
         try:
-            await self._patch_pod(pod, {"annotations": {hami.BIND_PHASE: "allocating", hami.BIND_TIME: unix}})
-            await self._binding(pod, node)
+            # HAMi patches bind-phase and bind-time just before the Binding. Here they ride on the Binding:
+            # the apiserver merges its annotations into the pod in the very write that sets spec.nodeName, so
+            # the kubelet (and HAMi's device plugin after it) never sees the pod bound without them, and a
+            # failed Binding leaves no "allocating" pod behind. One round trip fewer per bind.
+            await self._binding(pod, node, {hami.BIND_PHASE: "allocating", hami.BIND_TIME: unix})
         except BindError:
             await self._unlock(node, lock)
             raise
@@ -83,9 +97,9 @@ class Binder:
         except KubeError as err:
             raise BindError(f"annotating pod: {err}") from err
 
-    async def _binding(self, pod: PodInfo, node: str) -> None:
+    async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
         try:
-            await self.port.bind(pod.namespace, pod.name, pod.uid, node)
+            await self.port.bind(pod.namespace, pod.name, pod.uid, node, annotations)
         except KubeError as err:
             # A retried request whose first attempt landed: the pod already sits where we put it.
             if err.code == 409 and f'already assigned to node "{node}"' in err.message:
@@ -93,15 +107,19 @@ class Binder:
             raise BindError(f"binding: {err}") from err
 
     async def _lock(self, pod: PodInfo, node: str) -> str:
-        """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it."""
-        deadline = asyncio.get_running_loop().time() + self.lock_wait
+        """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it.
+        The node is read from the informer's cache as long as news of it keeps coming; after a wait that
+        brought none (a quiet or broken watch), from the server."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_wait
         pause = 0.02
-        cached = self.node_cache(node) if self.node_cache is not None else None
+        news = True
         while True:
             changed = self.node_changed(node) if self.node_changed is not None else None
+            obj = self.node_cache(node) if news and self.node_cache is not None else None
             try:
-                obj = cached if cached is not None else await self.port.get(NODES, node)
-                cached = None
+                if obj is None:
+                    obj = await self.port.get(NODES, node)
                 held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
                 if held is None or await self._stale(held, pod, node):
                     value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()
@@ -110,27 +128,31 @@ class Binder:
                     await self.port.patch(NODES, node, patch)
                     return value
             except KubeError as err:
-                if err.code != 409:  # 409: someone changed the node meanwhile; look again
+                if err.code != 409:  # 409: the node changed since that copy; its news is on the way
                     raise BindError(f"locking node {node}: {err}") from err
-            if asyncio.get_running_loop().time() > deadline:
+            if loop.time() > deadline:
                 raise BindError(f"node {node} stayed locked by another pod for {self.lock_wait:g}s")
+            news = False
             if changed is None:
                 await asyncio.sleep(pause)
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), pause)
+                    news = True
             pause = min(1.0, pause * 2)
 
     async def _stale(self, value: str, pod: PodInfo, node: str) -> bool:
         lock = hami.decode_lock(value)
         if lock is None or (lock.namespace, lock.pod) == (pod.namespace, pod.name) or lock.expired(self.clock()):
             return True
-        try:
-            owner = await self.port.get(PODS, lock.pod, lock.namespace)
-        except KubeError as err:
-            if err.code == 404:
-                return True
-            raise
+        owner = self.pod_cache(f"{lock.namespace}/{lock.pod}") if self.pod_cache is not None else None
+        if owner is None:  # not cached: gone, or not seen yet; the server knows
+            try:
+                owner = await self.port.get(PODS, lock.pod, lock.namespace)
+            except KubeError as err:
+                if err.code == 404:
+                    return True
+                raise
         phase = (owner["metadata"].get("annotations") or {}).get(hami.BIND_PHASE)
         if phase in ("success", "failed") or (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return True

@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 from fairgpu.k8s.port import PODS, Kind, KubeError
 
 MERGE_PATCH = "application/merge-patch+json"
-RETRIED = (500, 503, 504)  # transient server failures: back off exponentially, a few times
+UNREACHABLE = 0  # KubeError code when no answer came back: connection refused or reset, or a timeout
+RETRIED = (UNREACHABLE, 500, 503, 504)  # transient failures: back off exponentially, a few times
 ATTEMPTS = 5
 
 
 CONNECTIONS = 128  # concurrent requests to the API server (binds run in parallel, one node lock each)
+READ_BUFFER = 2**21  # watch events of large objects exceed aiohttp's default buffer (kubernetes-asyncio's value)
+AUTH = ["BearerToken"]  # the only scheme kubernetes-asyncio's configuration knows; absent when certs are used
 
 
 class KubeClient:
@@ -35,7 +41,9 @@ class KubeClient:
             await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
         else:
             config.load_incluster_config(client_configuration=conf)
-        return cls(client.ApiClient(configuration=conf))
+        api = client.ApiClient(configuration=conf)
+        _read_environment_once(api.rest_client, conf.host)
+        return cls(api)
 
     async def close(self) -> None:
         await self.api.close()
@@ -50,25 +58,31 @@ class KubeClient:
         retry: bool = True,
     ) -> dict:
         for attempt in range(ATTEMPTS):
-            resp = await self.api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                _preload_content=False,
-                _request_timeout=30,
-            )
-            raw = await resp.read()
-            if 200 <= resp.status < 300:
-                return json.loads(raw) if raw else {}
-            err = _error(resp.status, raw)
+            retry_after = None
+            try:
+                resp = await self.api.call_api(
+                    path,
+                    method,
+                    query_params=query or [],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    auth_settings=AUTH,
+                    _preload_content=False,
+                    _request_timeout=30,
+                )
+                raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                err = _unreachable(exc)
+            else:
+                if 200 <= resp.status < 300:
+                    return json.loads(raw) if raw else {}
+                err, retry_after = _error(resp.status, raw), resp.headers.get("Retry-After")
             last = attempt == ATTEMPTS - 1
             if retry and not last and err.code in RETRIED:
                 await asyncio.sleep(self.backoff * 2**attempt)
                 continue
-            if retry and not last and err.code == 429 and "Retry-After" in resp.headers:
-                await asyncio.sleep(float(resp.headers["Retry-After"]))
+            if retry and not last and err.code == 429 and retry_after is not None:
+                await asyncio.sleep(float(retry_after))
                 continue
             raise err
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -91,20 +105,26 @@ class KubeClient:
         ]
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        resp = await self.api.call_api(
-            kind.path(),
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            _preload_content=False,
-            _request_timeout=client.rest.aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
-        )
+        try:
+            resp = await self.api.call_api(
+                kind.path(),
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=AUTH,
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unreachable(exc) from exc
         try:
             if resp.status != 200:
                 raise _error(resp.status, await resp.read())
             while line := await resp.content.readline():
                 if line.strip():
                     yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the stream was torn (server gone, reset)
+            raise _unreachable(exc) from exc
         finally:
             resp.release()
 
@@ -122,23 +142,49 @@ class KubeClient:
     ) -> dict:
         return await self._call("PATCH", kind.path(namespace, name, subresource), body=body, content_type=MERGE_PATCH)
 
-    async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
-        return await self._call("DELETE", kind.path(namespace, name))
+    async def delete(
+        self, kind: Kind, name: str, namespace: str | None = None, grace_seconds: int | None = None
+    ) -> dict:
+        query = [("gracePeriodSeconds", str(grace_seconds))] if grace_seconds is not None else None
+        return await self._call("DELETE", kind.path(namespace, name), query)
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         # Retrying after a 5xx is safe: if the first attempt landed, the retry gets 409 "already assigned".
         await self._call("POST", PODS.path(namespace, name, "binding"), body=body)
 
-    async def evict(self, namespace: str, name: str) -> None:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        body: dict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         # 429 here is a disruption budget, not rate limiting: the caller picks another victim.
         await self._call("POST", PODS.path(namespace, name, "eviction"), body=body, retry=False)
+
+
+def _read_environment_once(rest: client.rest.RESTClientObject, host: str) -> None:
+    """kubernetes-asyncio's session trusts the environment, so aiohttp looks up the proxy variables and reads
+    ~/.netrc on a worker thread for every request: at hundreds of binds a second that was a third of the
+    scheduler's CPU. client-go reads the proxy variables once and never netrc; so does this: the proxy the
+    environment names for the API server (NO_PROXY honoured) is fixed now, unless the kubeconfig named one."""
+    if not rest.proxy:
+        where = urlsplit(host)
+        if where.hostname and not urllib.request.proxy_bypass(where.hostname):
+            rest.proxy = urllib.request.getproxies().get(where.scheme)
+    session = rest.pool_manager
+    connector = session.connector
+    session.detach()  # hand its connection pool (TLS settings, size) over without closing it
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=READ_BUFFER)
+
+
+def _unreachable(exc: BaseException) -> KubeError:
+    """No answer from the API server is a KubeError too, so callers handle one kind of failure (aiohttp's
+    own, such as a server that disconnects mid-stream, are not all OSErrors)."""
+    return KubeError(UNREACHABLE, "Unreachable", f"{type(exc).__name__}: {exc}")
 
 
 def _error(code: int, raw: bytes) -> KubeError:

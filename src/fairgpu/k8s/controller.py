@@ -10,7 +10,9 @@ concurrently. A failed bind rolls its workload back; the next pass resubmits it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
@@ -26,13 +29,15 @@ from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_from_cr
 from fairgpu.k8s.reporter import Reporter
-from fairgpu.k8s.translate import PodInfo, node_spec, pod_info
+from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
 from fairgpu.model import NodeSpec, QueueTree, RequestError, Workload
 from fairgpu.state import Placement, StateError
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
 GANG_ADMITTED = "fairgpu.io/gang-admitted"  # on every member once a gang starts binding
+# A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
+REFUSED_BACKOFF = 60.0
 
 
 @dataclass(slots=True)
@@ -53,7 +58,6 @@ class Controller:
         profile: Profile,
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
-        max_concurrent_binds: int = 64,
         binder: Binder | None = None,
         leading: asyncio.Event | None = None,
         on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
@@ -65,14 +69,17 @@ class Controller:
         self.clock = clock
         self._node_events: dict[str, asyncio.Event] = {}
         self.binder = binder or Binder(
-            port, node_changed=self._node_changed, node_cache=lambda name: self.nodes.cache.get(f"/{name}")
+            port,
+            node_changed=self._node_changed,
+            node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
+            pod_cache=lambda key: self.pods.cache.get(key),
         )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
         self.wake = asyncio.Event()
         self.nodes = Informer(port, NODES, self._node_event)
         self.pods = Informer(port, PODS, self._pod_event)
-        self.queues = Informer(port, QUEUES, lambda kind, obj: self.wake.set())
+        self.queues = Informer(port, QUEUES, self._queue_event)
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
@@ -81,6 +88,7 @@ class Controller:
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
+        self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
@@ -90,20 +98,37 @@ class Controller:
         self._infos: dict[str, PodInfo] = {}
         self._bad: dict[str, str] = {}
         self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
-        self._node_parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        self._node_parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
+        # Nodes or queues changed since the last pass: only then are they read again (a bind's node lock
+        # changes a node twice, and reading 5,000 nodes at every pass would cost more than the binds).
+        self._inputs_changed = True
+        # The engine's inputs (workloads, what runs, capacity) changed since its last cycle. Without a change
+        # a cycle could only repeat the last one's decisions, so it runs only every `retry_every` seconds
+        # while work waits (reservations expire, workloads starve, gang timeouts pass).
+        self._engine_changed = True
+        self._cycled_at = -1e18
+        self.retry_every = 1.0
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
-        self._binds = asyncio.Semaphore(max_concurrent_binds)
         self._tasks: set[asyncio.Task] = set()
         if leading is None:  # without an elector this replica always leads
             leading = asyncio.Event()
             leading.set()
         self.leading = leading
 
+    def synced(self) -> bool:
+        """Every informer has listed once: the caches are warm (on a standby too)."""
+        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.queues))
+
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
         if event is not None:
             event.set()
+        self._inputs_changed = True
+        self.wake.set()
+
+    def _queue_event(self, kind: str, obj: dict) -> None:
+        self._inputs_changed = True
         self.wake.set()
 
     def _node_changed(self, node: str) -> asyncio.Event:
@@ -129,7 +154,9 @@ class Controller:
                     await self.leading.wait()
                     self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
                     self.wake.set()
-                await self.wake.wait()
+                waiting = self.engine is not None and bool(self.engine.pending)
+                with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
+                    await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
                 self.wake.clear()
                 if self.leading.is_set():
                     self.step()
@@ -138,6 +165,7 @@ class Controller:
             for t in informers + list(self._tasks):
                 t.cancel()
             await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
+            await self.reporter.close()
 
     def step(self) -> None:
         """One reconcile + engine cycle; starts the binds and evictions it decides."""
@@ -145,6 +173,9 @@ class Controller:
         self._reconcile(now)
         if self.engine is None:
             return
+        if not self._engine_changed and now - self._cycled_at < self.retry_every:
+            return
+        self._engine_changed, self._cycled_at = False, now
         started = time.perf_counter()
         result = self.engine.cycle(now)
         if self.on_cycle is not None:
@@ -157,7 +188,11 @@ class Controller:
         for workload, binds in decided.items():
             self._spawn(self._commit(workload, binds))
         for ev in result.evictions:
-            self._spawn(self._evict(ev.workload, ev.reason))
+            victim = self.engine.running[ev.workload]
+            grace = self.engine.tree.queues[victim.queue].preemption.grace_period
+            if ev.pods is not None:
+                self.shrinking[ev.workload] = ev.pods
+            self._spawn(self._evict(ev, math.ceil(grace)))
         self._report_pending(now)
         if now - self._status_at >= self.status_every:
             self._status_at = now
@@ -192,20 +227,22 @@ class Controller:
         return entries
 
     def _reconcile(self, now: float) -> None:
-        node_specs = self._read_nodes()
-        entries = self._queue_entries()
-        try:
-            tree = QueueTree([e.spec for e in entries])
-        except ValueError as err:
-            log.error("queues: %s", err)
-            return
-        self.namespaces = {e.spec.name: e.namespaces for e in entries}
-        shape = (tuple(node_specs), repr(tree.queues))
-        if shape != self._built_from:
-            if self.inflight:
-                self.wake.set()  # rebuild once the binds under way have landed
+        if self._inputs_changed:
+            node_specs = self._read_nodes()
+            entries = self._queue_entries()
+            try:
+                tree = QueueTree([e.spec for e in entries])
+            except ValueError as err:
+                log.error("queues: %s", err)
                 return
-            self._rebuild(node_specs, tree, shape)
+            self.namespaces = {e.spec.name: e.namespaces for e in entries}
+            shape = (tuple(node_specs), repr(tree.queues))
+            if shape != self._built_from:
+                if self.inflight:
+                    self.wake.set()  # rebuild once the binds under way have landed
+                    return
+                self._rebuild(node_specs, tree, shape)
+            self._inputs_changed = False
         engine = self.engine
         assert engine is not None
         keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
@@ -220,7 +257,7 @@ class Controller:
             if gone and key in self.owned:
                 if key in self.inflight:
                     self._dirty.add(key)  # look again once its bind has finished
-                else:
+                elif not self._shrunk(self.owned[key], pods):
                     self._drop_workload(self.owned[key], pods)
         # Bound pods the engine does not hold are pinned where they run.
         for key in keys:
@@ -232,11 +269,13 @@ class Controller:
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
         """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
         self.engine = Scheduler(node_specs, tree, self.profile)
+        self._engine_changed = True
         self._built_from = shape
         self.fixed.clear()
         self._charged.clear()
         self.owned.clear()
         self.members.clear()
+        self.shrinking.clear()
         self._all_dirty = True
         self.stats.rebuilds += 1
 
@@ -261,6 +300,7 @@ class Controller:
         engine = self.engine
         assert engine is not None
         engine.state.assign(p.key, placement)
+        self._engine_changed = True
         self.fixed[p.key] = placement
         queue, _ = self._queue_for(p)
         qi = engine.tree.index.get(queue) if queue is not None else None
@@ -274,6 +314,7 @@ class Controller:
         engine = self.engine
         assert engine is not None
         engine.state.release(key)
+        self._engine_changed = True
         del self.fixed[key]
         charged = self._charged.pop(key, None)
         if charged is not None:
@@ -306,12 +347,41 @@ class Controller:
             return None
         return state.placement_for(spec, ni, fits[: spec.gpu.count])
 
+    def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
+        """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
+        the rest; once all of those are gone it shrinks for good (replacements come as new pods). False:
+        some other member went, and the workload is dropped."""
+        evicted = self.shrinking.get(name)
+        if evicted is None:
+            return False
+        keys = self.members[name]
+        gone = {i for i, key in enumerate(keys) if (p := pods.get(key)) is None or p.terminal}
+        if not gone <= set(evicted):
+            return False
+        if gone == set(evicted):
+            engine = self.engine
+            assert engine is not None
+            del self.shrinking[name]
+            try:
+                engine.shrink(name, evicted, regrow=False)
+            except ValueError as err:  # not its newest pods after all: account for it the general way
+                log.warning("%s", err)
+                return False
+            for i in evicted:
+                self.owned.pop(keys[i], None)
+            self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
+            self._engine_changed = True
+            self.wake.set()
+        return True
+
     def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
         """Take a workload out of the engine; members that run stay pinned, pending ones get resubmitted."""
         engine = self.engine
         assert engine is not None
         keys = self.members.pop(name, ())
+        self.shrinking.pop(name, None)
         released = engine.remove(name)
+        self._engine_changed = True
         for key in keys:
             self.owned.pop(key, None)
             self._dirty.add(key)  # pending members are resubmitted on the next pass
@@ -372,9 +442,17 @@ class Controller:
                         m.key, m.uid, f"gang {group}: {len(members) + bound} of {need + bound} members exist"
                     )
                 continue
-            self._submit(sorted(members, key=lambda m: m.name), f"{ns}/group:{group}", now)
+            members.sort(key=lambda m: m.name)
+            # Members beyond what the gang still needs are elastic: they run as room allows and are the first
+            # given back when another queue reclaims. Members that join a running group form a workload of
+            # their own, named after their first member.
+            least = max(1, need)
+            name = f"{ns}/group:{group}"
+            if name in self.members:
+                name = f"{name}/{members[0].name}"
+            self._submit(members, name, now, least if len(members) > least else None)
 
-    def _submit(self, members: list[PodInfo], name: str, now: float) -> None:
+    def _submit(self, members: list[PodInfo], name: str, now: float, min_pods: int | None = None) -> None:
         engine = self.engine
         assert engine is not None
         first = members[0]
@@ -392,6 +470,7 @@ class Controller:
             duration=first.duration,
             user=first.user,
             pod_names=tuple(m.key for m in members),
+            min_pods=min_pods,
         )
         try:
             engine.submit(wl)
@@ -399,6 +478,7 @@ class Controller:
             for m in members:
                 self.reporter.unschedulable(m.key, m.uid, str(err))
             return
+        self._engine_changed = True
         self.members[name] = wl.pod_names
         for m in members:
             self.owned[m.key] = name
@@ -411,6 +491,9 @@ class Controller:
         if len(self.members.get(workload, ())) > 1:
             try:
                 for key in self.members[workload]:
+                    info = self._infos.get(key)
+                    if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
+                        continue  # marked when the gang started; an elastic one's later pods need no second patch
                     ns, name = key.split("/", 1)
                     await self.port.patch(PODS, name, {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}, ns)
             except KubeError as err:
@@ -425,21 +508,22 @@ class Controller:
         await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
 
     async def _bind(self, workload: str, key: str, placement: Placement) -> None:
+        """Every decided bind starts at once: the client's connection pool bounds the requests in flight, and
+        HAMi's node lock lines up the binds to one node. A cap on binds in flight would be held by binds
+        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node."""
         engine = self.engine
         assert engine is not None
-        obj = self.pods.cache.get(key)
+        p = self._infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
         try:
-            async with self._binds:
-                if obj is None:
-                    raise BindError("pod disappeared before its bind")
-                p = pod_info(obj)
-                node = engine.state.node_names[placement.node]
-                gpus = engine.state.nodes[placement.node].gpus
-                devices = [
-                    hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-                    for s, m in zip(placement.slots, placement.mem_mib, strict=True)
-                ]
-                await self.binder.bind(p, node, devices)
+            if p is None:
+                raise BindError("pod disappeared before its bind")
+            node = engine.state.node_names[placement.node]
+            gpus = engine.state.nodes[placement.node].gpus
+            devices = [
+                hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
+                for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+            ]
+            await self.binder.bind(p, node, devices)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
@@ -455,22 +539,23 @@ class Controller:
             self.wake.set()
 
     def _read_nodes(self) -> list[NodeSpec]:
-        """Node specs, parsed once per resourceVersion (a bind's node lock changes a node's RV, not its GPUs);
-        the same NodeSpec objects come back while nothing changed, so comparing inventories stays cheap."""
+        """Node specs, parsed again only when what they are read from changed (a bind's node lock changes the
+        node, not its GPUs); the same NodeSpec objects come back while nothing changed, so comparing
+        inventories stays cheap."""
         specs: list[NodeSpec] = []
-        parsed: dict[str, tuple[str, NodeSpec | None]] = {}
+        parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
         for key, obj in sorted(self.nodes.cache.items()):
-            rv = obj["metadata"].get("resourceVersion", "")
+            inputs = NodeInputs.of(obj)
             hit = self._node_parsed.get(key)
-            if hit is None or hit[0] != rv:
+            if hit is None or hit[0] != inputs:
                 try:
-                    spec: NodeSpec | None = node_spec(obj)
+                    spec: NodeSpec | None = node_spec(inputs)
                 except ValueError as err:
-                    log.warning("node %s left out: %s", obj["metadata"]["name"], err)
+                    log.warning("node %s left out: %s", inputs.name, err)
                     spec = None
                 if hit is not None and hit[1] is not None and spec == hit[1]:
                     spec = hit[1]  # unchanged inventory: keep the identical object
-                hit = (rv, spec)
+                hit = (inputs, spec)
             parsed[key] = hit
             if hit[1] is not None:
                 specs.append(hit[1])
@@ -500,19 +585,29 @@ class Controller:
                 self._groups.setdefault((p.namespace, p.group), set()).add(key)
         return self._infos, self._bad
 
-    async def _evict(self, workload: str, reason: str) -> None:
-        """Evict every pod of a victim; a disruption budget (429) leaves it running for the engine to choose
-        another victim in a later cycle."""
-        for key in self.members.get(workload, ()):
+    async def _evict(self, ev: Evict, grace: int) -> None:
+        """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
+        workload, only the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or
+        any failure but the pod being gone already) stops there: the victim keeps running, out of choice for
+        REFUSED_BACKOFF seconds, and its preemptor picks another victim at its next attempt."""
+        keys = self.members.get(ev.workload, ())
+        if ev.pods is not None:
+            keys = tuple(keys[i] for i in ev.pods)
+        for key in keys:
             ns, name = key.split("/", 1)
             try:
-                await self.port.evict(ns, name)
-                self.stats.evictions += 1
-                self.reporter.preempted(key, reason)
+                await self.port.evict(ns, name, grace)
             except KubeError as err:
+                if err.code == 404:
+                    continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
-                if err.code == 429 and self.engine is not None:
-                    self.engine.eviction_refused(workload)
+                if self.engine is not None:
+                    self.engine.eviction_refused(ev.workload, self.clock() + REFUSED_BACKOFF)
+                    self.shrinking.pop(ev.workload, None)
+                    self._engine_changed = True
+                break
+            self.stats.evictions += 1
+            self.reporter.preempted(key, ev.reason)
         self.wake.set()
 
     def _report_queues(self) -> None:
@@ -542,9 +637,8 @@ class Controller:
     def _report_pending(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
-        for name, keys in self.members.items():
-            if name not in engine.pending:
-                continue
+        for name in engine.pending:
+            keys = self.members.get(name, ())
             pending = [k for k in keys if k not in self.inflight and engine.state.placement(k) is None]
             if not pending or not self.reporter.wants_explanation(pending[0], now):
                 continue

@@ -75,6 +75,12 @@ class Reporter:
             except KubeError as err:
                 log.info("status of queue %s not written: %s", name, err)
 
+    async def close(self) -> None:
+        """Drop the writes still queued: they are best effort, and the client is about to close."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)

@@ -28,32 +28,56 @@ NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
 TERMINAL = ("Succeeded", "Failed")
 
 
-def node_spec(node: dict) -> NodeSpec:
+@dataclass(slots=True, frozen=True)
+class NodeInputs:
+    """Everything node_spec reads of a Node. Most node writes (HAMi's lock, its handshake, kubelet
+    heartbeats) change none of it, so a caller keeps the parsed spec while these compare equal."""
+
+    name: str
+    allocatable: dict
+    register: str | None
+    cordon: str
+    labels: dict
+    unschedulable: bool
+
+    @classmethod
+    def of(cls, node: dict) -> NodeInputs:
+        meta = node["metadata"]
+        annotations = meta.get("annotations") or {}
+        return cls(
+            meta["name"],
+            (node.get("status") or {}).get("allocatable") or {},
+            annotations.get(hami.NODE_REGISTER),
+            annotations.get(hami.DEVICE_CORDON, ""),
+            meta.get("labels") or {},
+            bool((node.get("spec") or {}).get("unschedulable", False)),
+        )
+
+
+def node_spec(node: dict | NodeInputs) -> NodeSpec:
     """Raises hami.FormatError (naming the annotation) for an unreadable register annotation."""
-    meta, status = node["metadata"], node.get("status") or {}
-    alloc = status.get("allocatable") or {}
-    annotations = meta.get("annotations") or {}
-    labels = dict(meta.get("labels") or {})
+    inputs = node if isinstance(node, NodeInputs) else NodeInputs.of(node)
+    alloc, labels = inputs.allocatable, dict(inputs.labels)
     gpus: tuple[GpuDevice, ...] = ()
     split = 1  # without HAMi a GPU cannot be shared
     live = r.count(alloc.get(r.GPU, 0)) > 0  # HAMi v2.10 drops a node's devices when this is 0
-    if live and hami.NODE_REGISTER in annotations:
-        devices = [d for d in hami.decode_register(annotations[hami.NODE_REGISTER]) if "nvidia" in d.model.lower()]
-        cordoned = {u.strip() for u in annotations.get(hami.DEVICE_CORDON, "").split(",") if u.strip()}
+    if live and inputs.register is not None:
+        devices = [d for d in hami.decode_register(inputs.register) if "nvidia" in d.model.lower()]
+        cordoned = {u.strip() for u in inputs.cordon.split(",") if u.strip()}
         gpus = tuple(GpuDevice(d.model, d.memory_mib, d.uuid, d.healthy and d.uuid not in cordoned) for d in devices)
         split = min((d.count for d in devices), default=1)
     elif live:
         model = labels.get(GFD_PRODUCT, "nvidia-gpu")
         mem = int(labels.get(GFD_MEMORY, "0") or 0)
-        gpus = tuple(GpuDevice(model, mem, f"{meta['name']}-gpu{i}") for i in range(r.count(alloc[r.GPU])))
+        gpus = tuple(GpuDevice(model, mem, f"{inputs.name}-gpu{i}") for i in range(r.count(alloc[r.GPU])))
     return NodeSpec(
-        name=meta["name"],
+        name=inputs.name,
         cpu_m=r.cpu_millicores(alloc.get("cpu", 0)),
         memory_mib=r.memory_mib(alloc.get("memory", 0)),
         gpus=gpus,
         labels=labels,
         split_count=max(1, split),
-        schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+        schedulable=not inputs.unschedulable,
     )
 
 

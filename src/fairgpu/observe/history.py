@@ -18,8 +18,12 @@ class QueueHistory:
     t: list[float] = field(default_factory=list)
     usage: list[np.ndarray] = field(default_factory=list)
     entitled: list[np.ndarray] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)  # the tree the samples index
 
     def sample(self, now: float, sched: Scheduler) -> None:
+        names = sched.tree.names()
+        if names != self.queues:  # a live scheduler rebuilt with other queues: the old rows mean nothing now
+            self.t, self.usage, self.entitled, self.queues = [], [], [], names
         if self.t and self.t[-1] == now:  # several cycles at one instant: the last one holds
             self.t.pop()
             self.usage.pop()

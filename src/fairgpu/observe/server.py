@@ -1,10 +1,14 @@
-"""The HTTP server: /healthz, /readyz, /metrics, the dashboard and its read-only JSON API.
+"""The HTTP server: /healthz, /readyz, /metrics, the dashboard and its read-only JSON API — one app for
+`simulate --serve` (a replay) and `fairgpu run` (a live controller).
 
 Every API route takes an optional `?t=SECONDS`: a replay moves there first (a live cluster ignores it).
+Routes that read the scheduler are coroutines: they run on the server's event loop, which for `fairgpu run`
+is the controller's own, so they read its engine between two of its steps, never in the middle of one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from pathlib import Path
@@ -38,7 +42,7 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
             source.seek(t)
 
     def api(build):
-        def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:
             # one lock over the move and the read, so a concurrent request for another time cannot
             # slip in between and the document is all of one instant
             with source.lock:
@@ -46,6 +50,8 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
                     at(request)
                 except ValueError as err:
                     return JSONResponse({"error": str(err)}, status_code=400)
+                if source.sched is None:
+                    return JSONResponse({"error": "no scheduler state yet (caches syncing, or standing by)"}, 503)
                 try:
                     doc = build(request)
                 except KeyError as err:
@@ -61,7 +67,7 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
     def workload(request: Request) -> dict[str, Any]:
         return source.sched.explain(request.path_params["name"], source.now).to_json()
 
-    def metrics(_: Request) -> Response:
+    async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
@@ -74,17 +80,54 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
         Route("/api/nodes/{name}", api(lambda rq: views.node_view(source.sched, rq.path_params["name"]))),
         Route("/api/queues", api(lambda _: views.queue_view(source.sched, source.history))),
         Route("/api/workloads", api(lambda rq: views.workloads_view(source.sched, rq.query_params.get("queue")))),
-        Route("/api/workloads/{name}", api(workload)),
+        Route("/api/workloads/{name:path}", api(workload)),  # live workload names are namespace/name
         Mount("/static", StaticFiles(directory=STATIC)),
     ]
     return Starlette(routes=routes)
 
 
-class Background:
-    """uvicorn in a thread (tests, benchmarks): `port` is the one the OS gave when asked for 0."""
+class _Serving:
+    """uvicorn serving an app; `port` is the one the OS gave when asked for 0."""
+
+    def __init__(self, app: Starlette, host: str, port: int) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class Beside(_Serving):
+    """uvicorn on the running event loop, beside the driver whose scheduler it shows (`fairgpu run`)."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+        super().__init__(app, host, port)
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Beside:
+        self._task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self._task.done():  # it could not listen (the port is taken, say): say why
+                self._task.result()
+                raise RuntimeError("the dashboard server stopped while starting")
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        if self._task is not None:
+            await self._task
+
+
+class Background(_Serving):
+    """uvicorn in a thread of its own (tests, benchmarks)."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(app, host, port)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Background:
@@ -96,14 +139,6 @@ class Background:
         if not self.server.started:
             raise RuntimeError("the dashboard server did not start")
         return self
-
-    @property
-    def port(self) -> int:
-        return self.server.servers[0].sockets[0].getsockname()[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True

@@ -21,7 +21,9 @@ class Source(Protocol):
     profile: str
 
     @property
-    def sched(self) -> Scheduler: ...
+    def sched(self) -> Scheduler | None:
+        """None while a live scheduler has no engine (its nodes are not known yet, or it stands by)."""
+        ...
 
     @property
     def now(self) -> float: ...
@@ -37,23 +39,34 @@ class Source(Protocol):
 
     def is_leader(self) -> bool: ...
 
-    def ready(self) -> bool: ...
+    def ready(self) -> bool:
+        """/readyz: a replay always is; a live scheduler once its caches are synced (a standby too: it is warm)."""
+        ...
 
 
 @dataclass(slots=True)
 class LiveSource:
-    """A scheduler driven in real time (a controller, a benchmark): always at the present, no seeking."""
+    """A scheduler driven in real time: always at the present, no seeking. `engine` gives the scheduler as it
+    stands: a controller replaces its engine when the cluster's nodes or queues change, and has none until it
+    knows its nodes, or while it stands by."""
 
-    sched: Scheduler
+    engine: Callable[[], Scheduler | None]
     name: str
+    profile: str
     clock: Callable[[], float] = time.time
     leader: Callable[[], bool] = lambda: True
+    synced: Callable[[], bool] = lambda: True
     lock: threading.RLock = field(default_factory=threading.RLock)
     history: QueueHistory = field(default_factory=QueueHistory)
 
+    @classmethod
+    def of(cls, sched: Scheduler, name: str, clock: Callable[[], float] = time.time) -> LiveSource:
+        """One scheduler for good (a benchmark, a test)."""
+        return cls(lambda: sched, name, sched.profile.name, clock)
+
     @property
-    def profile(self) -> str:
-        return self.sched.profile.name
+    def sched(self) -> Scheduler | None:
+        return self.engine()
 
     @property
     def now(self) -> float:
@@ -70,4 +83,4 @@ class LiveSource:
         return self.leader()
 
     def ready(self) -> bool:
-        return True
+        return self.synced()

@@ -66,11 +66,15 @@ def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
         for j, dev in enumerate(st.nodes[n].gpus)
     ]
     cpu_pods = []
-    for entry, i in _placed_pods(sched):
-        p = entry.placed[i]
-        if p.node != n:
+    # Every pod the state holds: a live scheduler also pins pods it found running (placed before it started,
+    # or by another scheduler), which belong to no workload of its own: their workload and queue are null.
+    owners = {entry.workload.pod_names[i]: entry.workload for entry, i in _placed_pods(sched)}
+    for key in st.placed_keys():
+        p = st.placement(key)
+        if p is None or p.node != n:
             continue
-        pod = {"pod": entry.workload.pod_names[i], "workload": entry.workload.name, "queue": entry.workload.queue}
+        wl = owners.get(key)
+        pod = {"pod": key, "workload": wl.name if wl else None, "queue": wl.queue if wl else None}
         if not p.slots:
             cpu_pods.append(pod)
         for s, mem in zip(p.slots, p.mem_mib, strict=True):

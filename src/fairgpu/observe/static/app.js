@@ -110,14 +110,15 @@ function bar(parts, total, testid) {
 async function nodeView(root, name) {
   const doc = await api(`/api/nodes/${encodeURIComponent(name)}`);
   const gpus = doc.gpus.map((g) => {
-    const pods = g.pods.map((p) => ({ queue: p.queue, value: p.cores, label: `${p.pod} (${p.queue}) ${p.cores}% cores` }));
-    const mem = g.pods.map((p) => ({ queue: p.queue, value: p.memory_mib, label: `${p.pod} (${p.queue}) ${p.memory_mib} MiB` }));
+    const queue = (p) => p.queue ?? "no workload";  // a pod a live scheduler found running and pinned
+    const pods = g.pods.map((p) => ({ queue: p.queue, value: p.cores, label: `${p.pod} (${queue(p)}) ${p.cores}% cores` }));
+    const mem = g.pods.map((p) => ({ queue: p.queue, value: p.memory_mib, label: `${p.pod} (${queue(p)}) ${p.memory_mib} MiB` }));
     return h("div", { class: "gpu", "data-testid": "gpu", "data-index": g.index, "data-cores": g.cores_allocated, "data-pods": g.pods.length },
       h("strong", {}, `GPU ${g.index}`), ` ${g.model} · ${g.uuid}${g.healthy ? "" : " · unhealthy"} · `,
       h("span", { "data-testid": "gpu-cores" }, `${g.cores_allocated}% cores`), ` · ${g.memory_allocated_mib} / ${g.memory_total_mib} MiB`,
       h("div", { class: "legend" }, "cores"), bar(pods, 100, "cores-bar"),
       h("div", { class: "legend" }, "memory"), bar(mem, Math.max(1, g.memory_total_mib), "memory-bar"),
-      h("div", { class: "pods" }, g.pods.length ? g.pods.map((p) => `${p.pod} [${p.queue}] ${p.cores}%, ${p.memory_mib} MiB`).join(" · ") : "no pods"));
+      h("div", { class: "pods" }, g.pods.length ? g.pods.map((p) => `${p.pod} [${queue(p)}] ${p.cores}%, ${p.memory_mib} MiB`).join(" · ") : "no pods"));
   });
   root.replaceChildren(
     h("h2", { "data-testid": "node-name" }, `Node ${doc.node}`),
