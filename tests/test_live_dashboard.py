@@ -86,15 +86,20 @@ def test_live_dashboard_shows_what_the_controller_bound(fake_api, tmp_path):
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
 
-        # A successor pins what it finds running: the GPUs stay accounted and the pods listed, with no
-        # workload of its own.
+        # A successor takes what it finds running as running workloads of their queues: the GPUs stay
+        # accounted and the pods listed under their workloads.
         ctl = Controller(port, load_profile("fairgpu"))
         async with Beside(dashboard_app(ctl, "fake-cluster")) as dash, aiohttp.ClientSession() as http:
             run = asyncio.create_task(ctl.run())
-            await until(lambda: ctl.engine is not None and len(ctl.fixed) == 4, 20, "the successor to pin the pods")
+            await until(lambda: ctl.engine is not None and len(ctl.owned) == 4, 20, "the successor to adopt the pods")
             _, view = await get(http, f"{dash.url}/api/nodes/node-00")
             listed = {(p["pod"], p["workload"], p["queue"]) for g in view["gpus"] for p in g["pods"]}
-            assert listed == {(k, None, None) for k in ("a/whole-0", "a/whole-1", "b/half-0", "b/half-1")}
+            assert listed == {
+                ("a/whole-0", "a/whole-0", "team-a"),
+                ("a/whole-1", "a/whole-1", "team-a"),
+                ("b/half-0", "b/half-0", "team-b"),
+                ("b/half-1", "b/half-1", "team-b"),
+            }
             _, queues = await get(http, f"{dash.url}/api/queues")
             assert {q["name"]: q["usage"]["gpu"] for q in queues["queues"]} == {"team-a": 2.0, "team-b": 1.0}
             run.cancel()

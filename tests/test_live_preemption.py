@@ -164,3 +164,39 @@ def test_an_elastic_workload_gives_back_only_the_pods_the_engine_names(fake_api,
         assert ctl.members["b/group:e"] == wl.workload.pod_names
 
     run(fake_api, tmp_path, b_pods, scenario)
+
+
+def test_a_successor_reclaims_from_pods_its_predecessor_bound(fake_api, tmp_path):
+    """After a restart the running pods are workloads of their queues again, not just room taken: a queue
+    that lent its GPUs before the restart still takes them back afterwards."""
+    b_pods = [pod("b", f"b-{i}", ONE_GPU) for i in range(8)]
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(NODES, node(0))
+        for q in queues():
+            await port.create(QUEUES, q)
+        for obj in b_pods:
+            await port.create(PODS, obj, "b")
+        nodes = FakeNodes(port)
+        kubelet = asyncio.create_task(nodes.run())
+        first = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(first.run())
+        await until(lambda: first.stats.binds == len(b_pods) and not first.inflight, 20, "b to fill the node")
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        successor = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(successor.run())
+        try:
+            await reclaim(port, nodes)
+            evicted = [e for e in fake_api.control("state")["evictions"] if e["code"] == 201]
+            assert [(e["namespace"], e["gracePeriodSeconds"]) for e in evicted] == [("b", GRACE)] * 2
+            assert successor.stats.evictions == 2 and first.stats.evictions == 0
+            assert not nodes.violations, nodes.violations
+        finally:
+            run.cancel()
+            kubelet.cancel()
+            await asyncio.gather(run, kubelet, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))

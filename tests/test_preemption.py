@@ -9,11 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import gpu_node, tree, whole
+from fairgpu import resources as r
 from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import Workload
+from fairgpu.model import QueueSpec, QueueTree, RequestError, Workload
 from fairgpu.sim import scenario as scenarios
 from fairgpu.sim.runner import SimResult, Simulation
+from fairgpu.state import StateError
 
 _cache: dict[str, tuple[scenarios.Scenario, SimResult, Simulation]] = {}
 
@@ -255,3 +257,44 @@ def test_shrink_for_good_keeps_only_the_pods_that_still_run():
     sched.remove("e")
     assert np.allclose(sched.view.demand, 0) and all(sched.state.placement(k) is None for k in wl.pod_names)
     sched.state.check_invariants()
+
+
+def test_an_adopted_workload_is_charged_and_reclaimed_like_a_placed_one():
+    """A driver restarted (or rebuilt its engine) finds pods running: adopted, they count against their
+    queue and are victims when a lender takes its guarantee back; adoption that cannot hold changes nothing."""
+    guaranteed = QueueSpec("a", guaranteed=r.quota_vector({"nvidia.com/gpu": 4}, default=np.inf))
+    sched = Scheduler([gpu_node("n0")], QueueTree([guaranteed, QueueSpec("b")]), load_profile("fairgpu"))
+    probe = Scheduler([gpu_node("n0")], tree("b"), load_profile("fairgpu"))
+    probe.submit(Workload("b-all", "b", (whole(1),) * 8, duration=3600.0))
+    places = [b.placement for b in probe.cycle(0.0).bound]
+    borrowed = [Workload(f"b{i}", "b", (whole(1),), duration=3600.0) for i in range(8)]
+    with pytest.raises(RequestError):
+        sched.adopt(Workload("x", "nowhere", (whole(1),)), places[:1], started=0.0)
+    for wl, p in zip(borrowed, places, strict=True):
+        sched.adopt(wl, [p], started=0.0)
+    with pytest.raises(StateError):  # the node is full: nothing of it is kept
+        sched.adopt(Workload("extra", "b", (whole(1),) * 2), places[:2], started=0.0)
+    assert "extra" not in sched.running and sched.state.placement("extra-0") is None
+    assert sched.view.usage[1, r.DIM_GPU] == 8 and sched.view.demand[1, r.DIM_GPU] == 8
+    sched.submit(Workload("a0", "a", (whole(1),) * 2, duration=3600.0))
+    evicted = sched.cycle(10.0).evictions
+    assert len(evicted) == 2 and {e.workload for e in evicted} <= {w.name for w in borrowed}
+    sched.state.check_invariants()
+
+
+@pytest.mark.parametrize("pods,gpus", [(2, 1), (3, 2), (4, 4)])
+def test_a_preemptor_of_several_pods_makes_room_for_every_one(pods: int, gpus: int):
+    """Room made for one pod of the preemptor is not room for the next: each gets victims of its own."""
+    guaranteed = QueueSpec("a", guaranteed=r.quota_vector({"nvidia.com/gpu": 16}, default=np.inf))
+    sched = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([guaranteed, QueueSpec("b")]), load_profile("fairgpu")
+    )
+    for i in range(16):
+        sched.submit(Workload(f"b{i}", "b", (whole(1),), duration=3600.0))
+    assert len(sched.cycle(0.0).bound) == 16
+    sched.submit(Workload("a0", "a", (whole(gpus),) * pods, duration=3600.0))
+    evicted = sched.cycle(10.0).evictions
+    assert len(evicted) == pods * gpus
+    for e in evicted:
+        sched.remove(e.workload)
+    assert sched.cycle(11.0).started == ["a0"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -33,7 +33,7 @@ from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, RequestError, Workload
 from fairgpu.model.queue import QueueTree
-from fairgpu.state import ClusterState, Footprint, Placement
+from fairgpu.state import ClusterState, Footprint, Placement, StateError
 
 
 @dataclass(slots=True)
@@ -133,6 +133,42 @@ class Scheduler:
     # -- events from the driver ---------------------------------------------------------------------
     def submit(self, wl: Workload) -> None:
         """Queue a workload. Raises RequestError (nothing changed) if it can never be placed."""
+        entry = self._entry(wl)
+        for pod in wl.pods:
+            problem = self.state.unplaceable_reason(pod)
+            if problem:
+                raise RequestError(f"workload {wl.name}: {problem}")
+        self._seq += 1
+        entry.key = self._attempt_key(entry)
+        self.pending[wl.name] = entry
+        self.backlogs[entry.queue].push(entry)
+        self._keys[entry.queue][entry.key] += 1
+        self.view.demand[entry.queue] += entry.charge
+
+    def adopt(self, wl: Workload, placements: Sequence[Placement], started: float) -> None:
+        """A workload found running where `placements` say (after a restart, or a rebuild of the engine): it
+        is charged to its queue and may be preempted like one this engine placed. Raises RequestError for a
+        queue it cannot be in, StateError if the placements do not fit; either way nothing changed."""
+        entry = self._entry(wl)
+        if len(placements) != len(wl.pods):
+            raise RequestError(f"workload {wl.name}: {len(wl.pods)} pods but {len(placements)} placements")
+        for i, p in enumerate(placements):
+            try:
+                self.state.assign(wl.pod_names[i], p)
+            except StateError:
+                for j in range(i):
+                    self.state.release(wl.pod_names[j])
+                raise
+        self._seq += 1
+        entry.started = started
+        self.running[wl.name] = entry
+        self.view.demand[entry.queue] += entry.charge
+        for pod, p in zip(wl.pods, placements, strict=True):
+            entry.placed.append(p)
+            self._account(entry, pod, +1)
+
+    def _entry(self, wl: Workload) -> Entry:
+        """A new entry for a workload of a leaf queue, not yet registered anywhere."""
         if wl.name in self.pending or wl.name in self.running:
             raise RequestError(f"workload {wl.name}: already submitted")
         qi = self.tree.index.get(wl.queue)
@@ -140,19 +176,10 @@ class Scheduler:
             raise RequestError(f"workload {wl.name}: queue {wl.queue!r} does not exist")
         if not self.tree.is_leaf[qi]:
             raise RequestError(f"workload {wl.name}: queue {wl.queue!r} has child queues; submit to a leaf")
-        for pod in wl.pods:
-            problem = self.state.unplaceable_reason(pod)
-            if problem:
-                raise RequestError(f"workload {wl.name}: {problem}")
         charge = sum((self._charge(p) for p in wl.pods), r.zeros())
         entry = Entry(wl, qi, self._seq, charge, float(fairness.dominant_shares(charge, self.view.capacity)))
         entry.order = (-wl.priority, wl.submit_time, self._seq)
-        self._seq += 1
-        entry.key = self._attempt_key(entry)
-        self.pending[wl.name] = entry
-        self.backlogs[qi].push(entry)
-        self._keys[qi][entry.key] += 1
-        self.view.demand[qi] += charge
+        return entry
 
     def remove(self, name: str) -> list[Placement]:
         """A workload finished or was deleted: release whatever it holds. Returns the released placements."""

@@ -1,9 +1,10 @@
 """The controller: informers feed the engine, the engine decides, binders and evictions carry it out.
 
 The pod cache is the truth and the engine a structure derived from it. Every pass reconciles the two:
-bound pods the engine did not place are pinned where their HAMi annotations say (so a restarted scheduler
-rebuilds the cluster's allocation exactly); pending pods of ours are submitted as workloads (a pod group as
-one gang); pods that are gone release what they held. Then one engine cycle, whose placements are bound
+bound pods the engine does not hold are put where their HAMi annotations say (so a restarted scheduler
+rebuilds the cluster's allocation exactly): ours as running workloads of their queues, charged and open to
+preemption, others' pinned; pending pods of ours are submitted as workloads (a pod group as one gang); pods
+that are gone release what they held. Then one engine cycle, whose placements are bound
 concurrently. A failed bind rolls its workload back; the next pass resubmits it.
 """
 
@@ -16,8 +17,6 @@ import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.framework.interfaces import Evict
@@ -83,8 +82,7 @@ class Controller:
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
-        self.fixed: dict[str, Placement] = {}  # pods pinned where they already run
-        self._charged: dict[str, tuple[int, np.ndarray]] = {}  # pinned pods of ours: (queue, fair charge)
+        self.fixed: dict[str, Placement] = {}  # others' pods (and ours without a queue) pinned where they run
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
@@ -259,11 +257,18 @@ class Controller:
                     self._dirty.add(key)  # look again once its bind has finished
                 elif not self._shrunk(self.owned[key], pods):
                     self._drop_workload(self.owned[key], pods)
-        # Bound pods the engine does not hold are pinned where they run.
+        # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
+        # are pinned where they run.
+        found: dict[str, list[PodInfo]] = {}
         for key in keys:
             p = pods.get(key)
             if p is not None and p.node and not p.terminal and key not in self.owned and key not in self.fixed:
-                self._pin(p)
+                if p.scheduler == self.scheduler_name:
+                    found.setdefault(f"{p.namespace}/group:{p.group}" if p.group else key, []).append(p)
+                else:
+                    self._pin(p)
+        for name, members in found.items():
+            self._adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
@@ -272,7 +277,6 @@ class Controller:
         self._engine_changed = True
         self._built_from = shape
         self.fixed.clear()
-        self._charged.clear()
         self.owned.clear()
         self.members.clear()
         self.shrinking.clear()
@@ -280,35 +284,68 @@ class Controller:
         self.stats.rebuilds += 1
 
     def _pin(self, p: PodInfo) -> None:
+        """Another scheduler's pod takes its room where it runs, charged to nobody."""
+        placement = self._found_placement(p)
+        if placement is not None:
+            self._fix(p, placement)
+
+    def _found_placement(self, p: PodInfo) -> Placement | None:
+        """Where a bound pod runs, from its node and HAMi annotations; None off our inventory or unreadable."""
         engine = self.engine
         assert engine is not None and p.node is not None
-        state = engine.state
-        ni = state.node_index.get(p.node)
-        if ni is None:
-            return  # on a node we do not schedule (not in the inventory)
-        placement = self._placement_from_annotations(p, ni)
-        if placement is None:
-            return
-        try:
-            self._hold(p, placement)
-        except StateError as err:  # a foreign pod over capacity must not stop scheduling
-            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
+        ni = engine.state.node_index.get(p.node)
+        return None if ni is None else self._placement_from_annotations(p, ni)
 
-    def _hold(self, p: PodInfo, placement: Placement) -> None:
-        """Pin a running pod where it is. One of ours is charged to its queue's usage and demand, so that
-        after a restart, a rollback or a gang member's exit, fair shares still count what tenants hold."""
+    def _fix(self, p: PodInfo, placement: Placement) -> None:
         engine = self.engine
         assert engine is not None
-        engine.state.assign(p.key, placement)
+        try:
+            engine.state.assign(p.key, placement)
+        except StateError as err:  # a foreign pod over capacity must not stop scheduling
+            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
+            return
         self._engine_changed = True
         self.fixed[p.key] = placement
-        queue, _ = self._queue_for(p)
-        qi = engine.tree.index.get(queue) if queue is not None else None
-        if qi is not None and p.scheduler == self.scheduler_name:
-            charge = p.spec.charge(engine.state.mean_gpu_memory_mib())
-            engine.view.add_usage(qi, charge)
-            engine.view.demand[qi] += charge
-            self._charged[p.key] = (qi, charge)
+
+    def _adopt(self, name: str, members: list[PodInfo], placements: list[Placement] | None = None) -> None:
+        """Our pods found running (after a restart, a rebuild of the engine, or a gang member's exit) run on as
+        a workload of their queue: charged to it, and victims for reclaim and fair-share preemption like any
+        it placed. A group's running members are one workload, so they are evicted together. Without a queue
+        they are pinned, charged to nobody."""
+        engine = self.engine
+        assert engine is not None
+        if placements is None:
+            found = [(m, self._found_placement(m)) for m in members]
+            members = [m for m, pl in found if pl is not None]
+            placements = [pl for _, pl in found if pl is not None]
+            if not members:
+                return
+        if name in self.members:
+            name = f"{name}/{members[0].name}"
+        queue, _ = self._queue_for(members[0])
+        try:
+            wl = Workload(
+                name=name,
+                queue=queue or "",
+                pods=tuple(m.spec for m in members),
+                submit_time=min(m.created for m in members),
+                priority=max(m.priority for m in members),
+                duration=members[0].duration,
+                user=members[0].user,
+                pod_names=tuple(m.key for m in members),
+            )
+            engine.adopt(wl, placements, started=min(m.started for m in members))
+        except RequestError:  # no queue (any more) for these pods
+            for m, placement in zip(members, placements, strict=True):
+                self._fix(m, placement)
+            return
+        except StateError as err:
+            log.warning("workload %s on %s not accounted: %s", name, members[0].node, err)
+            return
+        self._engine_changed = True
+        self.members[name] = wl.pod_names
+        for m in members:
+            self.owned[m.key] = name
 
     def _unhold(self, key: str) -> None:
         engine = self.engine
@@ -316,11 +353,6 @@ class Controller:
         engine.state.release(key)
         self._engine_changed = True
         del self.fixed[key]
-        charged = self._charged.pop(key, None)
-        if charged is not None:
-            qi, charge = charged
-            engine.view.add_usage(qi, -charge)
-            engine.view.demand[qi] -= charge
 
     def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
         state = self.engine.state  # type: ignore[union-attr]
@@ -375,7 +407,8 @@ class Controller:
         return True
 
     def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
-        """Take a workload out of the engine; members that run stay pinned, pending ones get resubmitted."""
+        """Take a workload out of the engine; members that run stay on as a workload of their own, pending
+        ones get resubmitted."""
         engine = self.engine
         assert engine is not None
         keys = self.members.pop(name, ())
@@ -386,10 +419,13 @@ class Controller:
             self.owned.pop(key, None)
             self._dirty.add(key)  # pending members are resubmitted on the next pass
         self.wake.set()
-        for key, placement in zip(keys, released, strict=False):
-            p = pods.get(key)
-            if p is not None and p.node and not p.terminal and key not in self.inflight:
-                self._hold(p, placement)
+        running = [
+            (p, placement)
+            for key, placement in zip(keys, released, strict=False)
+            if (p := pods.get(key)) is not None and p.node and not p.terminal and key not in self.inflight
+        ]
+        if running:
+            self._adopt(name, [p for p, _ in running], [placement for _, placement in running])
 
     def _queue_for(self, p: PodInfo) -> tuple[str | None, str]:
         if p.queue_label is not None:
@@ -611,8 +647,7 @@ class Controller:
         self.wake.set()
 
     def _report_queues(self) -> None:
-        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts.
-        Pods pinned where they run (after a restart, say) are charged like the ones this engine placed."""
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
         engine = self.engine
         assert engine is not None
         view, tree = engine.view, engine.tree

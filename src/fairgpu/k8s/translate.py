@@ -96,6 +96,7 @@ class PodInfo:
     node: str | None
     phase: str
     created: float
+    started: float  # status.startTime (the kubelet took it), else the creation time
     priority: int
     user: str
     queue_label: str | None
@@ -159,7 +160,7 @@ def pod_info(pod: dict) -> PodInfo:
             duration = parse_duration(annotations[EXPECTED_RUNTIME])
         except ValueError as err:
             raise RequestError(str(err), f"metadata.annotations[{EXPECTED_RUNTIME}]") from err
-    created = meta.get("creationTimestamp")
+    created = _timestamp(meta.get("creationTimestamp"))
     return PodInfo(
         key=f"{meta.get('namespace', '')}/{meta['name']}",
         namespace=meta.get("namespace", ""),
@@ -171,7 +172,8 @@ def pod_info(pod: dict) -> PodInfo:
         scheduler=spec.get("schedulerName", "default-scheduler"),
         node=spec.get("nodeName") or None,
         phase=status.get("phase", "Pending"),
-        created=datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else 0.0,
+        created=created,
+        started=_timestamp(status.get("startTime")) or created,
         priority=int(spec.get("priority") or 0),
         user=labels.get(USER_LABEL, ""),
         queue_label=labels.get(QUEUE_LABEL),
@@ -181,3 +183,8 @@ def pod_info(pod: dict) -> PodInfo:
         annotations=dict(annotations),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _timestamp(value: str | None) -> float:
+    """An RFC 3339 time from the API as Unix seconds; 0 when absent."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else 0.0

@@ -66,8 +66,8 @@ def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
         for j, dev in enumerate(st.nodes[n].gpus)
     ]
     cpu_pods = []
-    # Every pod the state holds: a live scheduler also pins pods it found running (placed before it started,
-    # or by another scheduler), which belong to no workload of its own: their workload and queue are null.
+    # Every pod the state holds: a live scheduler also pins pods it found running that are not its own
+    # workloads (another scheduler's, or without a queue): their workload and queue are null.
     owners = {entry.workload.pod_names[i]: entry.workload for entry, i in _placed_pods(sched)}
     for key in st.placed_keys():
         p = st.placement(key)

@@ -20,6 +20,7 @@ dry-run placement before anything is evicted.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,11 +79,16 @@ class Preemption:
         return ok & t.alive
 
     def _choose(self, ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray | None:
-        """Pod by pod: the node where the cheapest eligible GPUs make room; then a verifying dry run."""
+        """Pod by pod: the node where the cheapest eligible GPUs make room, the workload's earlier pods
+        placed in it first (the room made for one pod is not room for the next); then a verifying dry run."""
         cost = _costs(ctx, eligible)
         chosen = np.zeros(len(eligible), dtype=bool)
-        for pod in ctx.pods:
-            pick = self._for_pod(pod, ctx, eligible & ~chosen, cost, chosen)
+        for i, pod in enumerate(ctx.pods):
+
+            def room(victims: np.ndarray, earlier: tuple[PodSpec, ...] = tuple(ctx.pods[:i])) -> EngineView:
+                return _dry_run(ctx, victims, earlier)[0]
+
+            pick = self._for_pod(pod, ctx, room, eligible & ~chosen, cost, chosen)
             if pick is None:
                 return None
             chosen |= pick
@@ -90,12 +96,17 @@ class Preemption:
 
     @staticmethod
     def _for_pod(
-        pod: PodSpec, ctx: PreemptContext, rest: np.ndarray, cost: np.ndarray, chosen: np.ndarray
+        pod: PodSpec,
+        ctx: PreemptContext,
+        room: Callable[[np.ndarray], EngineView],
+        rest: np.ndarray,
+        cost: np.ndarray,
+        chosen: np.ndarray,
     ) -> np.ndarray | None:
         pick = np.zeros(len(rest), dtype=bool)
-        if chosen.any() and feasible(pod, ctx.potential(chosen), ctx.profile, ctx.exclude).nodes.any():
+        if chosen.any() and feasible(pod, room(chosen), ctx.profile, ctx.exclude).nodes.any():
             return pick  # fits with the victims already chosen (e.g. where an evicted gang's other pod ran)
-        best = ctx.potential(chosen | rest)
+        best = room(chosen | rest)
         can = feasible(pod, best, ctx.profile, ctx.exclude).nodes
         if not can.any():
             return None
@@ -117,7 +128,7 @@ class Preemption:
         on_node = np.unique(fp.pod_tag[(fp.pod_node == node) & rest[fp.pod_tag]])
         for u in on_node[np.argsort(cost[on_node], kind="stable")]:
             pick[u] = True
-            if feasible(pod, ctx.potential(chosen | pick), ctx.profile, exclude=others).nodes.any():
+            if feasible(pod, room(chosen | pick), ctx.profile, exclude=others).nodes.any():
                 return pick
         return None
 
@@ -164,8 +175,13 @@ def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bo
     return True
 
 
+def _dry_run(ctx: PreemptContext, victims: np.ndarray, pods: Sequence[PodSpec]) -> tuple[EngineView, int]:
+    """The cluster with these victims gone and these pods placed as the engine would; how many fit."""
+    dry = ctx.potential(victims)
+    keys = [f"\0preempt-{i}" for i in range(len(pods))]
+    return dry, len(place_all(pods, keys, dry, ctx.profile, ctx.exclude))
+
+
 def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
-    dry = ctx.potential(chosen)
-    keys = [f"\0preempt-{i}" for i in range(len(ctx.pods))]
-    return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)
+    return _dry_run(ctx, chosen, ctx.pods)[1] == len(ctx.pods)

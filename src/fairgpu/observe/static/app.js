@@ -110,7 +110,7 @@ function bar(parts, total, testid) {
 async function nodeView(root, name) {
   const doc = await api(`/api/nodes/${encodeURIComponent(name)}`);
   const gpus = doc.gpus.map((g) => {
-    const queue = (p) => p.queue ?? "no workload";  // a pod a live scheduler found running and pinned
+    const queue = (p) => p.queue ?? "no workload";  // a pod a live scheduler pinned where it runs (not its own workload)
     const pods = g.pods.map((p) => ({ queue: p.queue, value: p.cores, label: `${p.pod} (${queue(p)}) ${p.cores}% cores` }));
     const mem = g.pods.map((p) => ({ queue: p.queue, value: p.memory_mib, label: `${p.pod} (${queue(p)}) ${p.memory_mib} MiB` }));
     return h("div", { class: "gpu", "data-testid": "gpu", "data-index": g.index, "data-cores": g.cores_allocated, "data-pods": g.pods.length },
