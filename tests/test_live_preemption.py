@@ -43,8 +43,9 @@ def with_priority(obj: dict, priority: int) -> dict:
 Scenario = Callable[[KubeClient, Controller, FakeNodes, Callable[[], dict]], Awaitable[None]]
 
 
-def run(fake_api, tmp_path, b_pods: list[dict], scenario: Scenario) -> None:
-    """b's pods fill the node (borrowing a's guarantee); then `scenario` runs with the controller live."""
+def run(fake_api, tmp_path, b_pods: list[dict], scenario: Scenario, restart: bool = False) -> None:
+    """b's pods fill the node (borrowing a's guarantee); then `scenario` runs with the controller live (with
+    `restart`, a successor's: the one that bound b's pods is stopped first)."""
 
     async def go() -> None:
         port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
@@ -66,6 +67,11 @@ def run(fake_api, tmp_path, b_pods: list[dict], scenario: Scenario) -> None:
             }
 
         await until(lambda: len(running("b")) == len(b_pods), 20, "b to fill the node")
+        if restart:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            ctl = Controller(port, load_profile("fairgpu"))
+            run = asyncio.create_task(ctl.run())
         try:
             await scenario(port, ctl, nodes, lambda: fake_api.control("state"))
             assert not nodes.violations, nodes.violations  # no GPU ever held by a victim and its preemptor
@@ -171,32 +177,10 @@ def test_a_successor_reclaims_from_pods_its_predecessor_bound(fake_api, tmp_path
     that lent its GPUs before the restart still takes them back afterwards."""
     b_pods = [pod("b", f"b-{i}", ONE_GPU) for i in range(8)]
 
-    async def go() -> None:
-        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
-        await port.create(NODES, node(0))
-        for q in queues():
-            await port.create(QUEUES, q)
-        for obj in b_pods:
-            await port.create(PODS, obj, "b")
-        nodes = FakeNodes(port)
-        kubelet = asyncio.create_task(nodes.run())
-        first = Controller(port, load_profile("fairgpu"))
-        run = asyncio.create_task(first.run())
-        await until(lambda: first.stats.binds == len(b_pods) and not first.inflight, 20, "b to fill the node")
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        successor = Controller(port, load_profile("fairgpu"))
-        run = asyncio.create_task(successor.run())
-        try:
-            await reclaim(port, nodes)
-            evicted = [e for e in fake_api.control("state")["evictions"] if e["code"] == 201]
-            assert [(e["namespace"], e["gracePeriodSeconds"]) for e in evicted] == [("b", GRACE)] * 2
-            assert successor.stats.evictions == 2 and first.stats.evictions == 0
-            assert not nodes.violations, nodes.violations
-        finally:
-            run.cancel()
-            kubelet.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+    async def scenario(port, ctl, nodes, state):
+        await reclaim(port, nodes)
+        evicted = [e for e in state()["evictions"] if e["code"] == 201]
+        assert [(e["namespace"], e["gracePeriodSeconds"]) for e in evicted] == [("b", GRACE)] * 2
+        assert ctl.stats.evictions == 2 and ctl.stats.binds == 2  # the successor bound only a's pods
 
-    asyncio.run(asyncio.wait_for(go(), 60))
+    run(fake_api, tmp_path, b_pods, scenario, restart=True)
