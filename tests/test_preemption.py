@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import gpu_node, tree, whole
@@ -181,11 +181,14 @@ def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
                 assert t2 - t1 >= window, (t1, t2, vq1, pq1)
     # 2. Bounded: a preemptor decides once (it then holds the room until its victims are gone), and each
     #    victim it picks holds at least one GPU on the node one of its pods needs; so, per preemptor,
-    #    evictions <= the GPUs its pods ask for.
-    per_preemptor: dict[str, int] = {}
-    for *_, p, _ in log:
-        per_preemptor[p] = per_preemptor.get(p, 0) + 1
-    for p, n in per_preemptor.items():
+    #    evictions <= the GPUs its pods ask for. Per life, that is: a preemptor evicted in turn is queued
+    #    again, and may preempt again.
+    lives: dict[str, int] = {}
+    per_preemptor: dict[tuple[str, int], int] = {}
+    for _, victim, _, p, _ in log:
+        per_preemptor[p, lives.get(p, 0)] = per_preemptor.get((p, lives.get(p, 0)), 0) + 1
+        lives[victim] = lives.get(victim, 0) + 1
+    for (p, _), n in per_preemptor.items():
         assert n <= sum(pod.gpu.count for pod in by_name[p].pods), (p, n)
     # 3. Every eviction is followed by its preemptor's placement, once the victims' grace has passed
     #    (unless the horizon came first).
@@ -298,3 +301,31 @@ def test_a_preemptor_of_several_pods_makes_room_for_every_one(pods: int, gpus: i
     for e in evicted:
         sched.remove(e.workload)
     assert sched.cycle(11.0).started == ["a0"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    victim=st.sampled_from([1, 2, 4]),
+    shape=st.sampled_from([(k, g) for k in range(1, 5) for g in (1, 2, 4, 8) if k * g <= 16]),
+)
+def test_reclaim_always_makes_room_for_a_preemptor_within_its_guarantee(victim: int, shape: tuple[int, int]):
+    """Liveness: whatever the borrowers' pod sizes and the preemptor's shape (pods × GPUs), a workload within
+    its queue's guarantee gets exactly the victims it needs, and starts once they are gone. (Victims that
+    cannot add up to the ask exactly would leave the preemptor's queue above the victims' after the
+    evictions, which no-ping-pong forbids.)"""
+    pods, gpus = shape
+    assume(pods * gpus % victim == 0 and (gpus % victim == 0 or victim % gpus == 0))
+    guaranteed = QueueSpec("a", guaranteed=r.quota_vector({"nvidia.com/gpu": 16}, default=np.inf))
+    sched = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([guaranteed, QueueSpec("b")]), load_profile("fairgpu")
+    )
+    for i in range(16 // victim):
+        sched.submit(Workload(f"b{i}", "b", (whole(victim),), duration=3600.0))
+    sched.cycle(0.0)
+    sched.submit(Workload("a0", "a", (whole(gpus),) * pods, duration=3600.0))
+    evicted = sched.cycle(10.0).evictions
+    assert victim * len(evicted) == pods * gpus, evicted
+    for e in evicted:
+        sched.remove(e.workload)
+    assert sched.cycle(11.0).started == ["a0"]
+    sched.state.check_invariants()

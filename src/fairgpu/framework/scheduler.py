@@ -468,6 +468,13 @@ class Scheduler:
                 nodes.update(p.node for p in unit.placements)
                 pods = None if unit.whole else unit.pods
                 result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods))
+            # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
+            # must not go to others while the victims leave.
+            gone = np.zeros(len(table.units), dtype=bool)
+            gone[chosen] = True
+            dry = ctx.potential(gone)
+            keys = [f"\0reserve-{i}" for i in range(len(rest))]
+            nodes.update(p.node for p in pl.place_all(rest, keys, dry, self.profile, exclude))
             self._reserve(entry, Fit(at, frozenset(nodes)), starving=False)
             return True
         return False

@@ -9,7 +9,10 @@ Rules (queue policies, design/ARCHITECTURE.md "Tenants: queues"):
 - protected: workloads younger than their queue's min_runtime, and `preemptible: false` workloads of a
   queue within its guarantee;
 - no ping-pong: afterwards the preemptor's share ratio (usage over entitlement) must be no higher than
-  each victim queue's, so every eviction strictly reduces unfairness and preemption terminates.
+  each victim queue's, so every eviction strictly reduces unfairness and preemption terminates. Reclaim
+  is held to it too: a victim larger than the need frees room that the preemptor's queue would borrow
+  back at once, and the victim's queue would then take it back by fair share. So a guarantee is not
+  reclaimed from victims much coarser than the ask; it comes back as they finish.
 
 Choice: victims come first from the queues furthest above their fair share, then lowest priority, then
 least work lost (most recently started); an elastic workload's extra pods go before any whole workload.
@@ -27,7 +30,7 @@ import numpy as np
 
 from fairgpu.fairness import dominant_shares
 from fairgpu.framework.interfaces import EngineView, Preempt, PreemptContext
-from fairgpu.framework.placement import feasible, place_all
+from fairgpu.framework.placement import feasible, place_all, place_pod
 from fairgpu.framework.profile import register
 from fairgpu.model.pod import PodSpec
 
@@ -58,12 +61,8 @@ class Preemption:
         policy = tree.queues[p].preemption
         usage = ctx.usage
         within = np.all(usage <= tree.guaranteed + _TOL, axis=1)  # (Q,)
-        borrowing = np.any(usage > tree.guaranteed + _TOL, axis=1)
         ratio = _ratios(view, usage)
-        p_within = bool(np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL))
-        other = np.zeros(len(tree), dtype=bool)
-        if policy.reclaim and p_within:
-            other |= borrowing
+        other = _reclaimable(ctx)
         if policy.fair_share and after_p <= 1.0 + _TOL:
             other |= ratio > 1.0 + _TOL
         other[p] = False
@@ -83,15 +82,18 @@ class Preemption:
         placed in it first (the room made for one pod is not room for the next); then a verifying dry run."""
         cost = _costs(ctx, eligible)
         chosen = np.zeros(len(eligible), dtype=bool)
-        for i, pod in enumerate(ctx.pods):
+        targets: list[tuple[PodSpec, int]] = []  # earlier pods and the node each was given room on
+        for pod in ctx.pods:
 
-            def room(victims: np.ndarray, earlier: tuple[PodSpec, ...] = tuple(ctx.pods[:i])) -> EngineView:
-                return _dry_run(ctx, victims, earlier)[0]
+            def room(victims: np.ndarray, earlier: tuple[tuple[PodSpec, int], ...] = tuple(targets)) -> EngineView:
+                return _room(ctx, victims, earlier)
 
-            pick = self._for_pod(pod, ctx, room, eligible & ~chosen, cost, chosen)
-            if pick is None:
+            found = self._for_pod(pod, ctx, room, eligible & ~chosen, cost, chosen)
+            if found is None:
                 return None
+            pick, node = found
             chosen |= pick
+            targets.append((pod, node))
         return chosen if _verified(ctx, chosen) else None
 
     @staticmethod
@@ -102,12 +104,17 @@ class Preemption:
         rest: np.ndarray,
         cost: np.ndarray,
         chosen: np.ndarray,
-    ) -> np.ndarray | None:
+    ) -> tuple[np.ndarray, int] | None:
+        """The victims (beyond `chosen`) that make room for this pod, and the node they make it on."""
         pick = np.zeros(len(rest), dtype=bool)
-        if chosen.any() and feasible(pod, room(chosen), ctx.profile, ctx.exclude).nodes.any():
-            return pick  # fits with the victims already chosen (e.g. where an evicted gang's other pod ran)
+        if chosen.any():
+            now = room(chosen)
+            there = place_pod(pod, now, ctx.profile, ctx.exclude)
+            if there is not None:  # fits with the victims already chosen (e.g. where an evicted gang's pod ran)
+                return pick, there.node
         best = room(chosen | rest)
-        can = feasible(pod, best, ctx.profile, ctx.exclude).nodes
+        mask = feasible(pod, best, ctx.profile, ctx.exclude)
+        can = mask.nodes
         if not can.any():
             return None
         # Per GPU slot, the cost of the victims holding it; per node, the cheapest slots the pod needs.
@@ -116,8 +123,8 @@ class Preemption:
         slot_cost = np.zeros(st.gpu_valid.shape)
         np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
         need = pod.gpu.count if pod.gpu is not None else 0
-        if need:
-            ranked = np.sort(np.where(st.gpu_usable, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
+        if need:  # only slots that can take the pod there: the earlier pods' own room is taken
+            ranked = np.sort(np.where(mask.slots, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
             prow = rest[fp.pod_tag]
             ranked = np.bincount(fp.pod_node[prow], weights=cost[fp.pod_tag[prow]], minlength=st.num_nodes)
@@ -129,7 +136,7 @@ class Preemption:
         for u in on_node[np.argsort(cost[on_node], kind="stable")]:
             pick[u] = True
             if feasible(pod, room(chosen | pick), ctx.profile, exclude=others).nodes.any():
-                return pick
+                return pick, node
         return None
 
 
@@ -163,6 +170,15 @@ def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
     return tier * scale + lost
 
 
+def _reclaimable(ctx: PreemptContext) -> np.ndarray:
+    """(Q,) the queues this workload may take lent guarantee back from: those borrowing above their own
+    guarantee, if its queue reclaims and stays within its guarantee with the workload."""
+    tree, p, usage = ctx.view.tree, ctx.queue, ctx.usage
+    if not (tree.queues[p].preemption.reclaim and np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL)):
+        return np.zeros(len(tree), dtype=bool)
+    return np.any(usage > tree.guaranteed + _TOL, axis=1)
+
+
 def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bool:
     """After the evictions, the preemptor's share ratio is no higher than any victim queue's."""
     t, p = ctx.victims, ctx.queue
@@ -175,13 +191,21 @@ def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bo
     return True
 
 
-def _dry_run(ctx: PreemptContext, victims: np.ndarray, pods: Sequence[PodSpec]) -> tuple[EngineView, int]:
-    """The cluster with these victims gone and these pods placed as the engine would; how many fit."""
+def _room(ctx: PreemptContext, victims: np.ndarray, earlier: Sequence[tuple[PodSpec, int]]) -> EngineView:
+    """The cluster with these victims gone and the workload's earlier pods on the nodes room was made for
+    them on: what is left there for its next pod."""
     dry = ctx.potential(victims)
-    keys = [f"\0preempt-{i}" for i in range(len(pods))]
-    return dry, len(place_all(pods, keys, dry, ctx.profile, ctx.exclude))
+    for i, (pod, node) in enumerate(earlier):
+        elsewhere = np.ones(dry.state.num_nodes, dtype=bool)
+        elsewhere[node] = False
+        p = place_pod(pod, dry, ctx.profile, elsewhere)
+        if p is not None:
+            dry.state.assign(f"\0preempt-{i}", p)
+    return dry
 
 
 def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
-    return _dry_run(ctx, chosen, ctx.pods)[1] == len(ctx.pods)
+    dry = ctx.potential(chosen)
+    keys = [f"\0preempt-{i}" for i in range(len(ctx.pods))]
+    return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)
