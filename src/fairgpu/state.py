@@ -52,6 +52,11 @@ class Footprint:
         slot_cols = [np.array(c, dtype=np.int64) for c in zip(*slots, strict=True)] if slots else [_EMPTY] * 5
         return cls(*pod_cols, *slot_cols)
 
+    @classmethod
+    def union(cls, parts: Sequence[Footprint]) -> Footprint:
+        """All the rows of several footprints (freeing it frees what each would)."""
+        return cls(*(np.concatenate([getattr(fp, f) for fp in parts]) for f in cls.__dataclass_fields__))
+
     def select(self, tags: np.ndarray) -> Footprint:
         """Only the rows of the groups where `tags` (a boolean per group) is true."""
         p, s = tags[self.pod_tag], tags[self.slot_tag]

@@ -77,6 +77,8 @@ class Reservation:
     exclude: np.ndarray  # (N,) bool
     starving: bool
     queue: int
+    planned: tuple[Placement, ...] = ()  # a preemptor's: where its pods go once its victims are gone
+    victims: tuple[tuple[str, Footprint], ...] = ()  # a preemptor's: what each victim workload gives up
 
 
 @dataclass(slots=True)
@@ -448,7 +450,8 @@ class Scheduler:
             self._committed_usage(),
             self.reserved_for_others(entry, now, now + self._max_grace, preempting=True),
         )
-        ctx = PreemptContext(wl, entry.queue, charge, rest, self.view, now, self._victims, self.profile, usage, exclude)
+        view = self._planned_view(entry)
+        ctx = PreemptContext(wl, entry.queue, charge, rest, view, now, self._victims, self.profile, usage, exclude)
         for plugin in self.profile.preempt:
             chosen = plugin.preempt(ctx)
             if chosen is None or not len(chosen):
@@ -472,12 +475,38 @@ class Scheduler:
             # must not go to others while the victims leave.
             gone = np.zeros(len(table.units), dtype=bool)
             gone[chosen] = True
-            dry = ctx.potential(gone)
             keys = [f"\0reserve-{i}" for i in range(len(rest))]
-            nodes.update(p.node for p in pl.place_all(rest, keys, dry, self.profile, exclude))
-            self._reserve(entry, Fit(at, frozenset(nodes)), starving=False)
+            planned = tuple(pl.place_all(rest, keys, ctx.potential(gone), self.profile, exclude))
+            nodes.update(p.node for p in planned)
+            given = tuple((table.units[i].workload.name, table.footprint.select(_only(len(gone), i))) for i in chosen)
+            self._reserve(entry, Fit(at, frozenset(nodes)), starving=False, planned=(planned, given))
             return True
         return False
+
+    def _planned_view(self, entry: Entry) -> EngineView:
+        """The cluster a preemptor plans in. Preemptors of one queue share the room eviction makes, so room
+        another of them already planned with is taken: what its victims give up freed (while they are still
+        leaving), its pods where they will go. Two of them never count on the same free GPUs (one would find
+        its room gone, and preempt again)."""
+        others = [
+            res
+            for name, res in self.reservations.items()
+            if name != entry.workload.name and not res.starving and res.queue == entry.queue and res.planned
+        ]
+        if not others:
+            return self.view
+        leaving = [
+            fp
+            for res in others
+            for victim, fp in res.victims
+            if (held := self.running.get(victim)) is not None and held.terminating
+        ]
+        state = self.state.without(Footprint.union(leaving)) if leaving else self.state.copy()
+        for res in others:
+            for i, p in enumerate(res.planned):
+                if state.fits(p):
+                    state.assign(f"\0planned-{res.workload}-{i}", p)
+        return replace(self.view, state=state)
 
     def _committed_usage(self) -> np.ndarray:
         """(Q, R) usage as it will be once evictions under way complete: victims' leaving charge gone,
@@ -539,11 +568,17 @@ class Scheduler:
     def _pods_charge(self, wl: Workload, pods: tuple[int, ...]) -> np.ndarray:
         return sum((self._charge(wl.pods[i]) for i in pods), r.zeros())
 
-    def _reserve(self, entry: Entry, fit: Fit, starving: bool) -> None:
+    def _reserve(
+        self,
+        entry: Entry,
+        fit: Fit,
+        starving: bool,
+        planned: tuple[tuple[Placement, ...], tuple[tuple[str, Footprint], ...]] = ((), ()),
+    ) -> None:
         exclude = np.zeros(self.state.num_nodes, dtype=bool)
         exclude[list(fit.nodes)] = True
         name = entry.workload.name
-        self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue)
+        self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue, *planned)
 
     def reserved_for_others(
         self, entry: Entry, now: float, start: float | None = None, preempting: bool = False
@@ -609,3 +644,10 @@ class Scheduler:
         keys[entry.key] -= 1
         if keys[entry.key] <= 0:
             del keys[entry.key]
+
+
+def _only(n: int, i: int) -> np.ndarray:
+    """(n,) bool, true at i alone."""
+    mask = np.zeros(n, dtype=bool)
+    mask[i] = True
+    return mask
