@@ -302,3 +302,32 @@ def test_cycles_follow_engine_changes_not_events(fake_api, tmp_path):
         await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_running_pods_whose_queue_is_gone_keep_their_room(fake_api, tmp_path):
+    """Pods of ours running when their queue is deleted are no workload of any queue any more, but their
+    GPUs stay taken: the rebuilt engine pins them where they run instead of losing them."""
+    fake_api.control("device-plugin")
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(NODES, node(0))
+        await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+        await port.create(QUEUES, {"metadata": {"name": "other"}, "spec": {"namespaces": ["b"]}})
+        for i in range(3):
+            await port.create(PODS, pod("a", f"p{i}", {"nvidia.com/gpu": "2"}), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 3 and not ctl.inflight, 20, "the pods to be bound")
+            assert set(ctl.owned) == {"a/p0", "a/p1", "a/p2"} and not ctl.fixed
+            await port.delete(QUEUES, "q")
+            await until(lambda: len(ctl.fixed) == 3, 20, "the rebuilt engine to pin the pods")
+            assert not ctl.owned and not ctl.engine.running
+            assert int(ctl.engine.state.node_idle_gpus[0]) == GPUS - 6
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))

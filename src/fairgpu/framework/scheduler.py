@@ -478,8 +478,9 @@ class Scheduler:
             keys = [f"\0reserve-{i}" for i in range(len(rest))]
             planned = tuple(pl.place_all(rest, keys, ctx.potential(gone), self.profile, exclude))
             nodes.update(p.node for p in planned)
-            given = tuple((table.units[i].workload.name, table.footprint.select(_only(len(gone), i))) for i in chosen)
-            self._reserve(entry, Fit(at, frozenset(nodes)), starving=False, planned=(planned, given))
+            unit = np.arange(len(gone))
+            given = tuple((table.units[i].workload.name, table.footprint.select(unit == i)) for i in chosen)
+            self._reserve(entry, Fit(at, frozenset(nodes)), starving=False, planned=planned, victims=given)
             return True
         return False
 
@@ -573,12 +574,13 @@ class Scheduler:
         entry: Entry,
         fit: Fit,
         starving: bool,
-        planned: tuple[tuple[Placement, ...], tuple[tuple[str, Footprint], ...]] = ((), ()),
+        planned: tuple[Placement, ...] = (),
+        victims: tuple[tuple[str, Footprint], ...] = (),
     ) -> None:
         exclude = np.zeros(self.state.num_nodes, dtype=bool)
         exclude[list(fit.nodes)] = True
         name = entry.workload.name
-        self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue, *planned)
+        self.reservations[name] = Reservation(name, fit, exclude, starving, entry.queue, planned, victims)
 
     def reserved_for_others(
         self, entry: Entry, now: float, start: float | None = None, preempting: bool = False
@@ -644,10 +646,3 @@ class Scheduler:
         keys[entry.key] -= 1
         if keys[entry.key] <= 0:
             del keys[entry.key]
-
-
-def _only(n: int, i: int) -> np.ndarray:
-    """(n,) bool, true at i alone."""
-    mask = np.zeros(n, dtype=bool)
-    mask[i] = True
-    return mask

@@ -335,12 +335,10 @@ class Controller:
                 pod_names=tuple(m.key for m in members),
             )
             engine.adopt(wl, placements, started=min(m.started for m in members))
-        except RequestError:  # no queue (any more) for these pods
+        except (RequestError, StateError) as err:  # no queue for them (any more), or not all of them fit
+            log.warning("pods of %s pinned where they run, charged to no queue: %s", name, err)
             for m, placement in zip(members, placements, strict=True):
                 self._fix(m, placement)
-            return
-        except StateError as err:
-            log.warning("workload %s on %s not accounted: %s", name, members[0].node, err)
             return
         self._engine_changed = True
         self.members[name] = wl.pod_names
