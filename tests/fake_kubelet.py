@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+from fairgpu.errors import KubeError
 from fairgpu.k8s import hami
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.port import NODES, PODS, KubeError, KubePort
+from fairgpu.k8s.port import NODES, PODS, KubePort
 
 GPU_MEM = 81920
 SPLIT = 10

@@ -7,10 +7,11 @@ import asyncio
 
 import pytest
 
+from fairgpu.errors import BindError, KubeError
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder, BindError
+from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.client import KubeClient
-from fairgpu.k8s.port import NODES, PODS, KubeError
+from fairgpu.k8s.port import NODES, PODS
 from fairgpu.k8s.translate import pod_info
 from test_live_scheduling import node, pod
 

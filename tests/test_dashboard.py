@@ -17,10 +17,10 @@ from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.model.node import GPU_CORES
 from fairgpu.observe.metrics import SchedulingMetrics
-from fairgpu.observe.serve import replay_app
 from fairgpu.observe.server import Background, create_app
 from fairgpu.observe.source import LiveSource
 from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim.serve import replay_app
 
 T = 3600.0  # an hour into the demo: every team has work running and waiting
 

@@ -19,9 +19,9 @@ import pytest
 from fairgpu.framework.profile import load_profile
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.observe.history import MAX_SAMPLES, QueueHistory
-from fairgpu.observe.serve import replay_app
 from fairgpu.observe.server import Background
 from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim.serve import replay_app
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "fairgpu"
 

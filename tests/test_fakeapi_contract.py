@@ -14,9 +14,10 @@ import urllib.request
 import pytest
 from kubernetes_asyncio import client, config
 
+from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.port import NODES, PODS, Kind, KubeError
+from fairgpu.k8s.port import NODES, PODS, Kind
 
 
 def pod(name: str, ns: str = "default", labels: dict | None = None, **spec) -> dict:

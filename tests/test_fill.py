@@ -13,8 +13,8 @@ from tests.conftest import whole
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
+from fairgpu.errors import ScenarioError
 from fairgpu.sim.fill import LOADS, POLICIES, FillPod, fill_experiment, load_fill_pods, unallocated_by_load, workload
-from fairgpu.sim.scenario import ScenarioError
 
 OPENB = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023-openb"
 needs_openb = pytest.mark.skipif(

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from fairgpu.framework.profile import load_profile
 from fairgpu.observe.metrics import EngineCollector, SchedulingMetrics
-from fairgpu.observe.replay import Replay
 from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim.replay import Replay
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "fairgpu-dashboard.json"
 METRIC = re.compile(r"\bfairgpu_[a-zA-Z0-9_:]+")

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
+from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import device_string
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.translate import NodeInputs, node_spec, pod_info
-from fairgpu.model import RequestError
 
 JSON_REGISTER = (
     '[{"id":"GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec","count":10,"devmem":32768,"devcore":100,'

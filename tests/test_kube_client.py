@@ -10,8 +10,9 @@ import socket
 
 import pytest
 
+from fairgpu.errors import KubeError
 from fairgpu.k8s.client import UNREACHABLE, KubeClient
-from fairgpu.k8s.port import NODES, KubeError
+from fairgpu.k8s.port import NODES
 
 
 def kubeconfig(path, server: str, user: dict) -> str:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from fairgpu.errors import KubeError
 from fairgpu.framework.profile import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind, KubeError
+from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fake_kubelet import FakeNodes
 from test_live_scheduling import node, pod, until
 

@@ -12,12 +12,13 @@ from collections import Counter, defaultdict
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from fairgpu.errors import KubeError
 from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
 from fairgpu.k8s.app import dashboard_app
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError
+from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.k8s.translate import pod_info
 from fairgpu.observe.server import Beside
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes

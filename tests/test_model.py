@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu import resources as r
-from fairgpu.model import GpuRequest, PodSpec, QueueSpec, QueueTree, RequestError, Workload, gpu_request
+from fairgpu.errors import RequestError
+from fairgpu.model import GpuRequest, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairgpu import resources as r
 from fairgpu.framework.profile import load_profile
-from fairgpu.observe.serve import replay_app
 from fairgpu.observe.server import Background
 from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim.serve import replay_app
 
 MIB = float(r.MIB)
 # Mixed fractional and whole-GPU work under a two-level tree with a guarantee and a limit.

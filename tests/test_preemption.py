@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from conftest import gpu_node, tree, whole
 from fairgpu import resources as r
+from fairgpu.errors import RequestError, StateError
 from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import QueueSpec, QueueTree, RequestError, Workload
+from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.sim import scenario as scenarios
 from fairgpu.sim.runner import SimResult, Simulation
-from fairgpu.state import StateError
 
 _cache: dict[str, tuple[scenarios.Scenario, SimResult, Simulation]] = {}
 

@@ -6,14 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import gpu_node, job, tree, whole
+from fairgpu.errors import ProfileError
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
-from fairgpu.framework.profile import (
-    ProfileError,
-    builtin_profiles,
-    load_profile,
-    profile_from_dict,
-    registered,
-)
+from fairgpu.framework.profile import builtin_profiles, load_profile, profile_from_dict, registered
 from fairgpu.framework.scheduler import Scheduler
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from fairgpu.cli import app
 from fairgpu.framework.profile import load_profile
-from fairgpu.observe import report
+from fairgpu.sim import report
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.runner import simulate
 

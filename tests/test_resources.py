@@ -11,15 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairgpu import resources as r
-from fairgpu.resources import (
-    QuantityError,
-    count,
-    cpu_millicores,
-    gpumem_mib,
-    memory_mib,
-    parse_quantity,
-    quota_vector,
-)
+from fairgpu.errors import QuantityError
+from fairgpu.resources import count, cpu_millicores, gpumem_mib, memory_mib, parse_quantity, quota_vector
 
 FAST = settings(max_examples=150, deadline=None)
 

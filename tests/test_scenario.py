@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fairgpu.sim.scenario import ScenarioError, build, builtin_scenarios, load, parse_duration
+from fairgpu.errors import ScenarioError
+from fairgpu.sim.scenario import build, builtin_scenarios, load, parse_duration
 
 
 def base() -> dict[str, Any]:

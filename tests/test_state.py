@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from fairgpu.errors import StateError
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec
-from fairgpu.state import _ARRAYS, ClusterState, Placement, StateError
+from fairgpu.state import _ARRAYS, ClusterState, Placement
 
 A100 = "NVIDIA A100-SXM4-80GB"
 T4 = "Tesla T4"

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
-from fairgpu.sim.scenario import ScenarioError
+from fairgpu.errors import ScenarioError
 from fairgpu.sim.traces import load_openb, load_openb_nodes, load_philly
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -12,14 +12,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fairgpu.errors import ProfileError, ScenarioError
 from fairgpu.framework.explain import Explanation
-from fairgpu.framework.profile import ProfileError, builtin_profiles, load_profile
-from fairgpu.observe import report as report_mod
-from fairgpu.observe import serve as serve_mod
+from fairgpu.framework.profile import builtin_profiles, load_profile
 from fairgpu.sim import fill, traces
+from fairgpu.sim import report as report_mod
 from fairgpu.sim import scenario as scenario_mod
+from fairgpu.sim import serve as serve_mod
 from fairgpu.sim.runner import SimResult, Simulation
-from fairgpu.sim.scenario import Scenario, ScenarioError, parse_duration
+from fairgpu.sim.scenario import Scenario
+from fairgpu.spec import parse_duration
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fair-share GPU scheduling for Kubernetes.")
 DEFAULT_PROFILES = ("kube-default", "fairgpu")

@@ -13,6 +13,8 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+from fairgpu.errors import QuantityError
+
 GPU = "nvidia.com/gpu"
 GPUCORES = "nvidia.com/gpucores"
 GPUMEM = "nvidia.com/gpumem"
@@ -32,10 +34,6 @@ _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), ""
 _DECIMAL |= {"k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12)}
 _DECIMAL |= {"P": Decimal(10**15), "E": Decimal(10**18)}
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
-
-
-class QuantityError(ValueError):
-    """A value that is not a Kubernetes quantity."""
 
 
 def parse_quantity(value: str | int | float) -> Decimal:

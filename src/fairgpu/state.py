@@ -10,12 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.errors import StateError
 from fairgpu.model.node import GPU_CORES, NodeSpec
 from fairgpu.model.pod import PodSpec
-
-
-class StateError(RuntimeError):
-    """An assign/release that would corrupt the state; nothing was changed."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -11,13 +11,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fairgpu.errors import ProfileError
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
+from fairgpu.spec import validation_message
 
 _REGISTRY: dict[str, tuple[type, Callable[..., object]]] = {}
-
-
-class ProfileError(ValueError):
-    """A profile that names an unknown plugin, a plugin at the wrong point, or bad arguments."""
 
 
 def register(point: type, name: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
@@ -87,9 +85,7 @@ def profile_from_dict(doc: dict[str, Any]) -> Profile:
     try:
         parsed = _ProfileDoc.model_validate(doc)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise ProfileError(f"profile {loc}: {first['msg']}") from err
+        raise ProfileError(f"profile {validation_message(err)}") from err
 
     def refs(items: list[_PluginRef | str], point: type, key: str) -> list:
         return [_build(ref, point, f"{key}[{i}]") for i, ref in enumerate(items)]

@@ -16,6 +16,7 @@ import numpy as np
 
 from fairgpu import fairness
 from fairgpu import resources as r
+from fairgpu.errors import RequestError, StateError
 from fairgpu.framework import placement as pl
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.explain import Explanation, explain
@@ -31,9 +32,9 @@ from fairgpu.framework.interfaces import (
 from fairgpu.framework.lookahead import Fit, Planned, replay
 from fairgpu.framework.profile import Profile
 from fairgpu.model.node import NodeSpec
-from fairgpu.model.pod import PodSpec, RequestError, Workload
+from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
-from fairgpu.state import ClusterState, Footprint, Placement, StateError
+from fairgpu.state import ClusterState, Footprint, Placement
 
 
 @dataclass(slots=True)

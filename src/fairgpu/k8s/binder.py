@@ -12,17 +12,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from fairgpu.errors import BindError, KubeError
 from fairgpu.k8s import hami
-from fairgpu.k8s.port import NODES, PODS, KubeError, KubePort
+from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
 
 # A lock whose owner is not yet bound may belong to a scheduler that is mid-commit; after this long without
 # a Binding its owner has crashed or given up.
 UNBOUND_LOCK_GRACE = timedelta(seconds=3)
-
-
-class BindError(Exception):
-    """The pod was not bound; the reservation must be rolled back."""
 
 
 def device_string(pod: PodInfo, devices: list[hami.DeviceUse]) -> str:

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes_asyncio import client, config
 
-from fairgpu.k8s.port import PODS, Kind, KubeError
+from fairgpu.errors import KubeError
+from fairgpu.k8s.port import PODS, Kind
 
 MERGE_PATCH = "application/merge-patch+json"
 UNREACHABLE = 0  # KubeError code when no answer came back: connection refused or reset, or a timeout

@@ -19,18 +19,19 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 from fairgpu import resources as r
+from fairgpu.errors import BindError, KubeError, RequestError, StateError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder, BindError
+from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.port import NODES, PODS, QUEUES, KubeError, KubePort
+from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_from_cr
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
-from fairgpu.model import NodeSpec, QueueTree, RequestError, Workload
-from fairgpu.state import Placement, StateError
+from fairgpu.model import NodeSpec, QueueTree, Workload
+from fairgpu.state import Placement
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"

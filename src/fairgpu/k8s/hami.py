@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from fairgpu.errors import FormatError
+
 NODE_REGISTER = "hami.io/node-nvidia-register"
 DEVICE_CORDON = "hami.io/device-cordon"
 NODE_LOCK = "hami.io/mutex.lock"
@@ -20,10 +22,6 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 LOCK_EXPIRY = timedelta(minutes=5)  # HAMi's default nodeLockExpire
-
-
-class FormatError(ValueError):
-    """An annotation value that is not in HAMi's format; the message names the annotation."""
 
 
 @dataclass(slots=True, frozen=True)

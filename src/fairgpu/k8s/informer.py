@@ -10,7 +10,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from fairgpu.k8s.port import Kind, KubeError, KubePort
+from fairgpu.errors import KubeError
+from fairgpu.k8s.port import Kind, KubePort
 
 log = logging.getLogger(__name__)
 Handler = Callable[[str, dict], None]  # ("ADDED" | "MODIFIED" | "DELETED", object)

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from fairgpu.k8s.port import LEASES, KubeError, KubePort
+from fairgpu.errors import KubeError
+from fairgpu.k8s.port import LEASES, KubePort
 
 log = logging.getLogger(__name__)
 

@@ -34,14 +34,6 @@ LEASES = Kind("coordination.k8s.io", "v1", "leases", True)
 QUEUES = Kind("fairgpu.io", "v1alpha1", "queues", False)
 
 
-class KubeError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
 class KubePort(Protocol):
     async def list(
         self, kind: Kind, namespace: str | None = None, label_selector: str = "", field_selector: str = ""

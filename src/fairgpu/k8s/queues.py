@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from pydantic import Field, ValidationError
 
+from fairgpu.errors import ScenarioError
 from fairgpu.model import QueueSpec
-from fairgpu.sim.scenario import QueueDoc
+from fairgpu.spec import QueueDoc, validation_message
 
 
 class QueueCrSpec(QueueDoc):
@@ -27,12 +28,10 @@ class QueueEntry:
 
 
 def queue_from_cr(obj: dict) -> QueueEntry:
-    """Raises ValueError naming the field (`spec.weight: ...`)."""
+    """Raises ScenarioError naming the field (`spec.weight: ...`)."""
     name = obj["metadata"]["name"]
     try:
         doc = QueueCrSpec.model_validate({**(obj.get("spec") or {}), "name": name})
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"spec.{where}: {first['msg']}") from err
+        raise ScenarioError(f"spec.{validation_message(err)}") from err
     return QueueEntry(doc.to_spec(name), tuple(doc.namespaces))

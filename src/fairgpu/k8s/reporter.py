@@ -9,7 +9,8 @@ import logging
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 
-from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubeError, KubePort
+from fairgpu.errors import KubeError
+from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fairgpu import resources as r
+from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
-from fairgpu.model import GpuDevice, NodeSpec, PodSpec, RequestError, gpu_request
+from fairgpu.model import GpuDevice, NodeSpec, PodSpec, gpu_request
 from fairgpu.model.pod import parse_request
-from fairgpu.sim.scenario import parse_duration
+from fairgpu.spec import parse_duration
 
 QUEUE_LABEL = "fairgpu.io/queue"
 USER_LABEL = "fairgpu.io/user"

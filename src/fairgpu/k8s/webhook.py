@@ -20,8 +20,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fairgpu import resources as r
+from fairgpu.errors import RequestError
 from fairgpu.k8s.translate import QUEUE_LABEL, USER_LABEL, pod_info
-from fairgpu.model import RequestError
 
 GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist

@@ -9,19 +9,11 @@ from typing import TypeVar
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.errors import RequestError
 from fairgpu.model.constraints import POLICIES, MatchExpression, Toleration
 from fairgpu.model.node import GPU_CORES
 
 T = TypeVar("T")
-
-
-class RequestError(ValueError):
-    """A pod's resource request that can never be placed; `field` names the resource when one is at fault."""
-
-    def __init__(self, problem: str, field: str | None = None) -> None:
-        super().__init__(f"{field}: {problem}" if field else problem)
-        self.field = field
-        self.problem = problem
 
 
 def parse_request(name: str, raw: object, parse: Callable[[object], T]) -> T:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fairgpu.errors import ScenarioError
 from fairgpu.framework.placement import place_pod
 from fairgpu.framework.profile import Profile, load_profile, profile_from_dict
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
-from fairgpu.sim.scenario import ScenarioError
 from fairgpu.sim.traces import _field, _rows, load_openb_nodes, openb_pod
 
 TUNING_RATIO = 1.3

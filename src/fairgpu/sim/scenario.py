@@ -5,7 +5,6 @@ Every error names the field (`workloads[2].requests.cpu`) and the problem, so th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from pathlib import Path
@@ -13,57 +12,19 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fairgpu import resources as r
-from fairgpu.model import (
-    GpuDevice,
-    NodeSpec,
-    PodSpec,
-    QueueSpec,
-    QueueTree,
-    RequestError,
-    Workload,
-    gpu_request,
-)
+from fairgpu.errors import ScenarioError
+from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
 from fairgpu.model.constraints import OPERATORS, POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
 from fairgpu.model.pod import parse_request
-from fairgpu.model.queue import NEVER, PreemptionPolicy
+from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
 from fairgpu.state import ClusterState
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
-
-class ScenarioError(ValueError):
-    """Bad scenario input; the message is one line naming the field and the problem."""
-
-
-def parse_duration(value: str | int | float) -> float:
-    """Seconds from a number or "30s", "10m", "8h", "2d"."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 8h, 2d)")
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if not np.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{value!r} must be a non-negative duration")
-    return seconds
-
-
-Quantity = str | int | float
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TaintDoc(_Strict):
+class TaintDoc(Strict):
     key: str = Field(min_length=1)
     value: str = ""
     effect: Literal[TAINT_EFFECTS] = "NoSchedule"  # type: ignore[valid-type]
@@ -72,7 +33,7 @@ class TaintDoc(_Strict):
         return Taint(self.key, self.value, self.effect)
 
 
-class ExpressionDoc(_Strict):
+class ExpressionDoc(Strict):
     key: str = Field(min_length=1)
     operator: Literal[OPERATORS]  # type: ignore[valid-type]
     values: list[str] = Field(default_factory=list)
@@ -86,7 +47,7 @@ class ExpressionDoc(_Strict):
         return MatchExpression(self.key, self.operator, tuple(self.values))
 
 
-class TolerationDoc(_Strict):
+class TolerationDoc(Strict):
     key: str = ""
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str = ""
@@ -101,7 +62,7 @@ class TolerationDoc(_Strict):
         return Toleration(self.key, self.operator, self.value, self.effect)
 
 
-class NodeGroup(_Strict):
+class NodeGroup(Strict):
     count: int = Field(default=1, ge=0)
     name: str = ""  # prefix of node names; defaults to the group's index
     gpus: int = Field(default=0, ge=0)
@@ -131,81 +92,11 @@ class NodeGroup(_Strict):
         return self
 
 
-class ClusterDoc(_Strict):
+class ClusterDoc(Strict):
     nodes: list[NodeGroup] = Field(min_length=1)
 
 
-class PreemptionDoc(_Strict):
-    reclaim: bool = True
-    fair_share: bool = False
-    within_queue: Literal["Never", "LowerPriority"] = "Never"
-    min_runtime: Quantity = 0
-    grace_period: Quantity = 0
-
-    @field_validator("min_runtime", "grace_period")
-    @classmethod
-    def _duration(cls, v: Quantity) -> Quantity:
-        parse_duration(v)
-        return v
-
-
-class QueueDoc(_Strict):
-    name: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
-    guaranteed: dict[str, Quantity] = Field(default_factory=dict)
-    limit: dict[str, Quantity] = Field(default_factory=dict)
-    parent: str | None = None
-    usage_half_life: Quantity = 0
-    fair_within: Literal["fifo", "users"] = "fifo"
-    starvation_after: Quantity = "10m"
-    lendable: dict[str, Quantity] | None = None  # default: all of the guarantee
-    allocation: Literal["dynamic", "static"] = "dynamic"
-    preemption: Literal["never"] | PreemptionDoc = Field(default_factory=lambda: PreemptionDoc())
-
-    @field_validator("usage_half_life", "starvation_after")
-    @classmethod
-    def _queue_duration(cls, v: Quantity) -> Quantity:
-        parse_duration(v)
-        return v
-
-    @field_validator("guaranteed", "limit", "lendable")
-    @classmethod
-    def _vector(cls, v: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
-        if v is not None:
-            r.quota_vector(v, default=0.0)
-        return v
-
-    def to_spec(self, name: str | None = None) -> QueueSpec:
-        """The engine's QueueSpec (the Queue custom resource uses this too, with its metadata.name)."""
-        guaranteed = r.quota_vector(self.guaranteed, default=np.inf) if self.guaranteed else r.zeros()
-        return QueueSpec(
-            name or self.name,
-            self.weight,
-            guaranteed,
-            r.quota_vector(self.limit, default=np.inf),
-            self.parent,
-            usage_half_life=parse_duration(self.usage_half_life),
-            fair_within=self.fair_within,
-            starvation_after=parse_duration(self.starvation_after),
-            lendable=None if self.lendable is None else r.quota_vector(self.lendable, default=np.inf),
-            allocation=self.allocation,
-            preemption=self.policy(),
-        )
-
-    def policy(self) -> PreemptionPolicy:
-        if self.preemption == "never":
-            return NEVER
-        p = self.preemption
-        return PreemptionPolicy(
-            reclaim=p.reclaim,
-            fair_share=p.fair_share,
-            within_queue=p.within_queue,
-            min_runtime=parse_duration(p.min_runtime),
-            grace_period=parse_duration(p.grace_period),
-        )
-
-
-class WorkloadGroup(_Strict):
+class WorkloadGroup(Strict):
     queue: str
     name: str = ""  # prefix of workload names; defaults to "<queue>-<index>"
     at: Quantity = 0
@@ -286,7 +177,7 @@ def pod_from_requests(
     )
 
 
-class ScenarioDoc(_Strict):
+class ScenarioDoc(Strict):
     name: str = Field(min_length=1)
     description: str = ""
     horizon: Quantity
@@ -318,27 +209,6 @@ class Scenario:
         return QueueTree(self.queues)
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _first_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    msg = e["msg"].removeprefix("Value error, ")
-    loc = tuple(p for p in e["loc"] if p not in ("str", "int", "float"))
-    cause = e.get("ctx", {}).get("error")
-    if isinstance(cause, RequestError) and cause.field:  # the fault is in one resource of the mapping
-        loc, msg = (*loc, cause.field), cause.problem
-    if e["type"] == "extra_forbidden":
-        return f"{_loc(loc)}: unknown key"
-    if e["type"] == "missing":
-        return f"{_loc(loc)}: required key is missing"
-    return f"{_loc(loc)}: {msg}" if loc else msg
-
-
 def build(doc: dict[str, Any]) -> Scenario:
     """Validate a scenario mapping and turn it into engine objects. Raises ScenarioError."""
     if not isinstance(doc, dict):
@@ -346,7 +216,7 @@ def build(doc: dict[str, Any]) -> Scenario:
     try:
         sd = ScenarioDoc.model_validate(doc)
     except ValidationError as err:
-        raise ScenarioError(_first_error(err)) from err
+        raise ScenarioError(validation_message(err)) from err
 
     nodes: list[NodeSpec] = []
     for gi, grp in enumerate(sd.cluster.nodes):

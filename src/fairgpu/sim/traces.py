@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, Workload
 from fairgpu.model.pod import GpuRequest
-from fairgpu.sim.scenario import Scenario, ScenarioError
+from fairgpu.sim.scenario import Scenario
 
 # openb gives GPU models but not their memory. Public specs where known; G2/G3 are undisclosed internal
 # types, taken as 32 GiB. Fractional openb pods take memory in proportion to their compute share, so

@@ -8,8 +8,8 @@ from starlette.applications import Starlette
 
 from fairgpu.framework.profile import Profile
 from fairgpu.observe.metrics import SchedulingMetrics
-from fairgpu.observe.replay import Replay
 from fairgpu.observe.server import create_app
+from fairgpu.sim.replay import Replay
 from fairgpu.sim.scenario import Scenario
 
 
