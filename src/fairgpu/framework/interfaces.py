@@ -243,10 +243,12 @@ class Bound:
 
 @dataclass(slots=True, frozen=True)
 class Evict:
-    """Decision: evict a running workload for `reason`; its resources are free at `at` (after the grace
-    period). `pods` names only an elastic workload's extra pods; None means the whole workload."""
+    """Decision: evict a running workload for `reason`, giving it `grace` seconds (its queue's grace period);
+    its resources are free at `at`. `pods` names only an elastic workload's extra pods; None means the whole
+    workload."""
 
     workload: str
     reason: str
     at: float = 0.0
     pods: tuple[int, ...] | None = None
+    grace: float = 0.0

@@ -187,11 +187,9 @@ class Controller:
         for workload, binds in decided.items():
             self._spawn(self._commit(workload, binds))
         for ev in result.evictions:
-            victim = self.engine.running[ev.workload]
-            grace = self.engine.tree.queues[victim.queue].preemption.grace_period
             if ev.pods is not None:
                 self.shrinking[ev.workload] = ev.pods
-            self._spawn(self._evict(ev, math.ceil(grace)))
+            self._spawn(self._evict(ev, math.ceil(ev.grace)))
         self._report_pending(now)
         if now - self._status_at >= self.status_every:
             self._status_at = now
