@@ -19,7 +19,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from engine_throughput import build_cluster, draw_pod
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.observe.metrics import SchedulingMetrics

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from fairgpu import resources as r
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from tests.browser import SCREENSHOTS, Watch, chromium
 from tests.conftest import fraction, gpu_node, whole
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.model.node import GPU_CORES

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.observe.history import MAX_SAMPLES, QueueHistory
 from fairgpu.observe.server import Background

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from conftest import gpu_node, job, tree, whole
 from fairgpu import resources as r
+from fairgpu.catalog import load_profile
 from fairgpu.cli import app
-from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import PodSpec, QueueSpec, QueueTree
 from fairgpu.model.pod import GpuRequest

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.sim import scenario as scenarios
 from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.traces import load_philly

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.observe.metrics import EngineCollector, SchedulingMetrics
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.replay import Replay

@@ -7,7 +7,7 @@ import asyncio
 
 import aiohttp
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.k8s.app import dashboard_app
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller

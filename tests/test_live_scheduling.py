@@ -12,8 +12,8 @@ from collections import Counter, defaultdict
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
-from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
 from fairgpu.k8s.app import dashboard_app
 from fairgpu.k8s.client import KubeClient

@@ -8,7 +8,7 @@ from functools import cache
 
 import pytest
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.sim.runner import SimResult, simulate
 from fairgpu.sim.scenario import load
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairgpu import resources as r
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.observe.server import Background
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.serve import replay_app

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import fraction, gpu_node, whole
 
+from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import RequestError
 from fairgpu.framework.placement import filter_breakdown, place_all, place_pod
-from fairgpu.framework.profile import load_profile, profile_from_dict
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration

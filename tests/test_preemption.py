@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from conftest import gpu_node, tree, whole
 from fairgpu import resources as r
+from fairgpu.catalog import load_profile
 from fairgpu.errors import RequestError, StateError
-from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.sim import scenario as scenarios

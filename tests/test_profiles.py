@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import gpu_node, job, tree, whole
+from fairgpu.catalog import builtin_profiles, load_profile, profile_from_dict, registered
 from fairgpu.errors import ProfileError
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
-from fairgpu.framework.profile import builtin_profiles, load_profile, profile_from_dict, registered
 from fairgpu.framework.scheduler import Scheduler
 
 
@@ -82,7 +82,7 @@ def test_every_extension_point_is_consulted_in_order():
             return "no" if workload.name == "denied" else None
 
     class OnlyNodeOne:
-        name = "OnlyNodeOne"
+        NAME = "OnlyNodeOne"
 
         def filter(self, pod, view, mask):
             calls.append("filter")
@@ -121,6 +121,7 @@ def test_every_extension_point_is_consulted_in_order():
         [(plugins[3], 1.0)],
         [plugins[4]],
         [plugins[5]],
+        gang=True,
     )
     s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], tree("a"), prof)
     s.submit(job("denied", "a", whole(1, cpu_m=3000), t=0))  # refusals hold per shape

@@ -8,8 +8,8 @@ import pytest
 from tests.browser import SCREENSHOTS, Watch, chromium
 from typer.testing import CliRunner
 
+from fairgpu.catalog import load_profile
 from fairgpu.cli import app
-from fairgpu.framework.profile import load_profile
 from fairgpu.sim import report
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.runner import simulate

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import fraction, gpu_node, job, tree, whole
 from fairgpu import resources as r
+from fairgpu.catalog import load_profile
 from fairgpu.errors import RequestError
-from fairgpu.framework.profile import load_profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 

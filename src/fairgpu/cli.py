@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fairgpu.catalog import builtin_profiles, load_profile
 from fairgpu.errors import ProfileError, ScenarioError
 from fairgpu.framework.explain import Explanation
-from fairgpu.framework.profile import builtin_profiles, load_profile
 from fairgpu.sim import fill, traces
 from fairgpu.sim import report as report_mod
 from fairgpu.sim import scenario as scenario_mod

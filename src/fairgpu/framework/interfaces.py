@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -126,10 +126,19 @@ class Admit(Protocol):
 
 @runtime_checkable
 class Filter(Protocol):
-    name: str
+    NAME: ClassVar[str]  # how profiles name it, and the reason given for nodes it rules out
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         """Narrow `mask` to the nodes and slots that can hold the pod."""
+        ...
+
+
+@runtime_checkable
+class ExplainsFilter(Protocol):
+    """A Filter that can say why each node fails it, for explanations (else its NAME is the reason)."""
+
+    def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
+        """(reason, (N,) bool: nodes failing for it), in order: a node counts under the first that holds."""
         ...
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, FitMask
+from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask
 from fairgpu.framework.profile import Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import Placement
@@ -59,13 +59,13 @@ def place_all(
 ) -> list[Placement]:
     """Assign pods in order until one does not fit; returns the placements made (a prefix of pods).
 
-    Under a gang permit, a gang's pods go to the nodes it already uses while they have room, so it spans
+    In a gang profile, a gang's pods go to the nodes it already uses while they have room, so it spans
     as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
     pod is placed on its own, as kube-scheduler does."""
     placed: list[Placement] = []
     used = np.zeros(view.state.num_nodes, dtype=bool)
     for pod, key in zip(pods, keys, strict=True):
-        together = placed and profile.permit
+        together = placed and profile.gang
         p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used) if together else None
         if p is None:
             p = place_pod(pod, view, profile, exclude)
@@ -82,13 +82,12 @@ def filter_breakdown(pod: PodSpec, view: EngineView, profile: Profile) -> tuple[
     remaining = np.ones(view.state.num_nodes, dtype=bool)
     why: Counter[str] = Counter()
     for f in profile.filter:
-        reasons = getattr(f, "reasons", None)
-        if reasons is None:
+        if isinstance(f, ExplainsFilter):
+            bad = f.reasons(pod, view)
+        else:
             mask = FitMask(nodes=remaining.copy())
             f.filter(pod, view, mask)
-            bad = [(f.name, ~mask.nodes)]
-        else:
-            bad = reasons(pod, view)
+            bad = [(f.NAME, ~mask.nodes)]
         for reason, excluded in bad:
             newly = remaining & excluded
             if newly.any():

@@ -1,36 +1,39 @@
-"""Profiles: named sets of plugins with their arguments, loaded from YAML and checked against the registry."""
+"""Profiles: named sets of plugins with their arguments, parsed from YAML and checked against a registry.
+
+The framework never imports the plugins: a registry (name → extension point and factory) is handed in by
+whoever assembles profiles (`fairgpu.catalog` for the built-in plugins)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources as pkg_resources
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fairgpu.errors import ProfileError
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
 from fairgpu.spec import validation_message
 
-_REGISTRY: dict[str, tuple[type, Callable[..., object]]] = {}
+T = TypeVar("T")
+
+POINTS: tuple[type, ...] = (QueueSort, Admit, Filter, Score, Permit, Preempt)
 
 
-def register(point: type, name: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
-    """Class decorator: make a plugin available to profiles under `name` at extension point `point`."""
+@dataclass(slots=True, frozen=True)
+class PluginEntry:
+    """A plugin a profile may name: the extension point it implements and how to build it from its args."""
 
-    def wrap(factory: Callable[..., object]) -> Callable[..., object]:
-        _REGISTRY[name] = (point, factory)
-        return factory
-
-    return wrap
+    point: type
+    factory: Callable[..., object]
 
 
-def registered() -> dict[str, str]:
+Registry = Mapping[str, PluginEntry]
+
+
+def points_of(registry: Registry) -> dict[str, str]:
     """Plugin name → extension point name."""
-    return {name: point.__name__ for name, (point, _) in sorted(_REGISTRY.items())}
+    return {name: entry.point.__name__ for name, entry in sorted(registry.items())}
 
 
 class _PluginRef(BaseModel):
@@ -51,6 +54,7 @@ class _ProfileDoc(BaseModel):
     permit: list[_PluginRef | str] = Field(default_factory=list)
     preempt: list[_PluginRef | str] = Field(default_factory=list)
     reserve: bool = False
+    gang: bool = False
 
 
 @dataclass(slots=True)
@@ -64,67 +68,55 @@ class Profile:
     preempt: list[Preempt] = field(default_factory=list)
     description: str = ""
     reserve: bool = False  # hold nodes for a workload that waited past its queue's starvation_after
+    # Workloads are gangs: their pods are placed together (on as few nodes as the scores allow), failures
+    # are remembered per whole-workload shape, and the Permit plugins decide whether a partial placement
+    # may be kept. Off, each pod is placed on its own, as kube-scheduler does.
+    gang: bool = False
 
 
-def _build(ref: _PluginRef | str, point: type, where: str) -> object:
+def _build(ref: _PluginRef | str, point: type[T], where: str, registry: Registry) -> T:
     ref = _PluginRef(name=ref) if isinstance(ref, str) else ref
-    entry = _REGISTRY.get(ref.name)
+    entry = registry.get(ref.name)
     if entry is None:
-        raise ProfileError(f"{where}: unknown plugin {ref.name!r} (known: {', '.join(sorted(_REGISTRY))})")
-    if entry[0] is not point:
-        raise ProfileError(f"{where}: {ref.name} is a {entry[0].__name__} plugin, not {point.__name__}")
+        raise ProfileError(f"{where}: unknown plugin {ref.name!r} (known: {', '.join(sorted(registry))})")
+    if entry.point is not point:
+        raise ProfileError(f"{where}: {ref.name} is a {entry.point.__name__} plugin, not {point.__name__}")
     try:
-        return entry[1](**ref.args)
+        plugin = entry.factory(**ref.args)
     except (TypeError, ValueError) as err:
         raise ProfileError(f"{where}: {ref.name} args: {err}") from err
+    if not isinstance(plugin, point):  # a registered plugin that drifted from its extension point's contract
+        raise ProfileError(f"{where}: plugin {ref.name!r} does not implement {point.__name__}")
+    return plugin
 
 
-def profile_from_dict(doc: dict[str, Any]) -> Profile:
-    import fairgpu.plugins  # noqa: F401 - registers the built-in plugins
-
+def parse_profile(doc: dict[str, Any], registry: Registry) -> Profile:
+    """A profile from its YAML mapping, each plugin built from `registry`. Raises ProfileError naming the key."""
     try:
         parsed = _ProfileDoc.model_validate(doc)
     except ValidationError as err:
         raise ProfileError(f"profile {validation_message(err)}") from err
 
-    def refs(items: list[_PluginRef | str], point: type, key: str) -> list:
-        return [_build(ref, point, f"{key}[{i}]") for i, ref in enumerate(items)]
+    def refs(items: list[_PluginRef | str], point: type[T], key: str) -> list[T]:
+        return [_build(ref, point, f"{key}[{i}]", registry) for i, ref in enumerate(items)]
 
+    if parsed.gang and not parsed.permit:
+        raise ProfileError("profile gang: true needs a Permit plugin (e.g. Gang) to decide on partial placements")
+    if parsed.permit and not parsed.gang:
+        raise ProfileError("profile permit: Permit plugins judge a gang's partial placement; set gang: true")
     scores = [
-        (_build(ref, Score, f"score[{i}]"), ref.weight if isinstance(ref, _PluginRef) else 1.0)
+        (_build(ref, Score, f"score[{i}]", registry), ref.weight if isinstance(ref, _PluginRef) else 1.0)
         for i, ref in enumerate(parsed.score)
     ]
     return Profile(
         name=parsed.name,
         description=parsed.description,
-        queue_sort=_build(parsed.queueSort, QueueSort, "queueSort"),  # type: ignore[arg-type]
+        queue_sort=_build(parsed.queueSort, QueueSort, "queueSort", registry),
         admit=refs(parsed.admit, Admit, "admit"),
         filter=refs(parsed.filter, Filter, "filter"),
         score=scores,
         permit=refs(parsed.permit, Permit, "permit"),
         preempt=refs(parsed.preempt, Preempt, "preempt"),
         reserve=parsed.reserve,
+        gang=parsed.gang,
     )
-
-
-def builtin_profiles() -> list[str]:
-    folder = pkg_resources.files("fairgpu") / "profiles"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_profile(name_or_path: str) -> Profile:
-    """A built-in profile by name, or a profile YAML file by path."""
-    path = Path(name_or_path)
-    if name_or_path in builtin_profiles():
-        text = (pkg_resources.files("fairgpu") / "profiles" / f"{name_or_path}.yaml").read_text()
-    elif path.suffix in (".yaml", ".yml") and path.is_file():
-        text = path.read_text()
-    else:
-        raise ProfileError(f"profile {name_or_path!r}: not a built-in ({', '.join(builtin_profiles())}) or file")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ProfileError(f"profile {name_or_path}: not valid YAML: {err}") from err
-    if not isinstance(doc, dict):
-        raise ProfileError(f"profile {name_or_path}: expected a mapping")
-    return profile_from_dict(doc)

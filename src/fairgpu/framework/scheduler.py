@@ -95,7 +95,7 @@ class Scheduler:
         self.state = ClusterState(nodes)
         self.tree = tree
         self.profile = copy.deepcopy(profile)  # plugins may learn (e.g. the pod mix): one engine, one copy
-        self.gang = bool(profile.permit)
+        self.gang = profile.gang
         q, dims = len(tree), len(r.FAIR_DIMS)
         self.view = EngineView(
             state=self.state,
@@ -471,7 +471,9 @@ class Scheduler:
                 self._evicted_for[victim.workload.name] = wl.name
                 nodes.update(p.node for p in unit.placements)
                 pods = None if unit.whole else unit.pods
-                result.evictions.append(Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods, grace))
+                result.evictions.append(
+                    Evict(victim.workload.name, f"preempted for {wl.name}", now + grace, pods, grace)
+                )
             # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
             # must not go to others while the victims leave.
             gone = np.zeros(len(table.units), dtype=bool)

@@ -1,16 +1,1 @@
-"""Built-in plugins; importing this package registers them."""
-
-from fairgpu.plugins import affinity, baselines, fit, fragmentation, gang, gputype, preemption, quota, scores, sort
-
-__all__ = [
-    "affinity",
-    "baselines",
-    "fit",
-    "fragmentation",
-    "gang",
-    "gputype",
-    "preemption",
-    "quota",
-    "scores",
-    "sort",
-]
+"""Built-in plugins, one module each; `registry.IN_TREE` names them for profiles."""

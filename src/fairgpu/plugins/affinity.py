@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, Filter, FitMask
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.constraints import BLOCKING_EFFECTS, MatchExpression
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
@@ -19,10 +18,9 @@ from fairgpu.state import ClusterState
 _CACHE_LIMIT = 256
 
 
-@register(Filter, "NodeAffinity")
 @dataclass(slots=True)
 class NodeAffinity:
-    name: str = "NodeAffinity"
+    NAME: ClassVar[str] = "NodeAffinity"
     # Node labels and taints never change under a ClusterState and constrained pod shapes repeat, so
     # each distinct constraint is evaluated once per state (one pass over the nodes), then reused.
     # Keyed by the node list, which copies of a state share; the list is kept in the entry so its id

@@ -8,11 +8,11 @@ GPUs on the chosen node are taken fullest-first (the simulator's default GPU pic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, FitMask, Score
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins.scores import Binpack
@@ -35,7 +35,6 @@ def _chosen_free(pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
     return free.min(axis=1)
 
 
-@register(Score, "Random")
 @dataclass(slots=True)
 class Random:
     """Uniformly random node and GPUs; seeded, so runs repeat. With a small weight: a random tie-break.
@@ -44,6 +43,8 @@ class Random:
     node in it. That is how the FGD authors' simulator breaks ties (it takes the lexicographically smallest
     node name, names being prefixed with a seeded random permutation), and it matters: pods no score
     tells apart pile onto the same nodes instead of spreading over all of them."""
+
+    NAME: ClassVar[str] = "Random"
 
     seed: int = 0
     fixed: bool = False
@@ -65,10 +66,11 @@ class Random:
         return self._rng.permutation(slots)
 
 
-@register(Score, "BestFit")
 @dataclass(slots=True)
 class BestFit:
     """The node left with the least CPU and GPU after placing the pod (each over the largest node's)."""
+
+    NAME: ClassVar[str] = "BestFit"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
@@ -81,12 +83,13 @@ class BestFit:
     gpu_order = _fullest_first
 
 
-@register(Score, "DotProd")
 @dataclass(slots=True)
 class DotProd:
     """Tetris-style alignment as the FGD authors ran it ("merge" dimensions, "max" normalisation): the node's
     free (CPU, GPU cores in total) and the pod's request, each over the largest node's; the smaller their
     dot product, the better."""
+
+    NAME: ClassVar[str] = "DotProd"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
@@ -99,10 +102,11 @@ class DotProd:
     gpu_order = _fullest_first
 
 
-@register(Score, "GpuPacking")
 @dataclass(slots=True)
 class GpuPacking:
     """Shared GPUs first, then free GPUs of a node already in use, then an idle node."""
+
+    NAME: ClassVar[str] = "GpuPacking"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state
@@ -125,13 +129,14 @@ class GpuPacking:
     gpu_order = _fullest_first
 
 
-@register(Score, "GpuClustering")
 @dataclass(slots=True)
 class GpuClustering:
     """Pods of one kind go together, kinds being shared-GPU pods and whole-GPU pods (the simulator also
     tells whole-GPU pods apart by GPU count, which the state's arrays cannot): nodes holding only that
     kind first, then nodes holding it among others, then idle nodes, then the rest; within each band the
     fuller node."""
+
+    NAME: ClassVar[str] = "GpuClustering"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         st = view.state

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, Filter, FitMask
-from fairgpu.framework.profile import register
-from fairgpu.model.pod import PodSpec
+from fairgpu.framework.interfaces import EngineView, FitMask
+from fairgpu.model.pod import GpuRequest, PodSpec
+from fairgpu.state import ClusterState
 
 
-@register(Filter, "Resources")
 @dataclass(slots=True)
 class Resources:
-    name: str = "Resources"
+    NAME: ClassVar[str] = "Resources"
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         st = view.state
@@ -26,7 +26,7 @@ class Resources:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
         else:
-            need = g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
+            need = memory_need(g, st)
             ok = (
                 st.gpu_usable
                 & ~st.gpu_exclusive
@@ -54,7 +54,7 @@ class Resources:
         if g.exclusive:
             out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
             return out
-        need = g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
+        need = memory_need(g, st)
         ok = st.gpu_usable & ~st.gpu_exclusive & (st.gpu_cores_free >= max(g.cores, 1))
         out.append(("insufficient GPU cores", ok.sum(axis=1) < g.count))
         ok &= st.gpu_mem_free >= need
@@ -62,3 +62,8 @@ class Resources:
         ok &= st.gpu_tasks < st.split[:, None]
         out.append(("GPU task limit reached", ok.sum(axis=1) < g.count))
         return out
+
+
+def memory_need(g: GpuRequest, st: ClusterState) -> np.ndarray | int:
+    """MiB a shared-GPU request needs on each card: its gpumem, else its percentage of each card's memory."""
+    return g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100

@@ -14,11 +14,11 @@ the change each node would see; both are brought up to date only for nodes whose
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, FitMask, Score
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
@@ -55,9 +55,9 @@ def _free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
     return np.where(state.gpu_usable[rows], state.gpu_cores_free[rows], 0).astype(np.int64)
 
 
-@register(Score, "Fragmentation")
 @dataclass(slots=True)
 class Fragmentation:
+    NAME: ClassVar[str] = "Fragmentation"
     # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
     # exact expected change, which separates placements FGD's rounding calls equal.
     quantize: bool = False

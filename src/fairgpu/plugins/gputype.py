@@ -4,11 +4,11 @@ nvidia.com/use-gputype and nouse-gputype) and by UUID (nvidia.com/use-gpuuuid an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, Filter, FitMask
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
 
@@ -19,10 +19,9 @@ def _constrained(pod: PodSpec) -> bool:
     )
 
 
-@register(Filter, "GpuType")
 @dataclass(slots=True)
 class GpuType:
-    name: str = "GpuType"
+    NAME: ClassVar[str] = "GpuType"
     # (state, constraints) → slot mask; node inventories change rarely, pod shapes repeat.
     _cache: dict[tuple, np.ndarray] = field(default_factory=dict)
 

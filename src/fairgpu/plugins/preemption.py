@@ -25,21 +25,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from fairgpu.fairness import dominant_shares
-from fairgpu.framework.interfaces import EngineView, Preempt, PreemptContext
+from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.placement import feasible, place_all, place_pod
-from fairgpu.framework.profile import register
 from fairgpu.model.pod import PodSpec
 
 _TOL = 1e-9
 
 
-@register(Preempt, "Preemption")
 @dataclass(slots=True)
 class Preemption:
+    NAME: ClassVar[str] = "Preemption"
+
     def preempt(self, ctx: PreemptContext) -> np.ndarray | None:
         view, tree, p = ctx.view, ctx.view.tree, ctx.queue
         policy = tree.queues[p].preemption

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from fairgpu import resources as r
-from fairgpu.framework.interfaces import Admit, EngineView
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView
 from fairgpu.model.pod import Workload
 
 
-@register(Admit, "Quota")
 @dataclass(slots=True)
 class Quota:
     """A queue (and every ancestor) never holds more than its limit — a static queue no more than its
     guarantee — and no queue borrows the part of another's idle guarantee that it does not lend."""
+
+    NAME: ClassVar[str] = "Quota"
 
     def admit(self, workload: Workload, queue: int, charge: np.ndarray, view: EngineView) -> str | None:
         tree = view.tree

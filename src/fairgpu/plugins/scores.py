@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, FitMask, Score
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import PodSpec
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
@@ -32,12 +32,13 @@ def _free_fraction(pod: PodSpec, view: EngineView, resources: tuple[str, ...]) -
     return total / len(resources)
 
 
-@register(Score, "LeastAllocated")
 @dataclass(slots=True)
 class LeastAllocated:
     """kube-scheduler's NodeResourcesFit LeastAllocated: prefer the emptiest node (cpu and memory by
     default, the scheduler's own default scoring resources); GPUs are taken in device order, as the
     device plugin hands them out."""
+
+    NAME: ClassVar[str] = "LeastAllocated"
 
     resources: tuple[str, ...] = ("cpu", "memory")
 
@@ -54,11 +55,12 @@ class LeastAllocated:
         return slots
 
 
-@register(Score, "Binpack")
 @dataclass(slots=True)
 class Binpack:
     """Fill the fullest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the
     fullest GPUs that fit, so whole GPUs and whole nodes stay free for larger requests."""
+
+    NAME: ClassVar[str] = "Binpack"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
@@ -70,11 +72,12 @@ class Binpack:
         return slots[order]
 
 
-@register(Score, "Spread")
 @dataclass(slots=True)
 class Spread:
     """The emptiest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the emptiest
     GPUs, so co-located pods contend the least."""
+
+    NAME: ClassVar[str] = "Spread"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
@@ -89,12 +92,13 @@ class Spread:
 _POLICIES = {"binpack": Binpack(), "spread": Spread()}
 
 
-@register(Score, "PodPolicy")
 @dataclass(slots=True)
 class PodPolicy:
     """HAMi's per-pod annotations hami.io/node-scheduler-policy and hami.io/gpu-scheduler-policy
     (binpack | spread): the pod's node policy scores nodes (give this plugin a weight that dominates the
     others), its GPU policy orders GPUs. A pod without them leaves both to the rest of the profile."""
+
+    NAME: ClassVar[str] = "PodPolicy"
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         if not pod.node_policy:

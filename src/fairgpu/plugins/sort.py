@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from fairgpu.framework.interfaces import ActiveQueues, EngineView, QueueSort
-from fairgpu.framework.profile import register
+from fairgpu.framework.interfaces import ActiveQueues, EngineView
 
 
-@register(QueueSort, "PrioritySort")
 @dataclass(slots=True)
 class PrioritySort:
     """kube-scheduler's order: highest priority first, then earliest creation, across all tenants."""
+
+    NAME: ClassVar[str] = "PrioritySort"
 
     within_queue: str = "fifo"
 
@@ -23,13 +24,14 @@ class PrioritySort:
         return min(active.queues, key=key)
 
 
-@register(QueueSort, "FairShare")
 @dataclass(slots=True)
 class FairShare:
     """Top-down through the queue tree, the child furthest below its entitlement goes next: its share ratio
     (current plus decayed past usage, over entitlement) is compared among the top-level queues, then among
     the chosen one's children, and so on down to a leaf. Priority only orders workloads inside a queue.
     Each pick looks at one set of siblings per level, not at every queue."""
+
+    NAME: ClassVar[str] = "FairShare"
 
     within_queue: str = "queue"
 

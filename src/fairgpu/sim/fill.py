@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import ScenarioError
 from fairgpu.framework.placement import place_pod
-from fairgpu.framework.profile import Profile, load_profile, profile_from_dict
+from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.sim.traces import _field, _rows, load_openb_nodes, openb_pod
