@@ -55,11 +55,7 @@ def entitlements(tree: QueueTree, capacity: np.ndarray, leaf_demand: np.ndarray)
         filler.fill(covered, np.minimum(caps, tree.limit / scale))
     filler.fill(np.ones(len(leaves), dtype=bool), tree.limit / scale)
     ent[leaves] = np.minimum(filler.x[:, None] * direction * np.where(usable, capacity, 0.0), demand[leaves])
-    for i in reversed(range(n)):  # an inner queue is entitled to what its subtree is
-        p = tree.parent[i]
-        if p >= 0:
-            ent[p] += ent[i]
-    return ent
+    return tree.rollup(ent)  # an inner queue is entitled to what its subtree is
 
 
 def _depths(tree: QueueTree) -> np.ndarray:
@@ -163,6 +159,15 @@ def water_fill(
         ]
     )
     return entitlements(tree, capacity, np.asarray(demand, dtype=np.float64).reshape(q, -1))
+
+
+def share_ratio(held: np.ndarray | float, entitled: np.ndarray | float) -> np.ndarray:
+    """A queue's share ratio: the dominant share it holds over the dominant share it is entitled to, per
+    queue; inf where a queue is entitled to nothing (any holding is then infinitely above its share). The
+    one definition behind fair ordering, victim order and the no-ping-pong rule."""
+    held, entitled = np.asarray(held, dtype=np.float64), np.asarray(entitled, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(entitled > 0, held / entitled, np.inf)
 
 
 def dominant_shares(vectors: np.ndarray, capacity: np.ndarray) -> np.ndarray:

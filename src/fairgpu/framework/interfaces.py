@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from fairgpu.fairness import dominant_shares, share_ratio
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, Placement
@@ -38,14 +39,10 @@ class EngineView:
 
     def add_usage(self, queue: int, charge: np.ndarray) -> None:
         """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
-        q = queue
-        usable = self.capacity > 0
-        while q >= 0:
-            self.usage[q] += charge
-            self.usage_dom[q] = (self.usage[q, usable] / self.capacity[usable]).max() if usable.any() else 0.0
-            if self.entitled_dom[q] > 0:
-                self.share_ratio[q] = (self.usage_dom[q] + self.history_dom[q]) / self.entitled_dom[q]
-            q = int(self.tree.parent[q])
+        path = self.tree.paths_of[queue]
+        self.usage[path] += charge
+        self.usage_dom[path] = dominant_shares(self.usage[path], self.capacity)
+        self.share_ratio[path] = share_ratio(self.usage_dom[path] + self.history_dom[path], self.entitled_dom[path])
 
 
 @dataclass(slots=True)

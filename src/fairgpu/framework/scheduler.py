@@ -267,8 +267,7 @@ class Scheduler:
         v.entitled_dom = fairness.dominant_shares(v.entitled, v.capacity)
         v.usage_dom = fairness.dominant_shares(v.usage, v.capacity)
         v.history_dom = fairness.dominant_shares(self._history * self._decay_rate[:, None], v.capacity)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v.share_ratio = np.where(v.entitled_dom > 0, (v.usage_dom + v.history_dom) / v.entitled_dom, np.inf)
+        v.share_ratio = fairness.share_ratio(v.usage_dom + v.history_dom, v.entitled_dom)
 
     def running_ends(self) -> list[tuple[float, list[str]]]:
         """(expected end, pod keys) of every placed workload, running or partly placed."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fairgpu import resources as r
+
+V = TypeVar("V", bound="np.ndarray | list[Any]")  # per-queue values that QueueTree.rollup sums
 
 
 @dataclass(slots=True, frozen=True)
@@ -120,6 +123,16 @@ class QueueTree:
 
     def __len__(self) -> int:
         return len(self.queues)
+
+    def rollup(self, values: V) -> V:
+        """Per-queue `values` (an array, or a list of lists or counts) with each inner queue's entry made its
+        subtree's total: children are added into parents bottom-up, in place (lists are joined, booleans
+        or-ed). Returns `values`."""
+        for i in reversed(range(len(self.queues))):
+            p = self.parent[i]
+            if p >= 0:
+                values[p] += values[i]
+        return values
 
     def names(self) -> list[str]:
         return [q.name for q in self.queues]

@@ -141,10 +141,7 @@ def _queue_metrics(sched: Scheduler) -> Iterator[Metric]:
             fam.add_metric([names[q], r.FAIR_DIMS[d]], float(scaled[q, d]))
         yield fam
     pending_wl = GaugeMetricFamily(P + "queue_pending_workloads", "Workloads waiting in the queue.", labels=["queue"])
-    counts = np.array([len(b) for b in sched.backlogs], dtype=np.int64)
-    for i in reversed(range(len(tree))):  # an inner queue counts its subtree
-        if tree.parent[i] >= 0:
-            counts[tree.parent[i]] += counts[i]
+    counts = tree.rollup(np.array([len(b) for b in sched.backlogs], dtype=np.int64))  # inner: its subtree
     for q, n in enumerate(counts):
         pending_wl.add_metric([names[q]], float(n))
     yield pending_wl

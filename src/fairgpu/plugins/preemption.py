@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.fairness import dominant_shares
+from fairgpu.fairness import dominant_shares, share_ratio
 from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.placement import feasible, place_all, place_pod
 from fairgpu.model.pod import PodSpec
@@ -142,18 +142,13 @@ class Preemption:
 
 
 def _ratio(view: EngineView, q: int, usage: np.ndarray) -> float:
-    usable = view.capacity > 0
-    dom = float((usage[usable] / view.capacity[usable]).max()) if usable.any() else 0.0
-    ent = view.entitled_dom[q]
-    return dom / ent if ent > 0 else float("inf")
+    """Queue q's share ratio were it to hold `usage`."""
+    return float(share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom[q]))
 
 
 def _ratios(view: EngineView, usage: np.ndarray) -> np.ndarray:
-    """(Q,) every queue's share ratio (dominant share of `usage` over its entitlement), inf when entitled
-    to nothing."""
-    dom = dominant_shares(usage, view.capacity)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(view.entitled_dom > 0, dom / view.entitled_dom, np.inf)
+    """(Q,) every queue's share ratio were each to hold its row of `usage`."""
+    return share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom)
 
 
 def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:

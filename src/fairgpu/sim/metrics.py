@@ -84,10 +84,7 @@ class MetricsRecorder:
     def sample(self, t: float, sched: Scheduler) -> None:
         self._advance(t)
         v, tree = sched.view, self.tree
-        backlogged = sched.is_backlogged()
-        for i in reversed(range(len(tree))):  # an inner queue is backlogged when a child is
-            if tree.parent[i] >= 0:
-                backlogged[tree.parent[i]] |= backlogged[i]
+        backlogged = tree.rollup(sched.is_backlogged())  # an inner queue is backlogged when a child is
         usage, entitled = v.usage_dom.copy(), v.entitled_dom.copy()
         gpus, allocated = v.usage[:, r.DIM_GPU].copy(), sched.state.allocated_gpu_equivalents()
         entitled_gpus = v.entitled[:, r.DIM_GPU].copy()

@@ -162,11 +162,8 @@ class Simulation:
             [[started[q], self.completed[q], self.preempted[q]] for q in tree.names()], dtype=np.int64
         ).reshape(len(tree), 3)
         lost = np.array([self.lost_gpu_seconds[q] for q in tree.names()], dtype=np.float64)
-        for i in reversed(range(len(tree))):  # an inner queue reports what its subtree did
-            if tree.parent[i] >= 0:
-                waits[tree.parent[i]] += waits[i]
-                counts[tree.parent[i]] += counts[i]
-                lost[tree.parent[i]] += lost[i]
+        for values in (waits, counts, lost):  # an inner queue reports what its subtree did
+            tree.rollup(values)
         hours = 3600.0
         queues: dict[str, dict[str, Any]] = {}
         for i, spec in enumerate(tree.queues):
