@@ -22,7 +22,7 @@ _cache: dict[tuple[str, str], tuple[scenarios.Scenario, SimResult]] = {}
 def run(name: str, profile: str) -> tuple[scenarios.Scenario, SimResult]:
     if (name, profile) not in _cache:
         sc = scenarios.load(name)
-        _cache[name, profile] = (sc, Simulation(sc, load_profile(profile)).result())
+        _cache[name, profile] = (sc, Simulation(sc, load_profile(profile)).run())
     return _cache[name, profile]
 
 
@@ -82,7 +82,7 @@ def test_decayed_usage_with_no_half_life_splits_evenly():
     for q in doc["queues"]:
         q["usage_half_life"] = 0
     sc = scenarios.build(doc)
-    res = Simulation(sc, load_profile("fairgpu")).result()
+    res = Simulation(sc, load_profile("fairgpu")).run()
     assert window_share(res, sc, "new", 24 * 3600, 25 * 3600) == pytest.approx(0.5, abs=0.03)
 
 
@@ -109,8 +109,8 @@ def test_gang_never_starts_under_kube_default():
 @pytest.mark.skipif(not PHILLY.is_file(), reason=f"{PHILLY} is absent (../shared/traces)")
 def test_philly_replay_fairgpu_is_fairer_and_no_less_busy():
     sc = load_philly(PHILLY, 256)
-    kd = Simulation(sc, load_profile("kube-default"), horizon=14 * 86400).result()
-    fg = Simulation(sc, load_profile("fairgpu"), horizon=14 * 86400).result()
+    kd = Simulation(sc, load_profile("kube-default"), horizon=14 * 86400).run()
+    fg = Simulation(sc, load_profile("fairgpu"), horizon=14 * 86400).run()
     assert fg.fairness_error <= kd.fairness_error / 2
     assert fg.utilization >= kd.utilization - 0.02
     # The five lightest tenants (least GPU-time submitted within the horizon) wait no longer at p95, and

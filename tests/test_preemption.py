@@ -24,7 +24,7 @@ def run(name: str) -> tuple[scenarios.Scenario, SimResult, Simulation]:
     if name not in _cache:
         sc = scenarios.load(name)
         sim = Simulation(sc, load_profile("fairgpu"))
-        _cache[name] = (sc, sim.result(), sim)
+        _cache[name] = (sc, sim.run(), sim)
     return _cache[name]
 
 
@@ -170,7 +170,7 @@ def test_preemption_never_ping_pongs_is_bounded_and_serves_its_preemptor(doc):
         return result
 
     sim.sched.cycle = recording  # type: ignore[method-assign]
-    res = sim.result()
+    res = sim.run()
     tree = sc.tree()
     # 1. No ping-pong: no pair of queues evicts each other's work in opposite directions within the
     #    victim queue's min_runtime.
@@ -213,9 +213,9 @@ def test_a_refused_eviction_leaves_the_victim_eligible_again():
     first = sched.cycle(2 * 3600)
     assert len(first.evictions) == 1
     victim = first.evictions[0].workload
-    assert sched.running[victim].terminating and sched._leaving.any()
+    assert sched.running[victim].terminating and sched.preempting.leaving.any()
     sched.eviction_refused(victim, retry_at=2 * 3600)
-    assert not sched.running[victim].terminating and not sched._leaving.any()
+    assert not sched.running[victim].terminating and not sched.preempting.leaving.any()
     sched.remove(a.name)  # the preemptor gives up its claim; a new one must be able to choose the victim
     sched.submit(a)
     again = sched.cycle(2 * 3600 + 1)
@@ -251,7 +251,7 @@ def test_shrink_for_good_keeps_only_the_pods_that_still_run():
     sched.submit(wl)
     assert len(sched.cycle(0.0).bound) == 4
     entry = sched.running["e"]
-    one = sched._charge(whole(1))
+    one = sched.accounting.charge(whole(1))
     sched.shrink("e", (3,), regrow=False)
     assert len(entry.workload.pods) == len(entry.placed) == 3 and entry.workload.pod_names == wl.pod_names[:3]
     assert np.allclose(sched.view.demand[0], 3 * one) and np.allclose(entry.charge, 3 * one)

@@ -85,7 +85,7 @@ def simulate_cmd(
         # one cluster in the dashboard: the profile asked for first, else the fair one
         serve_mod.serve(sc, profiles[0] if profile else load_profile("fairgpu"), h, host, port)
         return
-    results = [Simulation(sc, p, horizon=h).result() for p in profiles]
+    results = [Simulation(sc, p, horizon=h).run() for p in profiles]
     if report is not None:
         report_mod.write(report, sc, results)
     if as_json:

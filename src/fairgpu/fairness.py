@@ -46,11 +46,11 @@ def entitlements(tree: QueueTree, capacity: np.ndarray, leaf_demand: np.ndarray)
         member[tree.paths[leaf], j] = True
     filler = _Filler(tree, member, direction, share, usable)
     guaranteed = tree.guaranteed / scale
-    has_guarantee = (tree.guaranteed > 0).any(axis=1)
+    has_guarantee = np.asarray((tree.guaranteed > 0).any(axis=1))
     depth = _depths(tree)
     for level in range(int(depth.max()), -1, -1):
         # Guarantees held at this level or deeper: their leaves fill up to every guarantee on the path.
-        covered = (member & (has_guarantee & (depth >= level))[:, None]).any(axis=0)
+        covered = np.asarray((member & (has_guarantee & (depth >= level))[:, None]).any(axis=0))
         caps = np.where(has_guarantee[:, None], guaranteed, np.inf)
         filler.fill(covered, np.minimum(caps, tree.limit / scale))
     filler.fill(np.ones(len(leaves), dtype=bool), tree.limit / scale)
@@ -69,7 +69,9 @@ def _depths(tree: QueueTree) -> np.ndarray:
 class _Filler:
     """Progressive filling state: x[j] is leaf j's dominant share (of the cluster) so far."""
 
-    def __init__(self, tree: QueueTree, member: np.ndarray, direction: np.ndarray, share: np.ndarray, usable):
+    def __init__(
+        self, tree: QueueTree, member: np.ndarray, direction: np.ndarray, share: np.ndarray, usable: np.ndarray
+    ) -> None:
         self.tree = tree
         self.member = member
         self.direction = direction
@@ -175,4 +177,5 @@ def dominant_shares(vectors: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     usable = capacity > _EPS
     if not usable.any():
         return np.zeros(vectors.shape[:-1])
-    return (vectors[..., usable] / capacity[usable]).max(axis=-1)
+    shares: np.ndarray = (vectors[..., usable] / capacity[usable]).max(axis=-1)
+    return shares

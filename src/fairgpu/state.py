@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fairgpu.errors import StateError
 from fairgpu.model.node import GPU_CORES, NodeSpec
 from fairgpu.model.pod import PodSpec
+
+
+def scratch_key(*parts: object) -> str:
+    """A ledger key for a dry-run placement on a copy of the state (reservations, replays, explanations).
+    It starts with NUL, so it never collides with a pod's key (namespace/name) or another dry run's."""
+    return "\0" + "-".join(str(p) for p in parts)
 
 
 @dataclass(slots=True, frozen=True)
@@ -140,7 +147,7 @@ class ClusterState:
         # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed.
         self.node_version = np.zeros(n, dtype=np.int64)
         self._ledger: dict[str, Placement] = {}
-        self._unplaceable: dict[tuple, str | None] = {}
+        self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
     def copy(self) -> ClusterState:
         """An independent copy (arrays and ledger) for dry runs; node specs are shared, read-only."""
@@ -224,7 +231,7 @@ class ClusterState:
         return float((self.gpu_cores_cap - self.gpu_cores_free).sum()) / GPU_CORES
 
     # -- mutation -----------------------------------------------------------------------------------
-    def placement_for(self, pod: PodSpec, node: int, slots: Sequence[int]) -> Placement:
+    def placement_for(self, pod: PodSpec, node: int, slots: Sequence[int] | np.ndarray) -> Placement:
         """The Placement that pod would get on these slots of that node."""
         slots = tuple(int(s) for s in slots)
         if pod.gpu is None:
@@ -306,7 +313,7 @@ class ClusterState:
                 gmem[p.node, s] -= m
                 tasks[p.node, s] += 1
                 exclusive[p.node, s] |= p.cores >= GPU_CORES
-        checks = {
+        checks: dict[str, tuple[np.ndarray, np.ndarray]] = {
             "free CPU": (self.cpu_free, cpu),
             "free memory": (self.mem_free, mem),
             "free GPU cores": (self.gpu_cores_free, cores),

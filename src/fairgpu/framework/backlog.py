@@ -7,34 +7,40 @@ active user holding the least, so one user's 500 pods cannot crowd out three use
 from __future__ import annotations
 
 import heapq
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class _Pending(Protocol):
-    user: str
-    share: float  # dominant share of the cluster the whole workload would hold
+    @property
+    def user(self) -> str: ...
 
-    def __lt__(self, other: _Pending, /) -> bool: ...
+    @property
+    def share(self) -> float: ...  # dominant share of the cluster the whole workload would hold
+
+    def __lt__(self, other: Any, /) -> bool: ...
 
 
-class Backlog:
+P = TypeVar("P", bound=_Pending)
+
+
+class Backlog(Generic[P]):
     def __init__(self, by_user: bool = False) -> None:
         self.by_user = by_user
-        self._heaps: dict[str, list[_Pending]] = {}
+        self._heaps: dict[str, list[P]] = {}
         self._held: dict[str, float] = {}  # per user: dominant share held now
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
-    def push(self, item: _Pending) -> None:
+    def push(self, item: P) -> None:
         heapq.heappush(self._heaps.setdefault(self._user(item), []), item)
         self._size += 1
 
-    def peek(self) -> _Pending:
+    def peek(self) -> P:
         return self._heaps[self._next_user()][0]
 
-    def pop(self) -> _Pending:
+    def pop(self) -> P:
         user = self._next_user()
         heap = self._heaps[user]
         item = heapq.heappop(heap)
@@ -43,7 +49,7 @@ class Backlog:
         self._size -= 1
         return item
 
-    def remove(self, item: _Pending) -> None:
+    def remove(self, item: P) -> None:
         user = self._user(item)
         heap = self._heaps[user]
         heap.remove(item)
@@ -53,13 +59,13 @@ class Backlog:
             del self._heaps[user]
         self._size -= 1
 
-    def ordered(self) -> list[_Pending]:
+    def ordered(self) -> list[P]:
         """Everything pending, in the order it would be offered if nothing changed."""
         if not self.by_user:
             return sorted(self._heaps.get("", []))
         queues = {u: sorted(h) for u, h in self._heaps.items()}
         held = dict(self._held)
-        out: list[_Pending] = []
+        out: list[P] = []
         while queues:
             user = min(queues, key=lambda u: (held.get(u, 0.0), queues[u][0]))
             out.append(queues[user].pop(0))
@@ -73,7 +79,7 @@ class Backlog:
         if self.by_user:
             self._held[user] = self._held.get(user, 0.0) + share
 
-    def _user(self, item: _Pending) -> str:
+    def _user(self, item: P) -> str:
         return item.user if self.by_user else ""
 
     def _next_user(self) -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fairgpu.framework import placement as pl
+from fairgpu.framework.engine import Engine, Entry
 from fairgpu.framework.interfaces import ActiveQueues
 from fairgpu.framework.lookahead import Planned, replay
-
-if TYPE_CHECKING:
-    from fairgpu.framework.scheduler import Entry, Scheduler
+from fairgpu.state import scratch_key
 
 # Dry-running the cluster order stops here: past this many workloads ahead, the exact rank matters little.
 MAX_ORDER_STEPS = 10_000
@@ -49,7 +48,7 @@ class Explanation:
         return out
 
 
-def explain(sched: Scheduler, name: str, now: float) -> Explanation:
+def explain(sched: Engine, name: str, now: float) -> Explanation:
     """Raises KeyError for a workload the engine does not know (finished, or never submitted)."""
     entry = sched.running.get(name) or sched.pending[name]
     wl = entry.workload
@@ -69,13 +68,13 @@ def explain(sched: Scheduler, name: str, now: float) -> Explanation:
     if res is not None:
         exp.estimated_start = res.fit.at
     elif ahead is not None:
-        order = [Planned(e.workload.pods[len(e.placed) :], e.workload.duration) for e in [*ahead, entry]]
-        fit = replay(order, sched.view, sched.profile, now, sched.running_ends())
+        plan = [Planned(e.rest, e.workload.duration) for e in [*ahead, entry]]
+        fit = replay(plan, sched.view, sched.profile, now, sched.running_ends())
         exp.estimated_start = None if fit is None else fit.at
     return exp
 
 
-def _reasons(sched: Scheduler, entry: Entry, now: float) -> list[str]:
+def _reasons(sched: Engine, entry: Entry, now: float) -> list[str]:
     wl, view, profile = entry.workload, sched.view, sched.profile
     out = []
     quota = sched.admission_refusal(entry)
@@ -88,19 +87,19 @@ def _reasons(sched: Scheduler, entry: Entry, now: float) -> list[str]:
         out.append(f"no fit: 0/{view.state.num_nodes} nodes: {detail}")
     elif len(rest) > 1:
         dry = replace(view, state=view.state.copy())
-        placed = pl.place_all(rest, [f"\0explain-{i}" for i in range(len(rest))], dry, profile)
+        placed = pl.place_all(rest, [scratch_key("explain", i) for i in range(len(rest))], dry, profile)
         if len(placed) < len(rest):
             out.append(f"gang incomplete: {len(entry.placed) + len(placed)} of {len(wl.pods)} pods fit at once")
     others = [res for res in sched.reservations.values() if res.workload != wl.name]
     if others and not out:
-        exclude = sched.reserved_for_others(entry, now)
+        exclude = sched.reservations.nodes_to_avoid(wl, entry.queue, now)
         if exclude is not None and pl.place_pod(rest[0], view, profile, exclude) is None:
             held = ", ".join(f"{res.workload} until t={res.fit.at:g}s" for res in others)
             out.append(f"reserved for another workload: nodes held for {held}")
     own = sched.reservations.get(wl.name)
     if own is not None:
-        why = "starving" if own.starving else "preempting"
-        out.append(f"{why}: {len(own.fit.nodes)} node(s) reserved for it from t={own.fit.at:g}s")
+        held_for = "starving" if own.starving else "preempting"
+        out.append(f"{held_for}: {len(own.fit.nodes)} node(s) reserved for it from t={own.fit.at:g}s")
     if not out:
         q = entry.queue
         ratio = view.share_ratio[q]
@@ -112,7 +111,7 @@ def _reasons(sched: Scheduler, entry: Entry, now: float) -> list[str]:
     return out
 
 
-def _ahead_in_cluster_order(sched: Scheduler, target: Entry) -> list[Entry] | None:
+def _ahead_in_cluster_order(sched: Engine, target: Entry) -> list[Entry] | None:
     """Dry-run the queue sort, charging each workload as if placed, until the target comes up: the
     workloads that come before it (None if more than MAX_ORDER_STEPS do)."""
     view = sched.view

@@ -7,8 +7,8 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -16,9 +16,6 @@ from fairgpu.fairness import dominant_shares, share_ratio
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, Placement
-
-if TYPE_CHECKING:
-    from fairgpu.framework.profile import Profile
 
 
 @dataclass(slots=True)
@@ -155,6 +152,25 @@ class Permit(Protocol):
     def permit(self, workload: Workload, placed: int) -> bool:
         """May the pods reserved so far (placed of len(workload.pods)) be kept?"""
         ...
+
+
+@dataclass(slots=True)
+class Profile:
+    """A named set of plugins per extension point (framework/profile.py parses one from YAML)."""
+
+    name: str
+    queue_sort: QueueSort
+    admit: list[Admit] = field(default_factory=list)
+    filter: list[Filter] = field(default_factory=list)
+    score: list[tuple[Score, float]] = field(default_factory=list)
+    permit: list[Permit] = field(default_factory=list)
+    preempt: list[Preempt] = field(default_factory=list)
+    description: str = ""
+    reserve: bool = False  # hold nodes for a workload that waited past its queue's starvation_after
+    # Workloads are gangs: their pods are placed together (on as few nodes as the scores allow), failures
+    # are remembered per whole-workload shape, and the Permit plugins decide whether a partial placement
+    # may be kept. Off, each pod is placed on its own, as kube-scheduler does.
+    gang: bool = False
 
 
 @dataclass(slots=True, frozen=True)

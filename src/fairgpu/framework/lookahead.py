@@ -13,14 +13,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView
+from fairgpu.framework.interfaces import EngineView, Profile
 from fairgpu.framework.placement import place_all
-from fairgpu.framework.profile import Profile
 from fairgpu.model.pod import PodSpec
+from fairgpu.state import scratch_key
 
 
 @dataclass(slots=True, frozen=True)
-class Fit:
+class StartPlan:
+    """When and where a workload would start: a dry run's answer, and what a reservation holds."""
+
     at: float  # when it would start
     nodes: frozenset[int]  # where
 
@@ -40,7 +42,7 @@ def replay(
     now: float,
     ends: Iterable[tuple[float, Sequence[str]]],
     exclude: np.ndarray | None = None,
-) -> Fit | None:
+) -> StartPlan | None:
     """Place `order` one workload after another (the last is the one asked about), releasing running pods
     at their expected ends (time, pod keys) whenever the next one does not fit. A workload ahead that
     cannot fit even on the emptied cluster is passed over. None if the last one never fits. `exclude`:
@@ -51,15 +53,15 @@ def replay(
     heapq.heapify(pending)
     serial = len(pending)
     t = now
-    fit: Fit | None = None
+    fit: StartPlan | None = None
     for n, planned in enumerate(order):
-        keys = [f"\0replay-{n}-{i}" for i in range(len(planned.pods))]
+        keys = [scratch_key("replay", n, i) for i in range(len(planned.pods))]
         gpus = sum(p.gpu.count for p in planned.pods if p.gpu is not None and p.gpu.exclusive)
         while True:
             enough = gpus <= state.node_idle_gpus.sum()
             placed = place_all(planned.pods, keys, dry, profile, exclude) if enough else []
             if len(placed) == len(planned.pods):
-                fit = Fit(t, frozenset(p.node for p in placed))
+                fit = StartPlan(t, frozenset(p.node for p in placed))
                 break
             for key in keys[: len(placed)]:
                 state.release(key)

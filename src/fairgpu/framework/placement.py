@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask
-from fairgpu.framework.profile import Profile
+from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import Placement
 
@@ -41,6 +40,7 @@ def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndar
         node = int(np.argmax(mask.nodes))
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
+    assert mask.slots is not None, "the Resources filter narrows a GPU pod's slots"
     slots = np.flatnonzero(mask.slots[node])
     for plugin, _ in profile.score:  # the first score plugin with an opinion orders the GPUs
         order = plugin.gpu_order(pod, view, node, slots)

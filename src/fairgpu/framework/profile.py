@@ -6,18 +6,22 @@ whoever assembles profiles (`fairgpu.catalog` for the built-in plugins)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fairgpu.errors import ProfileError
-from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
+from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, Profile, QueueSort, Score
 from fairgpu.spec import validation_message
 
-T = TypeVar("T")
-
 POINTS: tuple[type, ...] = (QueueSort, Admit, Filter, Score, Permit, Preempt)
+
+
+class Named(Protocol):
+    """A plugin class: its NAME is how profiles and the registry refer to it."""
+
+    NAME: ClassVar[str]
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,24 +61,8 @@ class _ProfileDoc(BaseModel):
     gang: bool = False
 
 
-@dataclass(slots=True)
-class Profile:
-    name: str
-    queue_sort: QueueSort
-    admit: list[Admit] = field(default_factory=list)
-    filter: list[Filter] = field(default_factory=list)
-    score: list[tuple[Score, float]] = field(default_factory=list)
-    permit: list[Permit] = field(default_factory=list)
-    preempt: list[Preempt] = field(default_factory=list)
-    description: str = ""
-    reserve: bool = False  # hold nodes for a workload that waited past its queue's starvation_after
-    # Workloads are gangs: their pods are placed together (on as few nodes as the scores allow), failures
-    # are remembered per whole-workload shape, and the Permit plugins decide whether a partial placement
-    # may be kept. Off, each pod is placed on its own, as kube-scheduler does.
-    gang: bool = False
-
-
-def _build(ref: _PluginRef | str, point: type[T], where: str, registry: Registry) -> T:
+def _build(ref: _PluginRef | str, point: type, where: str, registry: Registry) -> Any:
+    """The plugin `ref` names, checked to implement `point` (a Protocol: the check is at run time)."""
     ref = _PluginRef(name=ref) if isinstance(ref, str) else ref
     entry = registry.get(ref.name)
     if entry is None:
@@ -97,7 +85,7 @@ def parse_profile(doc: dict[str, Any], registry: Registry) -> Profile:
     except ValidationError as err:
         raise ProfileError(f"profile {validation_message(err)}") from err
 
-    def refs(items: list[_PluginRef | str], point: type[T], key: str) -> list[T]:
+    def refs(items: list[_PluginRef | str], point: type, key: str) -> list[Any]:
         return [_build(ref, point, f"{key}[{i}]", registry) for i, ref in enumerate(items)]
 
     if parsed.gang and not parsed.permit:

@@ -76,8 +76,8 @@ class SchedulingMetrics:
         for ev in result.evictions:
             self.preemptions.labels(reason_kind(ev.reason)).inc()
         for name in result.started:
-            wl = sched.running[name].workload
-            wait = max(0.0, now - wl.submit_time)
+            wl = sched.status(name)
+            wait = max(0.0, now - wl.submitted)
             self.sli.observe(wait)
             self.admission_wait.labels(wl.queue).observe(wait)
 
@@ -141,17 +141,17 @@ def _queue_metrics(sched: Scheduler) -> Iterator[Metric]:
             fam.add_metric([names[q], r.FAIR_DIMS[d]], float(scaled[q, d]))
         yield fam
     pending_wl = GaugeMetricFamily(P + "queue_pending_workloads", "Workloads waiting in the queue.", labels=["queue"])
-    counts = tree.rollup(np.array([len(b) for b in sched.backlogs], dtype=np.int64))  # inner: its subtree
+    counts = tree.rollup(sched.workload_counts()[0])  # an inner queue counts its subtree
     for q, n in enumerate(counts):
         pending_wl.add_metric([names[q]], float(n))
     yield pending_wl
     # pods of pending workloads: not placed yet, or placed but waiting for the rest of their gang
     unplaced = np.zeros(len(tree))
     held = np.zeros(len(tree))
-    for entry in sched.pending.values():
-        done = len(entry.placed)
-        unplaced[entry.queue] += len(entry.workload.pods) - done
-        held[entry.queue] += done
+    index = tree.index
+    for w in sched.workloads("pending"):
+        unplaced[index[w.queue]] += w.pods - w.placed
+        held[index[w.queue]] += w.placed
     pods = GaugeMetricFamily(P + "pending_pods", "Pods of pending workloads, by state.", labels=["queue", "state"])
     for q in tree.leaves:
         pods.add_metric([names[q], "unplaced"], float(unplaced[q]))

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from fairgpu import resources as r
-from fairgpu.framework.scheduler import Entry, Scheduler
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.observe.accounting import gpu_accounting
 from fairgpu.observe.history import QueueHistory
 
@@ -18,6 +18,7 @@ def cluster_view(sched: Scheduler) -> dict[str, Any]:
     """Totals per GPU model and a node × GPU heat map; vectorised, since clusters reach thousands of nodes."""
     st = sched.state
     acc = gpu_accounting(st)
+    pending, running = sched.workload_counts()
     cores = np.where(st.gpu_valid, st.gpu_cores_cap - st.gpu_cores_free, -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         mem_pct = np.where(st.gpu_valid, np.rint(100 * (1 - st.gpu_mem_free / st.gpu_mem_cap)), -1)
@@ -28,8 +29,8 @@ def cluster_view(sched: Scheduler) -> dict[str, Any]:
             "allocated_gpus": float(acc.allocated.sum()),
             "free_gpus": float(acc.free.sum()),
             "fragmented_gpus": float(acc.fragmented.sum()),
-            "running_workloads": len(sched.running),
-            "pending_workloads": len(sched.pending),
+            "running_workloads": int(running.sum()),
+            "pending_workloads": int(pending.sum()),
         },
         "models": acc.by_model(st),
         # -1 marks a slot without a GPU (nodes with fewer GPUs than the largest)
@@ -41,11 +42,6 @@ def cluster_view(sched: Scheduler) -> dict[str, Any]:
             "memory_pct": mem_pct.astype(np.int64).tolist(),
         },
     }
-
-
-def _placed_pods(sched: Scheduler) -> list[tuple[Entry, int]]:
-    entries = [*sched.running.values(), *(e for e in sched.pending.values() if e.placed)]
-    return [(e, i) for e in entries for i in range(len(e.placed))]
 
 
 def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
@@ -68,7 +64,7 @@ def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
     cpu_pods = []
     # Every pod the state holds: a live scheduler also pins pods it found running that are not its own
     # workloads (another scheduler's, or without a queue): their workload and queue are null.
-    owners = {entry.workload.pod_names[i]: entry.workload for entry, i in _placed_pods(sched)}
+    owners = {w.pod_names[i]: w for w in sched.workloads() for i in range(w.placed)}
     for key in st.placed_keys():
         p = st.placement(key)
         if p is None or p.node != n:
@@ -96,7 +92,7 @@ def _vector(values: np.ndarray) -> dict[str, float | None]:
 def queue_view(sched: Scheduler, history: QueueHistory) -> dict[str, Any]:
     """The tree with each queue's current usage, fair share, guarantee and limit, and their history."""
     tree, v = sched.tree, sched.view
-    pending = np.array([len(b) for b in sched.backlogs], dtype=np.int64)
+    pending, _ = sched.workload_counts()
     usage = np.stack(history.usage) if history.t else np.zeros((0, len(tree), len(r.FAIR_DIMS)))
     entitled = np.stack(history.entitled) if history.t else usage
     queues = []
@@ -132,17 +128,17 @@ def queue_view(sched: Scheduler, history: QueueHistory) -> dict[str, Any]:
 def workloads_view(sched: Scheduler, queue: str | None = None) -> dict[str, Any]:
     """Pending and running workloads, oldest first, for the workload picker."""
 
-    def rows(entries: list[Entry], state: str) -> list[dict[str, Any]]:
-        chosen = sorted((e for e in entries if queue is None or e.workload.queue == queue), key=lambda e: e.seq)
+    def rows(state: str) -> list[dict[str, Any]]:
         return [
-            {"workload": e.workload.name, "queue": e.workload.queue, "state": state,
-             "submitted": e.workload.submit_time, "pods": len(e.workload.pods), "placed": len(e.placed)}
-            for e in chosen[:MAX_WORKLOADS]
+            {"workload": w.name, "queue": w.queue, "state": state, "submitted": w.submitted, "pods": w.pods,
+             "placed": w.placed}
+            for w in sched.workloads(state, queue)[:MAX_WORKLOADS]
         ]  # fmt: skip
 
+    pending, running = sched.workload_counts()
     return {
-        "pending": rows(list(sched.pending.values()), "pending"),
-        "running": rows(list(sched.running.values()), "running"),
-        "pending_total": len(sched.pending),
-        "running_total": len(sched.running),
+        "pending": rows("pending"),
+        "running": rows("running"),
+        "pending_total": int(pending.sum()),
+        "running_total": int(running.sum()),
     }

@@ -25,7 +25,7 @@ class NodeAffinity:
     # each distinct constraint is evaluated once per state (one pass over the nodes), then reused.
     # Keyed by the node list, which copies of a state share; the list is kept in the entry so its id
     # cannot be reused by another list while the entry lives.
-    _cache: dict[tuple, tuple[list, np.ndarray]] = field(default_factory=dict)
+    _cache: dict[tuple[Any, ...], tuple[list[Any], np.ndarray]] = field(default_factory=dict)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         for _, excluded in self.reasons(pod, view):
@@ -43,7 +43,7 @@ class NodeAffinity:
         return out
 
     def _cached(
-        self, state: ClusterState, key: tuple, compute: Callable[[ClusterState, Any], np.ndarray]
+        self, state: ClusterState, key: tuple[Any, ...], compute: Callable[[ClusterState, Any], np.ndarray]
     ) -> np.ndarray:
         full = (id(state.nodes), *key)
         hit = self._cache.get(full)
@@ -66,7 +66,7 @@ def _tainted(state: ClusterState, _: object) -> np.ndarray:
     return np.array([any(t.effect in BLOCKING_EFFECTS for t in nd.taints) for nd in state.nodes], dtype=bool)
 
 
-def _untolerated(state: ClusterState, tolerations: tuple) -> np.ndarray:
+def _untolerated(state: ClusterState, tolerations: tuple[Any, ...]) -> np.ndarray:
     return np.array(
         [
             any(t.effect in BLOCKING_EFFECTS and not any(tol.tolerates(t) for tol in tolerations) for t in nd.taints)

@@ -33,6 +33,7 @@ from fairgpu.fairness import dominant_shares, share_ratio
 from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.placement import feasible, place_all, place_pod
 from fairgpu.model.pod import PodSpec
+from fairgpu.state import scratch_key
 
 _TOL = 1e-9
 
@@ -76,7 +77,8 @@ class Preemption:
         min_runtime = np.array([q.preemption.min_runtime for q in tree.queues])
         ok &= ctx.now - t.started >= min_runtime[t.queue]
         ok &= ~(t.whole & ~t.preemptible & within[t.queue])  # preemptible: false holds within the guarantee
-        return ok & t.alive
+        eligible: np.ndarray = ok & t.alive
+        return eligible
 
     def _choose(self, ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray | None:
         """Pod by pod: the node where the cheapest eligible GPUs make room, the workload's earlier pods
@@ -125,6 +127,7 @@ class Preemption:
         np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
         need = pod.gpu.count if pod.gpu is not None else 0
         if need:  # only slots that can take the pod there: the earlier pods' own room is taken
+            assert mask.slots is not None
             ranked = np.sort(np.where(mask.slots, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
             prow = rest[fp.pod_tag]
@@ -163,7 +166,8 @@ def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
     lost = t.charge[:, 0] * np.maximum(ctx.now - t.started, 0.0)
     scale = float(lost[eligible].max()) + 1.0 if eligible.any() else 1.0
     tier = (queue_rank[t.queue] * 2 + t.whole) * levels + prio_rank
-    return tier * scale + lost
+    cost: np.ndarray = tier * scale + lost
+    return cost
 
 
 def _reclaimable(ctx: PreemptContext) -> np.ndarray:
@@ -172,7 +176,8 @@ def _reclaimable(ctx: PreemptContext) -> np.ndarray:
     tree, p, usage = ctx.view.tree, ctx.queue, ctx.usage
     if not (tree.queues[p].preemption.reclaim and np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL)):
         return np.zeros(len(tree), dtype=bool)
-    return np.any(usage > tree.guaranteed + _TOL, axis=1)
+    borrowing: np.ndarray = np.any(usage > tree.guaranteed + _TOL, axis=1)
+    return borrowing
 
 
 def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bool:
@@ -196,12 +201,12 @@ def _room(ctx: PreemptContext, victims: np.ndarray, earlier: Sequence[tuple[PodS
         elsewhere[node] = False
         p = place_pod(pod, dry, ctx.profile, elsewhere)
         if p is not None:
-            dry.state.assign(f"\0preempt-{i}", p)
+            dry.state.assign(scratch_key("preempt", i), p)
     return dry
 
 
 def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
     dry = ctx.potential(chosen)
-    keys = [f"\0preempt-{i}" for i in range(len(ctx.pods))]
+    keys = [scratch_key("preempt", i) for i in range(len(ctx.pods))]
     return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)

@@ -5,7 +5,7 @@ extension point is checked when a profile builds it (framework/profile.py)."""
 from __future__ import annotations
 
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, QueueSort, Score
-from fairgpu.framework.profile import PluginEntry, Registry
+from fairgpu.framework.profile import Named, PluginEntry, Registry
 from fairgpu.plugins.affinity import NodeAffinity
 from fairgpu.plugins.baselines import BestFit, DotProd, GpuClustering, GpuPacking, Random
 from fairgpu.plugins.fit import Resources
@@ -17,7 +17,7 @@ from fairgpu.plugins.quota import Quota
 from fairgpu.plugins.scores import Binpack, LeastAllocated, PodPolicy, Spread
 from fairgpu.plugins.sort import FairShare, PrioritySort
 
-_BY_POINT: dict[type, tuple[type, ...]] = {
+_BY_POINT: dict[type, tuple[type[Named], ...]] = {
     QueueSort: (PrioritySort, FairShare),
     Admit: (Quota,),
     Filter: (NodeAffinity, GpuType, Resources),

@@ -6,7 +6,7 @@ import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class Simulation:
                 if kind == _SUBMIT:
                     sched.submit(self.by_name[name])
                 elif kind == _FINISH:
-                    if name in sched.running and payload == self._run[name]:
+                    if sched.state_of(name) == "running" and payload == self._run[name]:
                         sched.remove(name)
                         self.completed[self.by_name[name].queue] += 1
                 else:
@@ -131,22 +131,21 @@ class Simulation:
             self._push(ev.at, _EVICTED, ev.workload, (self._run[ev.workload], ev.pods))
 
     def _evicted(self, now: float, name: str, payload: object) -> None:
-        run, pods = payload  # type: ignore[misc]
-        entry = self.sched.running.get(name)
-        if entry is None or run != self._run[name]:
+        run, pods = cast(tuple[int, tuple[int, ...] | None], payload)
+        if self.sched.state_of(name) != "running" or run != self._run[name]:
             return  # it finished on its own during the grace period
-        wl = entry.workload
+        wl, placed = self.by_name[name], self.sched.status(name).placed
         self.preempted[wl.queue] += 1
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
             self.sched.shrink(name, pods)
             return
-        held = sum(p.gpu.gpu_equivalents() for p in wl.pods[: len(entry.placed)] if p.gpu is not None)
+        held = sum(p.gpu.gpu_equivalents() for p in wl.pods[:placed] if p.gpu is not None)
         self.lost_gpu_seconds[wl.queue] += held * (now - self.starts[name])  # no checkpoint: all of it
         self.sched.remove(name)
         self.starts.pop(name, None)
         self.sched.submit(wl)
 
-    def result(self) -> SimResult:
+    def run(self) -> SimResult:
         """Run to the horizon and report."""
         self.run_until(self.horizon)
         horizon, rec = self.horizon, self.rec
@@ -204,4 +203,4 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
-    return Simulation(scenario, profile, horizon).result()
+    return Simulation(scenario, profile, horizon).run()

@@ -1,0 +1,72 @@
+"""Share accounting: what each queue holds, wants and is entitled to, and its decayed past usage — the
+numbers fair ordering and preemption decide by. The arrays live in the EngineView that plugins read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from fairgpu import fairness
+from fairgpu import resources as r
+from fairgpu.framework.interfaces import EngineView
+from fairgpu.model.pod import PodSpec
+from fairgpu.model.queue import QueueTree
+from fairgpu.state import ClusterState
+
+
+class ShareAccounting:
+    def __init__(self, state: ClusterState, tree: QueueTree) -> None:
+        q, dims = len(tree), len(r.FAIR_DIMS)
+        self.view = EngineView(
+            state=state,
+            tree=tree,
+            capacity=state.capacity_vector(),
+            usage=np.zeros((q, dims)),
+            demand=np.zeros((q, dims)),
+            entitled=np.zeros((q, dims)),
+            usage_dom=np.zeros(q),
+            entitled_dom=np.zeros(q),
+            history_dom=np.zeros(q),
+            share_ratio=np.zeros(q),
+        )
+        self._mean_mem = state.mean_gpu_memory_mib()
+        self._charges: dict[PodSpec, np.ndarray] = {}
+        # Decayed usage: integral of past usage (resource-seconds) with each queue's half-life.
+        self._decay_rate = np.where(tree.half_life > 0, math.log(2) / np.maximum(tree.half_life, 1e-9), 0.0)
+        self._history = np.zeros((q, dims))
+        self._history_t: float | None = None
+
+    def charge(self, pod: PodSpec) -> np.ndarray:
+        """The pod's fair vector (cached per pod shape: the same spec is charged the same)."""
+        c = self._charges.get(pod)
+        if c is None:
+            c = self._charges[pod] = pod.charge(self._mean_mem)
+        return c
+
+    def charge_of(self, pods: Iterable[PodSpec]) -> np.ndarray:
+        return sum((self.charge(p) for p in pods), r.zeros())
+
+    def dominant(self, charge: np.ndarray) -> float:
+        """A fair vector's dominant share of the cluster."""
+        return float(fairness.dominant_shares(charge, self.view.capacity))
+
+    def refresh(self, now: float) -> None:
+        """Decay usage history to `now` and recompute entitlements and every queue's share ratio."""
+        v = self.view
+        self._decay(now)
+        v.entitled = fairness.entitlements(v.tree, v.capacity, v.demand)
+        v.entitled_dom = fairness.dominant_shares(v.entitled, v.capacity)
+        v.usage_dom = fairness.dominant_shares(v.usage, v.capacity)
+        v.history_dom = fairness.dominant_shares(self._history * self._decay_rate[:, None], v.capacity)
+        v.share_ratio = fairness.share_ratio(v.usage_dom + v.history_dom, v.entitled_dom)
+
+    def _decay(self, now: float) -> None:
+        if self._history_t is not None and now > self._history_t:
+            lam = self._decay_rate
+            keep = np.exp(-lam * (now - self._history_t))
+            # exact integral of constant usage over the interval, decayed to `now`
+            gained = np.where(lam > 0, (1 - keep) / np.where(lam > 0, lam, 1.0), 0.0)
+            self._history = self._history * keep[:, None] + self.view.usage * gained[:, None]
+        self._history_t = now if self._history_t is None else max(self._history_t, now)

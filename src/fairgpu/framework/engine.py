@@ -1,0 +1,122 @@
+"""What the engine's rooms share: a workload as the engine tracks it (Entry), a cycle's decisions
+(CycleResult), what one cycle remembers as it goes (CycleMemo), and the Engine protocol through which
+explanations read the scheduler without importing it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.interfaces import Bound, EngineView, Evict, Profile
+from fairgpu.framework.reservations import Reservations
+from fairgpu.model.pod import PodSpec, Workload
+from fairgpu.model.queue import QueueTree
+from fairgpu.state import ClusterState, Placement
+
+
+@dataclass(slots=True)
+class VictimRows:
+    """A running workload's rows of the victim table, kept until its placements change (`version`)."""
+
+    version: int
+    pods: list[tuple[int, int, int]]  # (node, cpu_m, memory_mib) per placed pod
+    slots: list[list[tuple[int, int, int, int]]]  # per placed pod: (node, slot, cores, MiB) per GPU
+    held: np.ndarray  # fair vector of its placed pods
+
+
+@dataclass(slots=True)
+class Entry:
+    """A submitted workload as the engine tracks it."""
+
+    workload: Workload
+    queue: int
+    seq: int
+    charge: np.ndarray  # the whole workload's fair vector
+    share: float  # its dominant share of the cluster
+    placed: list[Placement] = field(default_factory=list)
+    key: int = -1  # id of what must fit next: failures are cached by it within a cycle
+    terminating: bool = False  # being evicted: holds its resources until the driver removes it
+    leaving: np.ndarray | None = None  # fair vector the eviction takes away
+    version: int = 0  # bumped whenever its placements change
+    victim_rows: VictimRows | None = None
+    order: tuple[float, float, int] = (0.0, 0.0, 0)  # (-priority, submit time, seq): its place in its queue
+    started: float | None = None
+
+    @property
+    def user(self) -> str:
+        return self.workload.user
+
+    @property
+    def expected_end(self) -> float:
+        d = self.workload.duration
+        return math.inf if self.started is None or d is None else self.started + d
+
+    @property
+    def rest(self) -> tuple[PodSpec, ...]:
+        """The pods not placed yet."""
+        return self.workload.pods[len(self.placed) :]
+
+    def __lt__(self, other: Entry) -> bool:
+        return self.order < other.order
+
+
+@dataclass(slots=True)
+class CycleResult:
+    bound: list[Bound] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)  # workloads whose pods now all run
+    evictions: list[Evict] = field(default_factory=list)
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class CycleMemo:
+    """What one cycle learns as it goes. Capacity only shrinks within a cycle, so a shape that failed keeps
+    failing until the cycle ends; shapes are attempt keys (Entry.key)."""
+
+    refused: list[set[int]]  # per queue: shapes its admission refused
+    failed: set[int] = field(default_factory=set)  # shapes that did not fit
+    failed_outside: set[int] = field(default_factory=set)  # ... kept out of reserved nodes (they fit in less)
+    skipped: dict[int, list[Entry]] = field(default_factory=dict)  # left pending, per queue: pushed back at the end
+    attempted: set[str] = field(default_factory=set)  # workloads tried, in this cycle's order
+    # (queue, shape) that neither fits nor can make room by preemption: a queue offers its highest priority
+    # first, so a failure holds for the rest of its workloads of that shape
+    hopeless: set[tuple[int, int]] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, queues: int) -> CycleMemo:
+        return cls(refused=[set() for _ in range(queues)])
+
+    def skip(self, q: int, entry: Entry) -> None:
+        self.skipped.setdefault(q, []).append(entry)
+
+    def queue_done(self, q: int, shapes: Iterable[int]) -> bool:
+        """Every shape the queue still has pending was refused, or failed and cannot preempt: the queue has
+        nothing more to try this cycle."""
+        refused = self.refused[q]
+        return all(
+            k in refused or ((k in self.failed or k in self.failed_outside) and (q, k) in self.hopeless) for k in shapes
+        )
+
+
+class Engine(Protocol):
+    """What explanations read from the scheduler (framework/scheduler.py implements it)."""
+
+    state: ClusterState
+    tree: QueueTree
+    profile: Profile
+    view: EngineView
+    backlogs: list[Backlog[Entry]]
+    pending: dict[str, Entry]
+    running: dict[str, Entry]
+    reservations: Reservations
+
+    def refresh_shares(self, now: float) -> None: ...
+
+    def admission_refusal(self, entry: Entry) -> str | None: ...
+
+    def running_ends(self) -> list[tuple[float, list[str]]]: ...
