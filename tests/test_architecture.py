@@ -105,3 +105,36 @@ def test_drivers_never_import_each_other(module):
     mine = next((d for d in DRIVERS if _within(module, (d,))), None)
     others = tuple(d for d in DRIVERS if d != mine)  # observe/ may import neither
     assert not {d for d in GRAPH[module] if _within(d, others)}, f"{module} imports another driver"
+
+
+def test_the_worked_plugin_example_in_docs_runs(monkeypatch):
+    """docs/architecture.md's "How to add a plugin" example, registered and used as the page says: the
+    labelled node gets no pod though it is the emptier one."""
+    import re
+    import sys
+    import types
+
+    from conftest import gpu_node, job, tree, whole
+    from fairgpu.framework.interfaces import Filter
+    from fairgpu.framework.profile import PluginEntry, parse_profile
+    from fairgpu.framework.scheduler import Scheduler
+    from fairgpu.plugins.registry import IN_TREE
+
+    page = (SRC.parent / "docs" / "architecture.md").read_text()
+    code = re.search(r"```python\n(# src/fairgpu/plugins/maintenance.py\n.*?)```", page, re.S).group(1)
+    module = types.ModuleType("maintenance")
+    monkeypatch.setitem(sys.modules, "maintenance", module)  # dataclasses look their module up
+    exec(compile(code, "docs/architecture.md", "exec"), module.__dict__)
+    registry = {**IN_TREE, "Maintenance": PluginEntry(Filter, module.Maintenance)}
+    profile = parse_profile(
+        {"name": "m", "queueSort": "FairShare", "filter": ["NodeAffinity", "Maintenance", "GpuType", "Resources"],
+         "score": ["LeastAllocated"]},
+        registry,
+    )  # fmt: skip
+    busy, soon = gpu_node("busy", cpu_m=8000), gpu_node("soon", labels={"maintenance": "soon"})
+    sched = Scheduler([busy, soon], tree("a"), profile)
+    sched.submit(job("w", "a", whole(1)))
+    result = sched.cycle(0.0)
+    assert [sched.state.node_names[b.placement.node] for b in result.bound] == ["busy"]
+    with pytest.raises(Exception, match="Maintenance is a Filter plugin, not Score"):
+        parse_profile({"name": "m", "queueSort": "FairShare", "score": ["Maintenance"]}, registry)
