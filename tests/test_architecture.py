@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,6 @@ def test_drivers_never_import_each_other(module):
 def test_the_worked_plugin_example_in_docs_runs(monkeypatch):
     """docs/architecture.md's "How to add a plugin" example, registered and used as the page says: the
     labelled node gets no pod though it is the emptier one."""
-    import re
     import sys
     import types
 
@@ -138,3 +138,13 @@ def test_the_worked_plugin_example_in_docs_runs(monkeypatch):
     assert [sched.state.node_names[b.placement.node] for b in result.bound] == ["busy"]
     with pytest.raises(Exception, match="Maintenance is a Filter plugin, not Score"):
         parse_profile({"name": "m", "queueSort": "FairShare", "score": ["Maintenance"]}, registry)
+
+
+def test_every_type_ignore_names_its_code_and_reason():
+    """A silenced type error says which error and why, on the same line: `# type: ignore[code]  # why`."""
+    bare = []
+    for path in SRC.joinpath("fairgpu").rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if "type: ignore" in line and not re.search(r"type: ignore\[[\w-]+(, [\w-]+)*\]\s+#\s*\S", line):
+                bare.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
+    assert not bare, "\n".join(bare)

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fairgpu import resources as r
-from fairgpu.errors import RequestError
+from fairgpu.errors import InputError, RequestError
 from fairgpu.model import QueueSpec
 from fairgpu.model.queue import NEVER, PreemptionPolicy
 
@@ -22,16 +22,16 @@ _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_duration(value: str | int | float) -> float:
     """Seconds from a number or "30s", "10m", "8h", "2d"."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+        raise InputError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
         match = _DURATION.match(str(value))
         if not match:
-            raise ValueError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 8h, 2d)")
+            raise InputError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 8h, 2d)")
         seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
     if not np.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{value!r} must be a non-negative duration")
+        raise InputError(f"{value!r} must be a non-negative duration")
     return seconds
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fairgpu.errors import StateError
+from fairgpu.errors import InputError, StateError
 from fairgpu.model.node import GPU_CORES, NodeSpec
 from fairgpu.model.pod import PodSpec
 
@@ -112,7 +112,7 @@ class ClusterState:
         self.node_names = [nd.name for nd in self.nodes]
         self.node_index = {name: i for i, name in enumerate(self.node_names)}
         if len(self.node_index) != n:
-            raise ValueError("node names must be unique")
+            raise InputError("node names must be unique")
         self.models: list[str] = sorted({gpu.model for nd in self.nodes for gpu in nd.gpus})
         model_id = {m: i for i, m in enumerate(self.models)}
 

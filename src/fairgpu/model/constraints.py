@@ -4,12 +4,18 @@ per-pod placement policies. Plain frozen data, so PodSpec stays hashable."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+from fairgpu.errors import InputError
+
+Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+OPERATORS: tuple[str, ...] = get_args(Operator)
+TaintEffect = Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
+TAINT_EFFECTS: tuple[str, ...] = get_args(TaintEffect)
 # Taint effects that keep new pods off a node; PreferNoSchedule is only a preference.
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-TAINT_EFFECTS = (*BLOCKING_EFFECTS, "PreferNoSchedule")
-POLICIES = ("binpack", "spread")  # hami.io/node-scheduler-policy, hami.io/gpu-scheduler-policy
+Policy = Literal["binpack", "spread"]  # hami.io/node-scheduler-policy, hami.io/gpu-scheduler-policy
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 @dataclass(slots=True, frozen=True)
@@ -22,13 +28,13 @@ class MatchExpression:
 
     def __post_init__(self) -> None:
         if self.operator not in OPERATORS:
-            raise ValueError(f"operator: {self.operator!r} is not one of {', '.join(OPERATORS)}")
+            raise InputError(f"operator: {self.operator!r} is not one of {', '.join(OPERATORS)}")
         if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"values: {self.operator} needs at least one value")
+            raise InputError(f"values: {self.operator} needs at least one value")
         if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"values: {self.operator} takes no values")
+            raise InputError(f"values: {self.operator} takes no values")
         if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or _integer(self.values[0]) is None):
-            raise ValueError(f"values: {self.operator} needs exactly one integer value")
+            raise InputError(f"values: {self.operator} needs exactly one integer value")
 
     def matches(self, labels: dict[str, str]) -> bool:
         """Kubernetes semantics: NotIn and DoesNotExist hold on nodes without the label."""
@@ -62,9 +68,9 @@ class Taint:
 
     def __post_init__(self) -> None:
         if not self.key:
-            raise ValueError("key: a taint needs a key")
+            raise InputError("key: a taint needs a key")
         if self.effect not in TAINT_EFFECTS:
-            raise ValueError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            raise InputError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -79,13 +85,13 @@ class Toleration:
 
     def __post_init__(self) -> None:
         if self.operator not in ("Equal", "Exists"):
-            raise ValueError(f"operator: {self.operator!r} is not Equal or Exists")
+            raise InputError(f"operator: {self.operator!r} is not Equal or Exists")
         if self.operator == "Exists" and self.value:
-            raise ValueError("value: operator Exists takes no value")
+            raise InputError("value: operator Exists takes no value")
         if self.operator == "Equal" and not self.key:
-            raise ValueError("key: operator Equal needs a key")
+            raise InputError("key: operator Equal needs a key")
         if self.effect and self.effect not in TAINT_EFFECTS:
-            raise ValueError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            raise InputError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
 
     def tolerates(self, taint: Taint) -> bool:
         if self.effect and self.effect != taint.effect:

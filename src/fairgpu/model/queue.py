@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.errors import InputError
 
 V = TypeVar("V", bound="np.ndarray | list[Any]")  # per-queue values that QueueTree.rollup sums
 
@@ -26,9 +27,9 @@ class PreemptionPolicy:
 
     def __post_init__(self) -> None:
         if self.within_queue not in WITHIN_QUEUE:
-            raise ValueError(f"within_queue must be one of {', '.join(WITHIN_QUEUE)}")
+            raise InputError(f"within_queue must be one of {', '.join(WITHIN_QUEUE)}")
         if self.min_runtime < 0 or self.grace_period < 0:
-            raise ValueError("min_runtime and grace_period must not be negative")
+            raise InputError("min_runtime and grace_period must not be negative")
 
 
 WITHIN_QUEUE = ("Never", "LowerPriority")
@@ -51,11 +52,11 @@ class QueueSpec:
 
     def __post_init__(self) -> None:
         if self.allocation not in ALLOCATION:
-            raise ValueError(f"queue {self.name}: allocation must be one of {', '.join(ALLOCATION)}")
+            raise InputError(f"queue {self.name}: allocation must be one of {', '.join(ALLOCATION)}")
         if self.fair_within not in FAIR_WITHIN:
-            raise ValueError(f"queue {self.name}: fair_within must be one of {', '.join(FAIR_WITHIN)}")
+            raise InputError(f"queue {self.name}: fair_within must be one of {', '.join(FAIR_WITHIN)}")
         if self.usage_half_life < 0 or self.starvation_after < 0:
-            raise ValueError(f"queue {self.name}: durations must not be negative")
+            raise InputError(f"queue {self.name}: durations must not be negative")
 
 
 FAIR_WITHIN = ("fifo", "users")
@@ -68,19 +69,19 @@ class QueueTree:
     def __init__(self, queues: Sequence[QueueSpec]) -> None:
         by_name = {q.name: q for q in queues}
         if len(by_name) != len(queues):
-            raise ValueError("queue names must be unique")
+            raise InputError("queue names must be unique")
         for q in queues:
             if q.parent is not None and q.parent not in by_name:
-                raise ValueError(f"queue {q.name}: parent {q.parent!r} is not a queue")
+                raise InputError(f"queue {q.name}: parent {q.parent!r} is not a queue")
             if q.weight <= 0:
-                raise ValueError(f"queue {q.name}: weight must be positive")
+                raise InputError(f"queue {q.name}: weight must be positive")
         order: list[QueueSpec] = []
         placed: set[str] = set()
         pending = list(queues)
         while pending:
             ready = [q for q in pending if q.parent is None or q.parent in placed]
             if not ready:
-                raise ValueError(f"queue {pending[0].name}: parent chain forms a cycle")
+                raise InputError(f"queue {pending[0].name}: parent chain forms a cycle")
             order.extend(ready)
             placed.update(q.name for q in ready)
             pending = [q for q in pending if q.name not in placed]

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
-from fairgpu.model.constraints import OPERATORS, POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration
+from fairgpu.model.constraints import MatchExpression, Operator, Policy, Taint, TaintEffect, Toleration
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
 from fairgpu.model.pod import parse_request
 from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
@@ -27,7 +27,7 @@ from fairgpu.state import ClusterState
 class TaintDoc(Strict):
     key: str = Field(min_length=1)
     value: str = ""
-    effect: Literal[TAINT_EFFECTS] = "NoSchedule"  # type: ignore[valid-type]
+    effect: TaintEffect = "NoSchedule"
 
     def taint(self) -> Taint:
         return Taint(self.key, self.value, self.effect)
@@ -35,7 +35,7 @@ class TaintDoc(Strict):
 
 class ExpressionDoc(Strict):
     key: str = Field(min_length=1)
-    operator: Literal[OPERATORS]  # type: ignore[valid-type]
+    operator: Operator
     values: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -51,7 +51,7 @@ class TolerationDoc(Strict):
     key: str = ""
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str = ""
-    effect: Literal["", TAINT_EFFECTS] = ""  # type: ignore[valid-type]
+    effect: Literal[""] | TaintEffect = ""
 
     @model_validator(mode="after")
     def _valid(self) -> TolerationDoc:
@@ -117,8 +117,8 @@ class WorkloadGroup(Strict):
     node_selector: dict[str, str] = Field(default_factory=dict)
     node_affinity: list[list[ExpressionDoc]] = Field(default_factory=list)  # any term; all its expressions
     tolerations: list[TolerationDoc] = Field(default_factory=list)
-    node_scheduler_policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
-    gpu_scheduler_policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
+    node_scheduler_policy: Policy | None = None
+    gpu_scheduler_policy: Policy | None = None
 
     @field_validator("at", "every", "duration", "duration_max")
     @classmethod
