@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -51,6 +52,13 @@ class WorkloadStatus:
     terminating: bool  # being evicted
     pod_names: tuple[str, ...]
     placements: tuple[Placement, ...]  # of its placed pods, in pod order
+
+
+class CycleObserver(Protocol):
+    """What a driver tells about every cycle, with its wall-clock cost (the engine itself reads no clock):
+    observe.metrics.SchedulingMetrics feeds Prometheus counters from it, in both drivers."""
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None: ...
 
 
 class Scheduler:

@@ -6,25 +6,18 @@ import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.framework.scheduler import CycleObserver, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
 # At one instant: finishes and evictions free capacity before new work arrives.
 _FINISH, _EVICTED, _SUBMIT = 0, 1, 2
 MAX_CYCLES_PER_INSTANT = 64  # grace-0 evictions cycle again at the same instant; preemption must settle
-
-
-class CycleObserver(Protocol):
-    """Told about every cycle (with its wall-clock cost), e.g. to feed Prometheus counters; the engine
-    itself stays clock-free."""
-
-    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None: ...
 
 
 @dataclass(slots=True)
