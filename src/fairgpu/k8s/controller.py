@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fairgpu import resources as r
 from fairgpu.errors import BindError, KubeError, RequestError, StateError
 from fairgpu.framework.interfaces import Evict
@@ -352,7 +354,8 @@ class Controller:
         del self.fixed[key]
 
     def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
-        state = self.engine.state  # type: ignore[union-attr]
+        assert self.engine is not None, "placements are read only once an engine exists"
+        state = self.engine.state
         spec = p.spec
         if spec.gpu is None:
             return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
@@ -682,7 +685,7 @@ class Controller:
                     self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), message)
 
 
-def _vector(v: object) -> dict[str, str]:
+def _vector(v: np.ndarray) -> dict[str, str]:
     """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
-    gpu, gpumem, cpu, mem = (float(x) for x in v)  # type: ignore[attr-defined]
+    gpu, gpumem, cpu, mem = (float(x) for x in v)
     return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}
