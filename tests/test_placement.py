@@ -146,7 +146,7 @@ def test_gpu_uuid_include_and_exclude_pick_gpus() -> None:
     view, prof = view_of([gpu_node("n0", gpus=4)])
     only_bad = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
     assert place_pod(only_bad, view, prof) is None
-    assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID excluded": 1}
+    assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID or vgpu-mode excluded": 1}
 
 
 def test_gpu_model_include_exclude() -> None:

@@ -25,13 +25,15 @@ from fairgpu.errors import BindError, KubeError, RequestError, StateError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_from_cr
 from fairgpu.k8s.reporter import Reporter
-from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
+from fairgpu.k8s.translate import NodeInputs, PodInfo, hold, holdings, node_spec, pod_info, refused_gpus
 from fairgpu.model import NodeSpec, QueueTree, Workload
 from fairgpu.state import Placement
 
@@ -63,8 +65,10 @@ class Controller:
         binder: Binder | None = None,
         leading: asyncio.Event | None = None,
         on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
+        hami_config: HamiConfig = DEFAULT_HAMI,
     ) -> None:
         self.port = port
+        self.hami = hami_config  # resource names and request defaults; the binder's lock expiry
         self.on_cycle = on_cycle  # (engine, result, now, seconds): metrics of each cycle
         self.profile = profile
         self.scheduler_name = scheduler_name
@@ -75,6 +79,7 @@ class Controller:
             node_changed=self._node_changed,
             node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
             pod_cache=lambda key: self.pods.cache.get(key),
+            lock_expiry=hami_config.lock_expiry,
         )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
@@ -85,7 +90,8 @@ class Controller:
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
         self._built_from: tuple | None = None
-        self.fixed: dict[str, Placement] = {}  # others' pods (and ours without a queue) pinned where they run
+        self.fixed: dict[str, list[str]] = {}  # others' pods (and ours without a queue) pinned: their ledger keys
+        self.unaccounted: dict[str, str] = {}  # pinned pods whose HAMi record could not be read or did not fit
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
@@ -278,6 +284,7 @@ class Controller:
         self._engine_changed = True
         self._built_from = shape
         self.fixed.clear()
+        self.unaccounted.clear()
         self.owned.clear()
         self.members.clear()
         self.shrinking.clear()
@@ -286,27 +293,39 @@ class Controller:
 
     def _pin(self, p: PodInfo) -> None:
         """Another scheduler's pod takes its room where it runs, charged to nobody."""
-        placement = self._found_placement(p)
-        if placement is not None:
-            self._fix(p, placement)
-
-    def _found_placement(self, p: PodInfo) -> Placement | None:
-        """Where a bound pod runs, from its node and HAMi annotations; None off our inventory or unreadable."""
         engine = self.engine
         assert engine is not None and p.node is not None
         ni = engine.state.node_index.get(p.node)
-        return None if ni is None else self._placement_from_annotations(p, ni)
+        if ni is not None:
+            self._fix(p, *holdings(p, engine.state, ni))
 
-    def _fix(self, p: PodInfo, placement: Placement) -> None:
+    def _found_placement(self, p: PodInfo) -> Placement | None:
+        """Where a bound pod runs as one Placement the engine can adopt; None off our inventory, or when its
+        HAMi record has another shape (then it is pinned, every card it names accounted)."""
+        engine = self.engine
+        assert engine is not None and p.node is not None
+        ni = engine.state.node_index.get(p.node)
+        found, problem = holdings(p, engine.state, ni) if ni is not None else ([], None)
+        if len(found) == 1 and problem is None:
+            return found[0]
+        if found:
+            self._fix(p, found, problem)
+        return None
+
+    def _fix(self, p: PodInfo, placements: list[Placement], problem: str | None = None) -> None:
+        """Hold what a pod holds, every entry of its record (hold); what cannot be read or does not fit is an
+        Event on the pod and counts in fairgpu_hami_unaccounted_pods, never ignored."""
         engine = self.engine
         assert engine is not None
-        try:
-            engine.state.assign(p.key, placement)
-        except StateError as err:  # a foreign pod over capacity must not stop scheduling
-            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
-            return
+        keys, over = hold(engine.state, p.key, placements)
+        problems = ([problem] if problem else []) + over
+        if problems:
+            message = "; ".join(problems)
+            log.warning("pod %s on %s: %s", p.key, p.node, message)
+            self.unaccounted[p.key] = message
+            self.reporter.allocation_unreadable(p.key, p.uid, message)
         self._engine_changed = True
-        self.fixed[p.key] = placement
+        self.fixed[p.key] = keys
 
     def _adopt(self, name: str, members: list[PodInfo], placements: list[Placement] | None = None) -> None:
         """Our pods found running (after a restart, a rebuild of the engine, or a gang member's exit) run on as
@@ -339,7 +358,7 @@ class Controller:
         except (RequestError, StateError) as err:  # no queue for them (any more), or not all of them fit
             log.warning("pods of %s pinned where they run, charged to no queue: %s", name, err)
             for m, placement in zip(members, placements, strict=True):
-                self._fix(m, placement)
+                self._fix(m, [placement])
             return
         self._engine_changed = True
         self.members[name] = wl.pod_names
@@ -349,35 +368,10 @@ class Controller:
     def _unhold(self, key: str) -> None:
         engine = self.engine
         assert engine is not None
-        engine.state.release(key)
+        for k in self.fixed.pop(key):
+            engine.state.release(k)
+        self.unaccounted.pop(key, None)
         self._engine_changed = True
-        del self.fixed[key]
-
-    def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
-        assert self.engine is not None, "placements are read only once an engine exists"
-        state = self.engine.state
-        spec = p.spec
-        if spec.gpu is None:
-            return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
-        raw = p.annotations.get(hami.ALLOCATED)
-        if raw is not None and p.annotations.get(hami.VGPU_NODE) == p.node:
-            try:
-                segments = hami.decode_devices(raw)
-            except hami.FormatError as err:
-                log.warning("pod %s: %s", p.key, err)
-                segments = []
-            devices = [d for seg in segments for d in seg]
-            uuids = [g.uuid for g in state.nodes[ni].gpus]
-            if devices and all(d.uuid in uuids for d in devices):
-                slots = tuple(uuids.index(d.uuid) for d in devices)
-                return Placement(
-                    ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
-                )
-        # A GPU pod placed by someone else without HAMi's record: take fitting cards so none is double-booked.
-        fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
-        if len(fits) < spec.gpu.count:
-            return None
-        return state.placement_for(spec, ni, fits[: spec.gpu.count])
 
     def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
         """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
@@ -586,6 +580,9 @@ class Controller:
             if hit is None or hit[0] != inputs:
                 try:
                     spec: NodeSpec | None = node_spec(inputs)
+                    refused = refused_gpus(inputs)
+                    if refused is not None:
+                        self.reporter.gpus_refused(inputs.name, refused)
                 except ValueError as err:
                     log.warning("node %s left out: %s", inputs.name, err)
                     spec = None
@@ -612,9 +609,12 @@ class Controller:
             if obj is None:
                 continue
             try:
-                p = pod_info(obj)
+                p = pod_info(obj, self.hami.rules())
             except (RequestError, ValueError) as err:
                 self._bad[key] = str(err)
+                continue
+            if p.problem is not None and not p.node:  # not ours to schedule; once bound, it is accounted
+                self._bad[key] = p.problem
                 continue
             self._infos[key] = p
             if p.group:

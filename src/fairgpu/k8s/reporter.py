@@ -55,6 +55,18 @@ class Reporter:
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, "", "Preempted", reason, "Normal"))
 
+    def allocation_unreadable(self, key: str, uid: str, message: str) -> None:
+        """A bound pod whose HAMi record cannot be read (or does not fit): its cards count as fully used."""
+        ns, name = key.split("/", 1)
+        self._spawn(self._event(ns, name, uid, "HAMiAllocationUnaccounted", message, "Warning"))
+
+    def gpus_refused(self, node: str, message: str) -> None:
+        """Some of a node's GPUs are left out of scheduling (MIG mode), said once per change."""
+        if self.last.get(f"node/{node}") == message:
+            return
+        self.last[f"node/{node}"] = message
+        self._spawn(self._event("default", node, "", "GPUsNotScheduled", message, "Warning", "Node"))
+
     async def queue_invalid(self, name: str, problem: str) -> None:
         condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
         try:
@@ -87,13 +99,18 @@ class Reporter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _event(self, ns: str, name: str, uid: str, reason: str, message: str, kind: str) -> None:
+    async def _event(
+        self, ns: str, name: str, uid: str, reason: str, message: str, kind: str, involved: str = "Pod"
+    ) -> None:
         ts = _now()
+        obj = {"apiVersion": "v1", "kind": involved, "name": name, "uid": uid}
+        if involved == "Pod":
+            obj["namespace"] = ns
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name, "uid": uid},
+            "involvedObject": obj,
             "reason": reason,
             "message": message[:1024],
             "type": kind,

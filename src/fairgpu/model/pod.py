@@ -47,32 +47,93 @@ class GpuRequest:
         return self.count * self.cores / GPU_CORES
 
 
-def gpu_request(requests: Mapping[str, object]) -> GpuRequest | None:
-    """Apply HAMi's defaults (design/hami-interop.md §1.2) to a container's GPU resources.
+@dataclass(slots=True, frozen=True)
+class GpuRules:
+    """What HAMi's config (its device ConfigMap's `nvidia` section) says about reading a container's GPU
+    request: the resource names and the defaults. hamiconfig.HamiConfig builds one from a HAMi file."""
 
-    gpu alone → whole exclusive cards; gpumem/gpucores alone imply gpu 1; gpumem 0 or a percentage ≤ 0
-    means 100 % of memory.
+    count_name: str = r.GPU
+    memory_name: str = r.GPUMEM
+    percentage_name: str = r.GPUMEM_PCT
+    cores_name: str = r.GPUCORES
+    default_memory: int = 0  # MiB; 0 = all of each card
+    default_cores: int = 0
+    default_gpu_num: int = 1
+    memory_factor: int = 1
+
+    @property
+    def names(self) -> tuple[str, str, str, str]:
+        return (self.count_name, self.memory_name, self.percentage_name, self.cores_name)
+
+
+DEFAULT_RULES = GpuRules()
+_INT32_MAX = 2**31 - 1
+_INT64 = 2**63
+
+
+def _as_int64(name: str, raw: object) -> int | None:
+    """Quantity.AsInt64: the value when it is a whole number within int64, else None."""
+    q = parse_request(name, raw, r.parse_quantity)
+    if q != q.to_integral_value() or not -_INT64 <= q < _INT64:
+        return None
+    return int(q)
+
+
+def _value(name: str, raw: object) -> int:
+    """Quantity.Value: rounded up to a whole number (what HAMi's webhook compares)."""
+    return int(parse_request(name, raw, r.parse_quantity).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def gpu_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
+    """A container's GPU request exactly as HAMi reads it: its webhook's defaults (`MutateAdmission`: gpumem,
+    gpumem-percentage or gpucores alone add `defaultGPUNum` GPUs; a GPU count without gpucores becomes an
+    exclusive card when no gpumem is given or the percentage is 100), then the scheduler's
+    `GenerateResourceRequests` (gpumem a plain integer in MiB times memoryFactor within int32, percentage
+    clamped to 100 and ignored when ≤ 0, defaultMemory/defaultCores, cores clamped to 100 as `Fit` does).
+
+    None when the container asks for no GPU (a count of 0 included, as HAMi skips it). RequestError where
+    HAMi would silently drop the request (its device plugin would then fail the pod at Allocate): a GPU
+    count or gpumem that is not a whole number, or a gpumem out of range.
     """
-    given = {k: requests[k] for k in (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT) if k in requests}
+    count_name, mem_name, pct_name, cores_name = rules.names
+    given = {k: requests[k] for k in rules.names if k in requests}
     if not given:
         return None
-    count = parse_request(r.GPU, given.get(r.GPU, 1), r.count)
-    cores_given = r.GPUCORES in given
-    cores = parse_request(r.GPUCORES, given.get(r.GPUCORES, 0), r.count)
-    mem = parse_request(r.GPUMEM, given.get(r.GPUMEM, 0), r.gpumem_mib)
-    pct = float(parse_request(r.GPUMEM_PCT, given.get(r.GPUMEM_PCT, 0), r.parse_quantity))
-    if count == 0:
-        if cores or mem or pct > 0:
-            raise RequestError("0 GPUs cannot carry gpucores/gpumem requests", r.GPU)
+    if count_name in given:
+        count = _as_int64(count_name, given[count_name])
+        if count is None or count < 0:
+            raise RequestError(f"{given[count_name]!r} is not a whole number of GPUs", count_name)
+    elif rules.default_gpu_num > 0:
+        count = rules.default_gpu_num
+    else:
         return None
-    if cores > GPU_CORES:
-        raise RequestError(f"{cores} is more than 100 % of a GPU", r.GPUCORES)
-    if pct > 100:
-        raise RequestError(f"{pct:g} is more than 100 % of a GPU's memory", r.GPUMEM_PCT)
-    mem_pct = 100 if (mem or pct <= 0) else int(pct)
-    if not cores_given and mem == 0 and mem_pct == 100:
-        cores = GPU_CORES  # HAMi's webhook makes a gpu-only (or 100 %-memory) request an exclusive card
-    return GpuRequest(count=count, cores=cores, mem_mib=mem, mem_pct=mem_pct)
+    if count == 0:
+        return None
+    cores: int | None = None
+    if cores_name in given:
+        cores = _as_int64(cores_name, given[cores_name])
+        if cores is not None and cores < 0:
+            raise RequestError(f"{given[cores_name]!r} must not be negative", cores_name)
+    elif (_value(pct_name, given[pct_name]) == 100) if pct_name in given else mem_name not in given:
+        cores = GPU_CORES  # the webhook's defaultExclusiveCoreIfNeeded
+    mem = 0
+    if mem_name in given:
+        factor = max(rules.memory_factor, 1)
+        raw = _as_int64(mem_name, given[mem_name])
+        if raw is None or raw < 0 or raw > _INT32_MAX // factor:
+            problem = "must be a plain integer number of MiB within int32 (HAMi drops the request otherwise)"
+            raise RequestError(f"{given[mem_name]!r} {problem}", mem_name)
+        mem = raw * factor
+    pct = 101  # HAMi's "unset"
+    if pct_name in given and (p := _as_int64(pct_name, given[pct_name])) is not None:
+        pct = min(p, 100) if p > 0 else 101
+    if pct == 101 and mem == 0:
+        if rules.default_memory:
+            mem = rules.default_memory
+        else:
+            pct = 100
+    cores = rules.default_cores if cores is None else cores
+    return GpuRequest(count=count, cores=min(cores, GPU_CORES), mem_mib=mem, mem_pct=min(pct, 100))
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,6 +152,8 @@ class PodSpec:
     tolerations: tuple[Toleration, ...] = ()
     node_policy: str = ""  # hami.io/node-scheduler-policy: binpack | spread ("" = the profile's scores)
     gpu_policy: str = ""  # hami.io/gpu-scheduler-policy
+    gpu_mutex: bool = False  # the GPU policy chain names `mutex`: only cards with no task on them
+    gpu_mode: str | None = None  # nvidia.com/vgpu-mode: a card's mode must be a substring of it
 
     def __post_init__(self) -> None:
         for name in ("node_policy", "gpu_policy"):
@@ -115,6 +178,8 @@ class PodSpec:
             self.gpu_exclude,
             self.gpu_uuid_include,
             self.gpu_uuid_exclude,
+            self.gpu_mutex,
+            self.gpu_mode,
             self.node_selector,
             self.affinity,
             self.tolerations,

@@ -17,7 +17,15 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
-from fairgpu.model.constraints import MatchExpression, Operator, Policy, Taint, TaintEffect, Toleration
+from fairgpu.model.constraints import (
+    MatchExpression,
+    Operator,
+    Policy,
+    Taint,
+    TaintEffect,
+    Toleration,
+    gpu_policy_chain,
+)
 from fairgpu.model.node import DEFAULT_SPLIT_COUNT
 from fairgpu.model.pod import parse_request
 from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
@@ -118,7 +126,15 @@ class WorkloadGroup(Strict):
     node_affinity: list[list[ExpressionDoc]] = Field(default_factory=list)  # any term; all its expressions
     tolerations: list[TolerationDoc] = Field(default_factory=list)
     node_scheduler_policy: Policy | None = None
-    gpu_scheduler_policy: Policy | None = None
+    gpu_scheduler_policy: str | None = None  # HAMi's chain: binpack, spread, mutex, topology-aware, numa
+    vgpu_mode: str | None = None  # nvidia.com/vgpu-mode: hami-core, mps (a card's mode must be a substring)
+
+    @field_validator("gpu_scheduler_policy")
+    @classmethod
+    def _gpu_policy(cls, v: str | None) -> str | None:
+        if v is not None:
+            gpu_policy_chain(v)
+        return v
 
     @field_validator("at", "every", "duration", "duration_max")
     @classmethod
@@ -160,7 +176,9 @@ class WorkloadGroup(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.node_affinity),
             tolerations=tuple(t.toleration() for t in self.tolerations),
             node_policy=self.node_scheduler_policy or "",
-            gpu_policy=self.gpu_scheduler_policy or "",
+            gpu_policy=gpu_policy_chain(self.gpu_scheduler_policy or "")[0],
+            gpu_mutex=gpu_policy_chain(self.gpu_scheduler_policy or "")[1],
+            gpu_mode=self.vgpu_mode,
         )
 
 
