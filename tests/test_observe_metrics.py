@@ -32,7 +32,7 @@ SCENARIO = {
         {"queue": "a", "name": "a", "count": 6, "every": "1m", "duration": "30m",
          "requests": {"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"}},
         {"queue": "b", "name": "b", "count": 10, "every": "30s", "duration": "20m",
-         "requests": {"nvidia.com/gpucores": 30, "nvidia.com/gpumem": "10Gi", "cpu": "1", "memory": "4Gi"}},
+         "requests": {"nvidia.com/gpucores": 30, "nvidia.com/gpumem": 10240, "cpu": "1", "memory": "4Gi"}},
         {"queue": "c", "name": "c", "count": 3, "pods": 2, "duration": "40m",
          "requests": {"nvidia.com/gpu": 1, "cpu": "2", "memory": "8Gi"}},
     ],
