@@ -119,9 +119,13 @@ def test_pods_without_gpus_are_left_alone(tls):
 def test_validation_rejects_bad_requests_and_foreign_queues(tls):
     ok = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"})))
     assert ok["response"]["allowed"]
-    bad = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})))
+    bad = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})))
     assert not bad["response"]["allowed"] and bad["response"]["status"]["code"] == 403
-    assert "spec.containers[0].resources.nvidia.com/gpucores" in bad["response"]["status"]["message"]
+    assert "spec.containers[0].resources.nvidia.com/gpumem" in bad["response"]["status"]["message"]
+    pct = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"})))
+    assert "nvidia.com/gpumem-percentage: 150 must be between 0 and 100" in pct["response"]["status"]["message"]
+    clamped = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})))
+    assert clamped["response"]["allowed"]  # HAMi's webhook admits it and its scheduler clamps to 100
     foreign = review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}), namespace="b")
     resp = call(tls, "/validate", foreign)["response"]
     assert not resp["allowed"] and "namespace b may not use queue 'team-a'" in resp["status"]["message"]

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fairgpu.catalog import builtin_profiles, load_profile
-from fairgpu.errors import ProfileError, ScenarioError
+from fairgpu.errors import HamiConfigError, ProfileError, ScenarioError
 from fairgpu.framework.explain import Explanation
 from fairgpu.sim import fill, traces
 from fairgpu.sim import report as report_mod
@@ -257,6 +257,10 @@ def run_cmd(
     webhook_port: Annotated[int, typer.Option(help="HTTPS port of the admission webhook.")] = 8443,
     tls_cert: Annotated[str | None, typer.Option(help="Webhook certificate (PEM); with --tls-key.")] = None,
     tls_key: Annotated[str | None, typer.Option(help="Webhook private key (PEM).")] = None,
+    hami_config: Annotated[
+        str | None,
+        typer.Option(help="HAMi's device config (device-config.yaml or its ConfigMap): names, defaults, lock expiry."),
+    ] = None,
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
@@ -269,13 +273,19 @@ def run_cmd(
         prof = load_profile(profile)
     except ProfileError as err:
         raise _fail(f"--profile: {err}") from err
+    from fairgpu import hamiconfig
+
+    try:
+        hami = hamiconfig.load(hami_config) if hami_config else hamiconfig.DEFAULT
+    except HamiConfigError as err:
+        raise _fail(f"--hami-config: {err}") from err
     if (tls_cert is None) != (tls_key is None):
         raise _fail("--tls-cert and --tls-key go together")
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, health_host, health_port, webhook_port, tls))
+        asyncio.run(live.run(*args, health_host, health_port, webhook_port, tls, hami))
     except KeyboardInterrupt:
         pass
     except Exception as err:

@@ -7,11 +7,13 @@ import asyncio
 import logging
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.applications import Starlette
 
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
@@ -45,6 +47,12 @@ def dashboard_app(controller: Controller, name: str) -> Starlette:
         source.history.sample(now, sched)
 
     controller.on_cycle = on_cycle
+    unaccounted = Gauge(
+        "fairgpu_hami_unaccounted_pods",
+        "Bound pods whose HAMi allocation record could not be read or did not fit: their cards count as fully used.",
+        registry=registry,
+    )
+    unaccounted.set_function(lambda: len(controller.unaccounted))
     return create_app(source, registry)
 
 
@@ -59,16 +67,19 @@ async def run(
     health_port: int,
     webhook_port: int = 8443,
     tls: tuple[str, str] | None = None,
+    hami: HamiConfig = DEFAULT_HAMI,
 ) -> None:
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
-    controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
+    leading = elector.leading if elector else None
+    controller = Controller(port, profile, scheduler_name, leading=leading, hami_config=hami)
     hooks = None
     try:
         async with Beside(dashboard_app(controller, port.api.configuration.host), health_host, health_port):
             log.info("fairgpu %s serving health, metrics and dashboard on %s:%d", identity, health_host, health_port)
             if tls is not None:  # the admission webhook answers on every replica, leader or not
-                hooks = web.AppRunner(webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name))
+                queues = lambda name: queue_namespaces(controller, name)  # noqa: E731
+                hooks = web.AppRunner(webhook_app(queues, scheduler_name, hami))
                 await hooks.setup()
                 await web.TCPSite(hooks, health_host, webhook_port, ssl_context=tls_context(*tls)).start()
             tasks = [asyncio.create_task(controller.run())]

@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fairgpu import resources as r
 from fairgpu.errors import RequestError
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.translate import QUEUE_LABEL, USER_LABEL, pod_info
+from fairgpu.model import gpu_request
 
 GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist
@@ -61,16 +64,20 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def wants_gpu(pod: dict) -> bool:
+def _containers(pod: dict) -> list[dict]:
     spec = pod.get("spec") or {}
-    for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def wants_gpu(pod: dict) -> bool:
+    for c in _containers(pod):
         res = c.get("resources") or {}
         if any(k in (res.get("limits") or {}) or k in (res.get("requests") or {}) for k in GPU_RESOURCES):
             return True
     return False
 
 
-def mutate(pod: dict, user: str, scheduler_name: str) -> list[dict]:
+def mutate(pod: dict, user: str, scheduler_name: str, config: HamiConfig = DEFAULT_HAMI) -> list[dict]:
     """JSON patch operations for a pod; none for a pod that asks for no GPU."""
     if not wants_gpu(pod):
         return []
@@ -98,14 +105,61 @@ def mutate(pod: dict, user: str, scheduler_name: str) -> list[dict]:
             if add and "limits" not in res:
                 ops.append({"op": "add", "path": f"{base}/limits", "value": {}})
             ops += [{"op": "add", "path": f"{base}/limits/{_escape(k)}", "value": v} for k, v in add.items()]
+    return ops + hami_injections(pod, config)
+
+
+def hami_injections(pod: dict, config: HamiConfig) -> list[dict]:
+    """JSON patch operations for what HAMi's webhook (`MutateAdmission`, pkg/device/nvidia/device.go) writes
+    into a pod it admits, since it skips pods that name another scheduler: on each container, env
+    CUDA_TASK_PRIORITY from its priority resource and GPU_CORE_UTILIZATION_POLICY when gpuCorePolicy is set
+    and not `default` (HAMi adds it to every container); the pod's runtimeClassName when a container asks
+    for GPUs and the pod names none. None for a pod without GPU requests."""
+    if not wants_gpu(pod):
+        return []
+    spec = pod.get("spec") or {}
+    ops: list[dict] = []
+    rules = config.rules()
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            env: list[dict] = []
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if config.resource_priority_name in limits:
+                value = int(r.parse_quantity(limits[config.resource_priority_name]).to_integral_value("ROUND_CEILING"))
+                env.append({"name": "CUDA_TASK_PRIORITY", "value": str(value)})
+            if config.gpu_core_policy not in ("", "default"):
+                env.append({"name": "GPU_CORE_UTILIZATION_POLICY", "value": config.gpu_core_policy})
+            if not env:
+                continue
+            base = f"/spec/{field}/{i}/env"
+            if c.get("env") is None:
+                ops.append({"op": "add", "path": base, "value": env})
+            else:
+                ops += [{"op": "add", "path": f"{base}/-", "value": e} for e in env]
+    gpu = any(
+        gpu_request(_container_resources(c), rules) is not None
+        for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    )
+    if gpu and config.runtime_class_name and spec.get("runtimeClassName") is None:
+        ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": config.runtime_class_name})
     return ops
+
+
+def _container_resources(c: dict) -> dict:
+    res = c.get("resources") or {}
+    return {**(res.get("requests") or {}), **(res.get("limits") or {})}
 
 
 def validate(pod: dict, namespace: str, queues: QueueLookup) -> str | None:
     """Why the pod must be rejected; None to admit it."""
     pod = {**pod, "metadata": {"name": "pending-name", **(pod.get("metadata") or {}), "namespace": namespace}}
     try:
-        pod_info(pod)
+        problem = pod_info(pod).problem
+        if problem is not None:
+            return problem
+        for c in _containers(pod):  # HAMi's webhook refuses what its scheduler would clamp
+            pct = _container_resources(c).get(r.GPUMEM_PCT)
+            if pct is not None and not 0 <= r.parse_quantity(pct) <= 100:
+                return f"{r.GPUMEM_PCT}: {pct} must be between 0 and 100 (container {c.get('name')})"
     except RequestError as err:
         return str(err)
     except ValueError as err:
@@ -132,7 +186,9 @@ async def _parse(request: web.Request) -> AdmissionReview | web.Response:
         return web.json_response({"error": f"not an AdmissionReview: {err}"}, status=400)
 
 
-def webhook_app(queues: QueueLookup, scheduler_name: str = "fairgpu") -> web.Application:
+def webhook_app(
+    queues: QueueLookup, scheduler_name: str = "fairgpu", config: HamiConfig = DEFAULT_HAMI
+) -> web.Application:
     async def mutate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
         if isinstance(review, web.Response):
@@ -140,7 +196,7 @@ def webhook_app(queues: QueueLookup, scheduler_name: str = "fairgpu") -> web.App
         req = review.request
         if req.kind.get("kind") != "Pod" or req.object is None or req.operation != "CREATE":
             return _review(req, {"allowed": True})
-        ops = mutate(req.object, req.user_info.username, scheduler_name)
+        ops = mutate(req.object, req.user_info.username, scheduler_name, config)
         if not ops:
             return _review(req, {"allowed": True})
         patch = base64.b64encode(json.dumps(ops).encode()).decode()

@@ -14,6 +14,7 @@ import numpy as np
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from fairgpu import hamiconfig
 from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
@@ -26,8 +27,7 @@ from fairgpu.model.constraints import (
     Toleration,
     gpu_policy_chain,
 )
-from fairgpu.model.node import DEFAULT_SPLIT_COUNT
-from fairgpu.model.pod import parse_request
+from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
 from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
 from fairgpu.state import ClusterState
 
@@ -79,7 +79,7 @@ class NodeGroup(Strict):
     cpu: Quantity
     memory: Quantity
     labels: dict[str, str] = Field(default_factory=dict)
-    split_count: int = Field(default=DEFAULT_SPLIT_COUNT, ge=1)
+    split_count: int | None = Field(default=None, ge=1)  # default: hami.deviceSplitCount (10)
     taints: list[TaintDoc] = Field(default_factory=list)
     cordoned: bool = False
     unhealthy_gpus: int = Field(default=0, ge=0)  # the last this many GPUs of each node
@@ -167,9 +167,9 @@ class WorkloadGroup(Strict):
             raise ValueError("a node affinity term needs at least one expression")
         return v
 
-    def pod_spec(self) -> PodSpec:
+    def pod_spec(self, rules: GpuRules = DEFAULT_RULES) -> PodSpec:
         return replace(
-            pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude)),
+            pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude), rules),
             gpu_uuid_include=tuple(self.gpu_uuid_include),
             gpu_uuid_exclude=tuple(self.gpu_uuid_exclude),
             node_selector=tuple(sorted(self.node_selector.items())),
@@ -183,13 +183,16 @@ class WorkloadGroup(Strict):
 
 
 def pod_from_requests(
-    req: dict[str, Quantity], include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
+    req: dict[str, Quantity],
+    include: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
+    rules: GpuRules = DEFAULT_RULES,
 ) -> PodSpec:
-    """A PodSpec from Kubernetes-style resource requests, HAMi defaults applied. Raises RequestError."""
+    """A PodSpec from Kubernetes-style resource requests, HAMi's rules applied. Raises RequestError."""
     return PodSpec(
         cpu_m=parse_request(r.CPU, req.get(r.CPU, 0), r.cpu_millicores),
         memory_mib=parse_request(r.MEMORY, req.get(r.MEMORY, 0), r.memory_mib),
-        gpu=gpu_request(req),
+        gpu=gpu_request(req, rules),
         gpu_include=include,
         gpu_exclude=exclude,
     )
@@ -203,6 +206,15 @@ class ScenarioDoc(Strict):
     cluster: ClusterDoc
     queues: list[QueueDoc] = Field(min_length=1)
     workloads: list[WorkloadGroup] = Field(default_factory=list)
+    hami: dict[str, Any] | None = None  # HAMi's device config, `nvidia` section keys (docs/hami.md)
+
+    @field_validator("hami")
+    @classmethod
+    def _hami(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        config = hamiconfig.from_mapping(v, "hami")
+        if config.device_core_scaling != 1:
+            raise ValueError("deviceCoreScaling: only 1 is simulated (a card's cores are 100 %)")
+        return v
 
     @field_validator("horizon")
     @classmethod
@@ -236,10 +248,12 @@ def build(doc: dict[str, Any]) -> Scenario:
     except ValidationError as err:
         raise ScenarioError(validation_message(err)) from err
 
+    hami = hamiconfig.from_mapping(sd.hami, "hami")
     nodes: list[NodeSpec] = []
     for gi, grp in enumerate(sd.cluster.nodes):
         prefix = grp.name or f"node{gi}"
-        mem = r.memory_mib(grp.gpu_memory) if grp.gpus else 0
+        # What HAMi's device plugin would register: the card's memory × deviceMemoryScaling.
+        mem = hami.registered_memory(r.memory_mib(grp.gpu_memory)) if grp.gpus else 0
         for k in range(grp.count):
             name = f"{prefix}-{k}"
             healthy = grp.gpus - grp.unhealthy_gpus
@@ -253,7 +267,7 @@ def build(doc: dict[str, Any]) -> Scenario:
                     r.memory_mib(grp.memory),
                     gpus,
                     dict(grp.labels),
-                    split_count=grp.split_count,
+                    split_count=grp.split_count or hami.device_split_count,
                     schedulable=not grp.cordoned,
                     taints=tuple(t.taint() for t in grp.taints),
                 )
@@ -284,7 +298,7 @@ def build(doc: dict[str, Any]) -> Scenario:
             raise ScenarioError(f"{where}.queue: {grp.queue!r} is not a queue (known: {', '.join(names)})")
         if not tree.is_leaf[qi]:
             raise ScenarioError(f"{where}.queue: {grp.queue!r} has child queues; workloads go to leaf queues")
-        pod = grp.pod_spec()
+        pod = grp.pod_spec(hami.rules())
         problem = empty.unplaceable_reason(pod)
         if problem:
             raise ScenarioError(f"{where}.requests: {problem}")
