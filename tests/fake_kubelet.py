@@ -177,18 +177,25 @@ class FakeNodes:
         mem: dict[str, int] = defaultdict(int)
         tasks: dict[str, int] = defaultdict(int)
         exclusive: set[str] = set()
+        ours: set[str] = set()  # cards fairgpu put a pod on: the audit is of fairgpu's decisions
         for obj in self.informer.cache.values():
             ann = obj["metadata"].get("annotations") or {}
             if obj["spec"].get("nodeName") != node or hami.ALLOCATED not in ann:
                 continue
-            for seg in hami.decode_devices(ann[hami.ALLOCATED]):
+            try:
+                segments = hami.decode_devices(ann[hami.ALLOCATED])
+            except FormatError:
+                continue  # another scheduler's unreadable record (fairgpu counts its cards as full)
+            for seg in segments:
                 for d in seg:
+                    if obj["spec"].get("schedulerName") == "fairgpu":
+                        ours.add(d.uuid)
                     cores[d.uuid] += d.cores
                     mem[d.uuid] += d.memory_mib
                     tasks[d.uuid] += 1
                     if d.cores >= 100:
                         exclusive.add(d.uuid)
-        for uuid in tasks:
+        for uuid in tasks.keys() & ours:
             shared_whole = uuid in exclusive and tasks[uuid] > 1
             if cores[uuid] > 100 or mem[uuid] > GPU_MEM or tasks[uuid] > SPLIT or shared_whole:
                 self.violations.append(f"{node} {uuid}: cores {cores[uuid]} mem {mem[uuid]} tasks {tasks[uuid]}")

@@ -170,7 +170,7 @@ def test_gpu_request_defaults_are_consistent(
         assert g.mem_pct == pct and g.mem_for(100_000) == 100_000 * pct // 100
     else:
         assert g.mem_for(100_000) == 100_000
-    if cores is None and mem is None and (pct is None or pct == 100):
+    if cores is None and (pct == 100 if pct is not None else mem is None):
         assert g.exclusive  # gpu-only or 100 %-memory requests take whole cards (HAMi's webhook)
     elif cores is None:
         assert g.cores == 0  # gpumem given (0 included) or a percentage below 100: defaultCores

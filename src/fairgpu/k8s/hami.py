@@ -233,7 +233,7 @@ def decode_devices(value: str) -> list[list[DeviceUse]]:
                 continue
             f = dev.split(",")
             if len(f) < 4:
-                raise FormatError(f"{ALLOCATED}: device {dev!r} needs uuid,type,mem,cores")
+                raise FormatError(f"{ALLOCATED}: device {dev!r}: missing fields (needs uuid,type,mem,cores)")
             devices.append(DeviceUse(f[0], f[1], _go_int(f[2], "memory"), _go_int(f[3], "core")))
         out.append(devices)
     return out

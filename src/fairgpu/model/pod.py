@@ -84,56 +84,66 @@ def _value(name: str, raw: object) -> int:
     return int(parse_request(name, raw, r.parse_quantity).to_integral_value(rounding="ROUND_CEILING"))
 
 
-def gpu_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
-    """A container's GPU request exactly as HAMi reads it: its webhook's defaults (`MutateAdmission`: gpumem,
-    gpumem-percentage or gpucores alone add `defaultGPUNum` GPUs; a GPU count without gpucores becomes an
-    exclusive card when no gpumem is given or the percentage is 100), then the scheduler's
-    `GenerateResourceRequests` (gpumem a plain integer in MiB times memoryFactor within int32, percentage
-    clamped to 100 and ignored when ≤ 0, defaultMemory/defaultCores, cores clamped to 100 as `Fit` does).
-
-    None when the container asks for no GPU (a count of 0 included, as HAMi skips it). RequestError where
-    HAMi would silently drop the request (its device plugin would then fail the pod at Allocate): a GPU
-    count or gpumem that is not a whole number, or a gpumem out of range.
-    """
+def webhook_defaults(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> dict[str, object]:
+    """One container's resources after HAMi's webhook (`MutateAdmission`): gpumem, gpumem-percentage or
+    gpucores without a GPU count add `defaultGPUNum` GPUs (`mutateContainerResource`); a GPU count without
+    gpucores becomes an exclusive card (gpucores 100) when the percentage is 100, or, without a percentage,
+    when no gpumem is given (`defaultExclusiveCoreIfNeeded`)."""
+    out = dict(requests)
     count_name, mem_name, pct_name, cores_name = rules.names
-    given = {k: requests[k] for k in rules.names if k in requests}
-    if not given:
+    if count_name not in out and any(k in out for k in (mem_name, pct_name, cores_name)) and rules.default_gpu_num > 0:
+        out[count_name] = str(rules.default_gpu_num)
+    exclusive = (_value(pct_name, out[pct_name]) == 100) if pct_name in out else mem_name not in out
+    if count_name in out and cores_name not in out and exclusive:
+        out[cores_name] = str(GPU_CORES)
+    return out
+
+
+def scheduler_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
+    """One container's request as HAMi's scheduler reads it (`GenerateResourceRequests`, then `Fit`'s clamp of
+    cores to 100): gpumem a plain integer in MiB times memoryFactor within int32, percentage clamped to 100
+    and ignored when ≤ 0, then defaultMemory (else 100 %) and defaultCores.
+
+    None when the container asks for no GPU (no count, or 0). RequestError where HAMi silently drops the
+    request (its device plugin would then fail the pod at Allocate): a count or gpumem that is not a whole
+    number, or a gpumem out of range."""
+    count_name, mem_name, pct_name, cores_name = rules.names
+    if count_name not in requests:
         return None
-    if count_name in given:
-        count = _as_int64(count_name, given[count_name])
-        if count is None or count < 0:
-            raise RequestError(f"{given[count_name]!r} is not a whole number of GPUs", count_name)
-    elif rules.default_gpu_num > 0:
-        count = rules.default_gpu_num
-    else:
-        return None
+    count = _as_int64(count_name, requests[count_name])
+    if count is None or count < 0:
+        raise RequestError(f"{requests[count_name]!r} is not a whole number of GPUs", count_name)
     if count == 0:
         return None
-    cores: int | None = None
-    if cores_name in given:
-        cores = _as_int64(cores_name, given[cores_name])
-        if cores is not None and cores < 0:
-            raise RequestError(f"{given[cores_name]!r} must not be negative", cores_name)
-    elif (_value(pct_name, given[pct_name]) == 100) if pct_name in given else mem_name not in given:
-        cores = GPU_CORES  # the webhook's defaultExclusiveCoreIfNeeded
     mem = 0
-    if mem_name in given:
+    if mem_name in requests:
         factor = max(rules.memory_factor, 1)
-        raw = _as_int64(mem_name, given[mem_name])
+        raw = _as_int64(mem_name, requests[mem_name])
         if raw is None or raw < 0 or raw > _INT32_MAX // factor:
             problem = "must be a plain integer number of MiB within int32 (HAMi drops the request otherwise)"
-            raise RequestError(f"{given[mem_name]!r} {problem}", mem_name)
+            raise RequestError(f"{requests[mem_name]!r} {problem}", mem_name)
         mem = raw * factor
     pct = 101  # HAMi's "unset"
-    if pct_name in given and (p := _as_int64(pct_name, given[pct_name])) is not None:
+    if pct_name in requests and (p := _as_int64(pct_name, requests[pct_name])) is not None:
         pct = min(p, 100) if p > 0 else 101
     if pct == 101 and mem == 0:
         if rules.default_memory:
             mem = rules.default_memory
         else:
             pct = 100
-    cores = rules.default_cores if cores is None else cores
+    cores = rules.default_cores
+    if cores_name in requests and (c := _as_int64(cores_name, requests[cores_name])) is not None:
+        if c < 0:
+            raise RequestError(f"{requests[cores_name]!r} must not be negative", cores_name)
+        cores = c
     return GpuRequest(count=count, cores=min(cores, GPU_CORES), mem_mib=mem, mem_pct=min(pct, 100))
+
+
+def gpu_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
+    """A container's GPU request exactly as HAMi reads it: its webhook's defaults, which fairgpu applies itself
+    because HAMi's webhook skips pods that name another scheduler, then its scheduler's rules."""
+    names = rules.names
+    return scheduler_request(webhook_defaults({k: requests[k] for k in names if k in requests}, rules), rules)
 
 
 @dataclass(slots=True, frozen=True)
@@ -167,6 +177,14 @@ class PodSpec:
         if self.gpu_include and not any(s.lower() in low for s in self.gpu_include):
             return False
         return not any(s.lower() in low for s in self.gpu_exclude)
+
+    def allows_uuid(self, uuid: str) -> bool:
+        """HAMi's use-gpuuuid / nouse-gpuuuid (`CheckUUID`): exact UUIDs."""
+        return (not self.gpu_uuid_include or uuid in self.gpu_uuid_include) and uuid not in self.gpu_uuid_exclude
+
+    def allows_mode(self, mode: str) -> bool:
+        """HAMi's nvidia.com/vgpu-mode (`checkType`): the card's mode must be a substring of the annotation."""
+        return self.gpu_mode is None or mode in self.gpu_mode
 
     def key(self) -> tuple:
         """Identical keys fit the same places: the scheduler caches failures by it within a cycle."""

@@ -64,9 +64,7 @@ class GpuType:
 def _uuid_slots(state: ClusterState, pod: PodSpec) -> np.ndarray:
     """(N, G) bool: GPU slots whose UUID and mode the pod allows (computed once per state and constraint)."""
     ok = np.zeros(state.gpu_valid.shape, dtype=bool)
-    include, exclude = set(pod.gpu_uuid_include), set(pod.gpu_uuid_exclude)
     for i, nd in enumerate(state.nodes):
         for j, dev in enumerate(nd.gpus):
-            mode = pod.gpu_mode is None or dev.mode in pod.gpu_mode
-            ok[i, j] = mode and (not include or dev.uuid in include) and dev.uuid not in exclude
+            ok[i, j] = pod.allows_mode(dev.mode) and pod.allows_uuid(dev.uuid)
     return ok
