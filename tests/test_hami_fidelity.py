@@ -157,6 +157,12 @@ def test_hami_request_rules_table():
         }
     )
     assert two.gpu_containers == (0, 1)  # old: RequestError, so a running one was never accounted
+    # never bind what HAMi's device plugin cannot serve: the kubelet calls it only for an nvidia.com/gpu limit
+    alone = {
+        "metadata": {"name": "p", "namespace": "n"},
+        "spec": {"containers": [_c("a", {"nvidia.com/gpumem": "10"})]},
+    }
+    assert "nvidia.com/gpu is missing" in pod_info(alone).problem
 
 
 def test_selection_annotations_in_kubernetes_mode():

@@ -174,6 +174,10 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
             g = None
         if g is not None:
             gpus.append((i, g))
+            if rules.count_name not in ((c.get("resources") or {}).get("limits") or {}):
+                # The kubelet calls HAMi's device plugin only for a container with this limit: without it the
+                # allocation is never consumed and the node stays locked (HAMi's webhook, or fairgpu's, adds it).
+                problems.append(f"{where}.resources.limits: {rules.count_name} is missing")
         if i < n_init:
             cpu_init, mem_init = max(cpu_init, cpu), max(mem_init, mem)
         else:
