@@ -25,6 +25,7 @@ from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.translate import QUEUE_LABEL, USER_LABEL, pod_info
 from fairgpu.model import gpu_request
+from fairgpu.model.pod import webhook_defaults
 
 GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist
@@ -69,17 +70,18 @@ def _containers(pod: dict) -> list[dict]:
     return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
 
 
-def wants_gpu(pod: dict) -> bool:
+def wants_gpu(pod: dict, names: tuple[str, ...] = GPU_RESOURCES) -> bool:
     for c in _containers(pod):
         res = c.get("resources") or {}
-        if any(k in (res.get("limits") or {}) or k in (res.get("requests") or {}) for k in GPU_RESOURCES):
+        if any(k in (res.get("limits") or {}) or k in (res.get("requests") or {}) for k in names):
             return True
     return False
 
 
 def mutate(pod: dict, user: str, scheduler_name: str, config: HamiConfig = DEFAULT_HAMI) -> list[dict]:
     """JSON patch operations for a pod; none for a pod that asks for no GPU."""
-    if not wants_gpu(pod):
+    rules = config.rules()
+    if not wants_gpu(pod, rules.names):
         return []
     ops: list[dict] = []
     if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
@@ -92,13 +94,10 @@ def mutate(pod: dict, user: str, scheduler_name: str, config: HamiConfig = DEFAU
         for i, c in enumerate(spec.get(field) or []):
             res = c.get("resources") or {}
             given = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-            if not any(k in given for k in GPU_RESOURCES):
+            if not any(k in given for k in rules.names):
                 continue
-            add: dict[str, str] = {}
-            if r.GPU not in given:
-                add[r.GPU] = "1"  # gpumem/gpucores alone imply one GPU
-            elif r.GPUCORES not in given and r.GPUMEM not in given and str(given.get(r.GPUMEM_PCT, "100")) == "100":
-                add[r.GPUCORES] = "100"  # gpu alone (or all of its memory) means an exclusive card
+            # HAMi's webhook defaults (model.pod.webhook_defaults), which its own webhook skips for our pods
+            add = {k: str(v) for k, v in webhook_defaults(given, rules).items() if k not in given}
             base = f"/spec/{field}/{i}/resources"
             if add and "resources" not in c:
                 ops.append({"op": "add", "path": base, "value": {}})
@@ -114,11 +113,11 @@ def hami_injections(pod: dict, config: HamiConfig) -> list[dict]:
     CUDA_TASK_PRIORITY from its priority resource and GPU_CORE_UTILIZATION_POLICY when gpuCorePolicy is set
     and not `default` (HAMi adds it to every container); the pod's runtimeClassName when a container asks
     for GPUs and the pod names none. None for a pod without GPU requests."""
-    if not wants_gpu(pod):
+    rules = config.rules()
+    if not wants_gpu(pod, rules.names):
         return []
     spec = pod.get("spec") or {}
     ops: list[dict] = []
-    rules = config.rules()
     for field in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(field) or []):
             env: list[dict] = []
