@@ -16,10 +16,8 @@ from fairgpu.state import ClusterState
 
 def _constrained(pod: PodSpec) -> bool:
     return (
-        (pod.gpu is not None
-        and bool(pod.gpu_include or pod.gpu_exclude or pod.gpu_uuid_include or pod.gpu_uuid_exclude))
-        or (pod.gpu is not None and pod.gpu_mode is not None)
-    )
+        pod.gpu is not None and bool(pod.gpu_include or pod.gpu_exclude or pod.gpu_uuid_include or pod.gpu_uuid_exclude)
+    ) or (pod.gpu is not None and pod.gpu_mode is not None)
 
 
 @dataclass(slots=True)
