@@ -289,3 +289,24 @@ def test_scenario_hami_key_registers_nodes_as_hamis_device_plugin_would():
     doc["hami"] = {"deviceSplitCount": 0}
     with pytest.raises(Exception, match=r"hami"):
         scenario_mod.build(doc)
+
+
+def test_init_container_usage_collapses_as_hamis_accounting_does():
+    """HAMi's CollapseInitContainerUsage: init containers run before the app containers, so a card holds
+    max(init peak, app sum): here 50000 MiB and 60 cores of GPU-00-0 in one task, not 90000 MiB in two."""
+    from fairgpu.k8s.translate import hold, holdings
+
+    gpu = {"nvidia.com/gpu": "1"}
+    record = "GPU-00-0,NVIDIA,50000,60:;GPU-00-0,NVIDIA,30000,10:;GPU-00-0,NVIDIA,10000,20:GPU-00-1,NVIDIA,10,0:;"
+    obj = _foreign("p", [_c("a", gpu), _c("b", gpu)], record, [_c("i", gpu)])
+    st = ClusterState([node_spec(node(0))])
+    p = pod_info(obj)
+    placements, problem = holdings(p, st, 0)
+    keys, over = hold(st, p.key, placements)
+    assert problem is None and not over
+    assert (int(st.gpu_mem_free[0, 0]), int(st.gpu_cores_free[0, 0]), int(st.gpu_tasks[0, 0])) == (
+        GPU_MEM - 50000,  # max(50000, 30000 + 10000)
+        40,  # max(60, 10 + 20)
+        2,  # max(1, 2 app entries)
+    )
+    assert int(st.gpu_tasks[0, 1]) == 1 and len(keys) == 4  # CPU/memory, two tasks on GPU-00-0, one on GPU-00-1

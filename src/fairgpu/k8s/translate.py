@@ -116,6 +116,7 @@ class PodInfo:
     uid: str
     spec: PodSpec
     containers: int  # init + app containers, the device string's segment count
+    init_containers: int
     gpu_container: int | None  # index (init first) of the first container asking for GPUs
     gpu_containers: tuple[int, ...]  # every container (init first) asking for GPUs
     problem: str | None  # why fairgpu will not schedule this pod (it is still accounted where it runs)
@@ -205,6 +206,7 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         uid=meta.get("uid", ""),
         spec=PodSpec(max(cpu_app, cpu_init), max(mem_app, mem_init), gpus[0][1] if gpus else None, **selection),
         containers=len(containers),
+        init_containers=n_init,
         gpu_container=gpus[0][0] if gpus else None,
         gpu_containers=tuple(i for i, _ in gpus),
         problem="; ".join(problems) or None,
@@ -299,7 +301,37 @@ def holdings(p: PodInfo, state: ClusterState, ni: int) -> tuple[list[Placement],
         slots = tuple(slot_of[d.uuid] for d in entries)
         mem = tuple(d.memory_mib for d in entries)
         return [Placement(ni, slots, entries[0].cores, mem, spec.cpu_m, spec.memory_mib)], None
-    return [base, *(Placement(ni, (slot_of[d.uuid],), d.cores, (d.memory_mib,)) for d in entries)], problem
+    cards = _collapse_init(segments[: p.init_containers], segments[p.init_containers :])
+    held = [
+        Placement(ni, (slot_of[uuid],), cores if k == 0 else 0, (mem if k == 0 else 0,))
+        for uuid, (mem, cores, tasks) in cards.items()
+        if uuid in slot_of
+        for k in range(tasks)
+    ]
+    return [base, *held], problem
+
+
+def _collapse_init(
+    init: list[list[hami.DeviceUse]], app: list[list[hami.DeviceUse]]
+) -> dict[str, tuple[int, int, int]]:
+    """HAMi's `CollapseInitContainerUsage` (pkg/device/initContainer.go): init containers run one at a time
+    before the app containers, so per card a pod holds max(init peak, app sum) of memory and of cores, and
+    max(1 if an init container used it, app entries) task slots. Returns uuid → (MiB, cores, tasks)."""
+    peak: dict[str, tuple[int, int]] = {}
+    total: dict[str, tuple[int, int, int]] = {}
+    for seg in init:
+        for d in seg:
+            m, c = peak.get(d.uuid, (0, 0))
+            peak[d.uuid] = (max(m, d.memory_mib), max(c, d.cores))
+    for seg in app:
+        for d in seg:
+            m, c, t = total.get(d.uuid, (0, 0, 0))
+            total[d.uuid] = (m + d.memory_mib, c + d.cores, t + 1)
+    out = {}
+    for uuid in [*peak, *(u for u in total if u not in peak)]:
+        (im, ic), (am, ac, at) = peak.get(uuid, (0, 0)), total.get(uuid, (0, 0, 0))
+        out[uuid] = (max(im, am), max(ic, ac), max(1 if uuid in peak else 0, at, 1))
+    return out
 
 
 def hold(state: ClusterState, key: str, placements: list[Placement]) -> tuple[list[str], list[str]]:
