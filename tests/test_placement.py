@@ -173,7 +173,7 @@ def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
 def test_invalid_requests_are_never_placed() -> None:
     from fairgpu.model import gpu_request
 
-    for bad in ({"nvidia.com/gpucores": "101"}, {"nvidia.com/gpu": "-1"}, {"nvidia.com/gpumem": "-5"}):
+    for bad in ({"nvidia.com/gpumem": "1.5"}, {"nvidia.com/gpu": "-1"}, {"nvidia.com/gpumem": "-5"}):
         with pytest.raises(RequestError):
             gpu_request(bad)
     view, _ = view_of([gpu_node("t", model="T4", mem_mib=15360)])
