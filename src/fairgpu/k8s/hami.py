@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from fairgpu.errors import FormatError
 
@@ -121,7 +122,11 @@ def _decode_json(text: str) -> list[RegisteredGpu]:
     return [_json_device(d, i) for i, d in enumerate(devices)]
 
 
-def _field(d: dict, key: str, kind: type, default: object, where: str) -> object:
+_MISSING = object()
+T = TypeVar("T")
+
+
+def _field(d: dict, key: str, kind: type[T], default: T, where: str) -> T:
     """One DeviceInfo field as Go's encoding/json fills it: keys match case-insensitively (an exact match
     first), null and absent leave the zero value, and a value of another type is an error."""
     hit = d.get(key, _MISSING)
@@ -136,9 +141,6 @@ def _field(d: dict, key: str, kind: type, default: object, where: str) -> object
     return hit
 
 
-_MISSING = object()
-
-
 def _json_device(d: object, i: int) -> RegisteredGpu:
     # Every field is omitempty in HAMi's encoder: a missing health means unhealthy, index/numa mean 0, a
     # missing mode is "" (HAMi's Fit treats it as a non-MIG card).
@@ -146,41 +148,37 @@ def _json_device(d: object, i: int) -> RegisteredGpu:
     if not isinstance(d, dict):
         raise FormatError(f"{NODE_REGISTER}: {where} is not a device object")
     index = _field(d, "index", int, 0, where)
-    if index < 0:  # type: ignore[operator]
+    if index < 0:
         raise FormatError(f"{NODE_REGISTER}: {where}.index: {index} is negative (Go: uint)")
     ints = {k: _field(d, k, int, 0, where) for k in ("count", "devmem", "devcore")}
     for k, v in ints.items():
-        if not _INT32[0] <= v <= _INT32[1]:  # type: ignore[operator]
+        if not _INT32[0] <= v <= _INT32[1]:
             raise FormatError(f"{NODE_REGISTER}: {where}.{k}: {v} overflows int32")
     profiles = _field(d, "migProfiles", list, [], where)
     return RegisteredGpu(
-        uuid=str(_field(d, "id", str, "", where)),
-        count=int(ints["count"]),  # type: ignore[call-overload]
-        memory_mib=int(ints["devmem"]),  # type: ignore[call-overload]
-        cores=int(ints["devcore"]),  # type: ignore[call-overload]
-        model=str(_field(d, "type", str, "", where)),
-        numa=int(_field(d, "numa", int, 0, where)),  # type: ignore[call-overload]
-        healthy=bool(_field(d, "health", bool, False, where)),
-        index=int(index),  # type: ignore[call-overload]
-        mode=str(_field(d, "mode", str, "", where)),
-        mig_profiles=tuple(_mig_profile(p, f"{where}.migProfiles[{j}]") for j, p in enumerate(profiles)),  # type: ignore[arg-type]
+        uuid=_field(d, "id", str, "", where),
+        count=ints["count"],
+        memory_mib=ints["devmem"],
+        cores=ints["devcore"],
+        model=_field(d, "type", str, "", where),
+        numa=_field(d, "numa", int, 0, where),
+        healthy=_field(d, "health", bool, False, where),
+        index=index,
+        mode=_field(d, "mode", str, "", where),
+        mig_profiles=tuple(_mig_profile(p, f"{where}.migProfiles[{j}]") for j, p in enumerate(profiles)),
     )
 
 
 def _mig_profile(p: object, where: str) -> MigProfile:
     if not isinstance(p, dict):
         raise FormatError(f"{NODE_REGISTER}: {where} is not a MIG profile object")
-    places = _field(p, "placements", list, [], where)
+    places = [x for x in _field(p, "placements", list, [], where) if isinstance(x, dict)]
     return MigProfile(
-        str(_field(p, "name", str, "", where)),
-        int(_field(p, "memoryMB", int, 0, where)),  # type: ignore[call-overload]
-        int(_field(p, "core", int, 0, where)),  # type: ignore[call-overload]
-        int(_field(p, "sliceCount", int, 0, where)),  # type: ignore[call-overload]
-        tuple(
-            (int(_field(x, "start", int, 0, where)), int(_field(x, "size", int, 0, where)))  # type: ignore[call-overload]
-            for x in places  # type: ignore[union-attr]
-            if isinstance(x, dict)
-        ),
+        _field(p, "name", str, "", where),
+        _field(p, "memoryMB", int, 0, where),
+        _field(p, "core", int, 0, where),
+        _field(p, "sliceCount", int, 0, where),
+        tuple((_field(x, "start", int, 0, where), _field(x, "size", int, 0, where)) for x in places),
     )
 
 
