@@ -117,8 +117,8 @@ class Binder:
                     obj = await self.port.get(NODES, node)
                 held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
                 state = "free" if held is None else await self._ours_or_free(held, pod)
-                if state == "ours":
-                    return held  # type: ignore[return-value]
+                if held is not None and state == "ours":
+                    return held
                 if state == "free":
                     value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()
                     patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
