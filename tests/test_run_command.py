@@ -11,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from fairgpu.k8s.hami import ALLOCATED
 from test_live_scheduling import node, pod
 
@@ -36,9 +38,10 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
         f"{api}/apis/fairgpu.io/v1alpha1/queues", "POST", {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}}
     )
     _request(f"{api}/api/v1/namespaces/a/pods", "POST", pod("a", "p", {"nvidia.com/gpu": "1"}))
-    health = _free_port()
+    health, metrics, dash = _free_port(), _free_port(), _free_port()
     cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
     cmd += ["--health-host", "127.0.0.1", "--health-port", str(health), "--identity", "t", "--lease-namespace", "x"]
+    cmd += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics), "--dashboard-port", str(dash)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -52,14 +55,27 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
         assert got["metadata"]["annotations"][ALLOCATED].startswith("GPU-00-")
         assert _request(f"http://127.0.0.1:{health}/healthz") == "ok"
         assert _request(f"http://127.0.0.1:{health}/readyz") == "ok"
-        # the same port serves the dashboard and its API, read from the live engine
-        assert "<html" in str(_request(f"http://127.0.0.1:{health}/")).lower()
-        info = _request(f"http://127.0.0.1:{health}/api/info")
+        assert "fairgpu_" in str(_request(f"http://127.0.0.1:{metrics}/metrics"))
+        with pytest.raises(urllib.error.HTTPError):  # probes, metrics and dashboard each on their own port
+            _request(f"http://127.0.0.1:{health}/api/info")
+        # the dashboard and its API, read from the live engine, on 127.0.0.1 by default
+        assert "<html" in str(_request(f"http://127.0.0.1:{dash}/")).lower()
+        info = _request(f"http://127.0.0.1:{dash}/api/info")
         assert info == {"time": info["time"], "name": api, "profile": "fairgpu", "horizon": None, "queues": ["q"]}
-        running = _request(f"http://127.0.0.1:{health}/api/workloads")["running"]  # type: ignore[index]
+        running = _request(f"http://127.0.0.1:{dash}/api/workloads")["running"]  # type: ignore[index]
         assert [(w["workload"], w["queue"]) for w in running] == [("a/p", "q")]
         lease = _request(f"{api}/apis/coordination.k8s.io/v1/namespaces/x/leases/fairgpu")
         assert lease["spec"]["holderIdentity"] == "t"
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_run_refuses_an_exposed_dashboard_without_auth(tmp_path):
+    """Finding 9: the dashboard listened on 0.0.0.0 without auth. Exposing it now needs --dashboard-auth."""
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--dashboard-host", "0.0.0.0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--dashboard-auth" in result.output
