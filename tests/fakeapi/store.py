@@ -33,6 +33,7 @@ class Resource:
     subresources: tuple[str, ...] = ()
     generation: bool = False  # tracks metadata.generation (spec changes)
     short_names: tuple[str, ...] = ()  # discovery's shortNames, as kubectl resolves `get pdb`
+    custom: bool = False  # served from a CustomResourceDefinition (no strategic merge, PUT needs a version)
 
     @property
     def api_version(self) -> str:
@@ -71,8 +72,37 @@ RESOURCES = [
         generation=True,
         short_names=("pdb",),
     ),
-    Resource("fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True),
+    Resource(
+        "fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True, custom=True
+    ),
+    Resource("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",)),
+    Resource("batch", "v1", "Job", "jobs", True, subresources=("status",), generation=True),
+    *(
+        Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced)
+        for kind, plural, namespaced in (
+            ("Role", "roles", True),
+            ("ClusterRole", "clusterroles", False),
+            ("RoleBinding", "rolebindings", True),
+            ("ClusterRoleBinding", "clusterrolebindings", False),
+        )
+    ),
+    *(
+        Resource("admissionregistration.k8s.io", "v1", kind, plural, False, generation=True)
+        for kind, plural in (
+            ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
+            ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+            ("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+            ("ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
+        )
+    ),
+    Resource(
+        "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False, generation=True
+    ),
+    # Reviews are never stored: a create answers the question (server.py).
+    Resource("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False),
+    Resource("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False),
 ]
+BY_KIND = {r.kind: r for r in RESOURCES if r.group != "events.k8s.io"}
 
 
 @dataclass(slots=True)
@@ -125,6 +155,7 @@ class Store:
     def __init__(self, window: int = 100_000) -> None:
         self.rev = 1
         self.objects: dict[tuple[str, str, str, str], dict] = {}  # (group, plural, ns, name)
+        self.by_type: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}  # (group, plural) → (ns, name) → obj
         self.log: deque[LogEntry] = deque(maxlen=window)
         self.compacted = 0  # watches/lists from below this revision get 410
         self.watchers: list[Watcher] = []
@@ -146,11 +177,11 @@ class Store:
         return obj
 
     def list(self, res: Resource, ns: str | None, selector: Selector) -> list[dict]:
-        return [
-            obj
-            for (g, p, ons, _), obj in sorted(self.objects.items())
-            if g == res.group and p == res.plural and (ns is None or ons == ns) and selector.matches(obj)
-        ]
+        of_type = self.by_type.get((res.group, res.plural), {})
+        return [obj for (ons, _), obj in sorted(of_type.items()) if (ns is None or ons == ns) and selector.matches(obj)]
+
+    def list_all(self, res: Resource) -> list[dict]:
+        return list(self.by_type.get((res.group, res.plural), {}).values())
 
     def check_rv(self, rv: str | None) -> None:
         if rv and rv != "0" and int(rv) < self.compacted:
@@ -162,10 +193,13 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.rev)
         key = (res.group, res.plural, meta.get("namespace", ""), meta["name"])
+        of_type = self.by_type.setdefault(key[:2], {})
         if kind == "DELETED":
             self.objects.pop(key, None)
+            of_type.pop(key[2:], None)
         else:
             self.objects[key] = obj
+            of_type[key[2:]] = obj
         entry = LogEntry(self.rev, res, kind, obj, prev)
         if len(self.log) == self.log.maxlen:
             self.compacted = self.log[0].rev
@@ -196,9 +230,7 @@ class Store:
         meta["creationTimestamp"] = self.timestamp()
         if res.generation:
             meta["generation"] = 1
-        if res.plural == "pods":
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
-            obj["spec"].setdefault("schedulerName", "default-scheduler")
+        default(res, obj)
         return self._write(res, "ADDED", obj, None)
 
     def update(
@@ -294,6 +326,16 @@ class Store:
     def compact(self) -> None:
         self.compacted = self.rev
         self.log.clear()
+
+
+def default(res: Resource, obj: dict) -> None:
+    """The defaults the apiserver applies when it decodes a new object (before admission sees it)."""
+    if res.plural == "namespaces":  # the apiserver labels every namespace with its name
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
+    if res.plural == "pods" and isinstance(obj.get("spec"), dict):
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+        obj["spec"].setdefault("schedulerName", "default-scheduler")
 
 
 def clone(obj: dict) -> dict:
