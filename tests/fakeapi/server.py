@@ -7,8 +7,10 @@ production client can never reach them by accident.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import ssl
 import threading
 import time
 import urllib.request
@@ -16,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
-from . import patches
+from . import openapi, patches
 from .admission import Admission, Request
 from .auth import Attributes, Authenticator, User, allowed, service_account
 from .errors import ApiError, conflict, not_found, success
 from .selectors import Selector, label_selector, parse_fields, parse_labels
-from .store import RESOURCES, Resource, Store, clone, default
+from .store import NAMESPACES, RESOURCES, Resource, Store, clone, default
 
 JSON = "application/json"
 CONTROL_HEADER = "X-Fake-Control"
@@ -166,6 +168,13 @@ class FakeApi:
             return respond({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         if path == "/apis":
             return respond(self._groups())
+        if path == "/openapi/v3":
+            return respond(openapi.root())
+        if path.startswith("/openapi/v3/"):
+            doc = openapi.group_version(path[len("/openapi/v3/") :])
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return respond(doc)
         if parts[:2] == ["api", "v1"]:
             if len(parts) == 2:
                 return respond(self._resource_list("", "v1"))
@@ -278,6 +287,7 @@ class FakeApi:
                 if body.get("kind") not in (None, t.res.kind):
                     raise ApiError(400, "BadRequest", f"the body kind {body.get('kind')!r} is not {t.res.kind}")
                 default(t.res, body)
+                self._strict(request, t.res, body)
                 name = (body.get("metadata") or {}).get("name", "")
                 req = Request("CREATE", t.res, "", t.ns or "", name, body, None, user.info())
                 body = await self.admission.admit(req) or body
@@ -307,6 +317,7 @@ class FakeApi:
                         ],
                     },
                 )
+            self._strict(request, t.res, body)
             old = store.get(t.res, ns, t.name)
             body = await self.admission.admit(Request("UPDATE", t.res, t.sub or "", ns, t.name, body, old, user.info()))
             return respond(store.update(t.res, ns, t.name, body or {}, t.sub or ""))
@@ -327,6 +338,7 @@ class FakeApi:
             for _ in range(5):
                 current = clone(store.get(t.res, ns, t.name))
                 patched = patches.apply(media, current, raw)
+                self._strict(request, t.res, patched)
                 if body_rv is None:
                     patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
                 req = Request("UPDATE", t.res, t.sub or "", ns, t.name, patched, current, user.info())
@@ -345,6 +357,12 @@ class FakeApi:
                 self._collect_pods_of(t.name)
             return respond(gone)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _strict(self, request: web.Request, res: Resource, obj: dict) -> None:
+        """`?fieldValidation=Strict` (what kubectl sends once OpenAPI says the server can): unknown fields are
+        a 400 instead of being dropped."""
+        if request.query.get("fieldValidation") == "Strict":
+            openapi.unknown_fields(res, obj, self.store.crd_schema(res) if res.custom else None)
 
     def _review(self, res: Resource, body: dict) -> dict:
         """TokenReview and SubjectAccessReview: answered from the fake's tokens and RBAC, never stored."""
@@ -720,8 +738,13 @@ class FakeApiServer:
     """The fake on its own thread and event loop, so sync tests, subprocesses (kubectl) and async clients
     can all use it."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: tuple[str, ...] = (), tls: tuple[str, str] | None = None) -> None:
+        """`namespaces`: tenant namespaces that exist from the start, beside the system ones. `tls`: serve
+        HTTPS with this certificate and key (client-go sends bearer tokens over HTTPS only)."""
         self.api = FakeApi()
+        self.tls = tls
+        for ns in namespaces:
+            self.api.store.create(NAMESPACES, "", {"metadata": {"name": ns}})
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="fakeapi")
         self.port = 0
@@ -729,7 +752,7 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> FakeApiServer:
         self.thread.start()
@@ -739,7 +762,11 @@ class FakeApiServer:
     async def _start(self) -> None:
         self._runner = web.AppRunner(self.api.app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        ctx = None
+        if self.tls is not None:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*self.tls)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -768,8 +795,18 @@ class FakeApiServer:
             headers={CONTROL_HEADER: "yes", "Content-Type": JSON},
             method="POST",
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=self.client_tls()) as resp:
             return json.loads(resp.read())
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
+
+    def _cluster(self) -> dict:
+        cluster: dict = {"server": self.url}
+        if self.tls is not None:
+            with open(self.tls[0], "rb") as f:
+                cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
+        return cluster
 
     def token(self, token: str, service_account: str | None = None, **user: object) -> str:
         """Register a bearer token: for `namespace/name` of a service account, or a user (username, groups)."""
@@ -784,7 +821,7 @@ class FakeApiServer:
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": self._cluster()}],
             "users": [{"name": "u", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
             "current-context": "fake",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from . import validation
 from .errors import STALE, ApiError, conflict, not_found
 from .selectors import FieldGetter, Selector, field_getters
 
@@ -103,6 +104,8 @@ RESOURCES = [
     Resource("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False),
 ]
 BY_KIND = {r.kind: r for r in RESOURCES if r.group != "events.k8s.io"}
+NAMESPACES = BY_KIND["Namespace"]
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # what every cluster has
 
 
 @dataclass(slots=True)
@@ -161,6 +164,8 @@ class Store:
         self.watchers: list[Watcher] = []
         self.frozen: list[Watcher] = []  # streams still open that receive nothing (test control)
         self.clock_offset = timedelta()
+        for ns in SYSTEM_NAMESPACES:
+            self.create(NAMESPACES, "", {"metadata": {"name": ns}})
 
     # -- time ---------------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -208,7 +213,25 @@ class Store:
             w.offer(entry)
         return obj
 
+    def crd_schema(self, res: Resource) -> dict | None:
+        """The openAPIV3Schema of a custom resource's version, from its stored CRD (None without one)."""
+        crd = self.objects.get(("apiextensions.k8s.io", "customresourcedefinitions", "", f"{res.plural}.{res.group}"))
+        for v in ((crd or {}).get("spec") or {}).get("versions") or []:
+            if v.get("name") == res.version:
+                return (v.get("schema") or {}).get("openAPIV3Schema")
+        return None
+
+    def _structural(self, res: Resource, obj: dict) -> dict:
+        schema = self.crd_schema(res) if res.custom else None
+        if schema is None:
+            return obj
+        errs = validation.Invalid()
+        out = validation.structural(obj, schema, "", errs)
+        errs.raise_for(res.kind, (obj.get("metadata") or {}).get("name", ""), res.group)
+        return out  # type: ignore[return-value]
+
     def create(self, res: Resource, ns: str, obj: dict) -> dict:
+        obj = self._structural(res, obj)
         validate(res, obj)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
@@ -222,7 +245,11 @@ class Store:
         if res.namespaced:
             if meta.get("namespace", ns) != ns:
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the request")
+            if ("", "namespaces", "", ns) not in self.objects:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
             meta["namespace"] = ns
+        else:  # BeforeCreate clears it for cluster-scoped kinds (kustomize sets it on kinds it does not know)
+            meta.pop("namespace", None)
         if (res.group, res.plural, ns if res.namespaced else "", name) in self.objects:
             raise ApiError(409, "AlreadyExists", f'{_what(res)} "{name}" already exists', {"name": name})
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
@@ -265,6 +292,7 @@ class Store:
         new["apiVersion"], new["kind"] = res.api_version, res.kind
         if res.plural == "pods" and new.get("spec") != old.get("spec"):
             _check_pod_spec_update(old["spec"], new.get("spec", {}), name)
+        new = self._structural(res, new)
         if res.generation and new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         validate(res, new)
@@ -401,6 +429,11 @@ def validate(res: Resource, obj: dict) -> None:
         raise _invalid(res, name, "metadata.annotations", "annotation values must be strings")
     if res.plural == "pods" and not (obj.get("spec") or {}).get("containers"):
         raise _invalid(res, name, "spec.containers", "Required value")
+    if res.plural == "pods":
+        validation.quantities(obj)
+    errs = validation.Invalid()
+    validation.metadata(res.kind, obj, errs)
+    errs.raise_for(res.kind, name, res.group)
     if res.plural == "leases":
         spec = obj.get("spec") or {}
         d = spec.get("leaseDurationSeconds")
