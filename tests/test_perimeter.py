@@ -310,3 +310,43 @@ def test_the_scheduler_runs_under_its_rbac_and_policies(cluster, tmp_path):
 
     asyncio.run(asyncio.wait_for(go(), 60))
     assert fake.api.state.denied == []
+
+
+def test_dashboard_behind_token_and_access_reviews(cluster, tmp_path):
+    """Finding 9: where the dashboard is exposed, callers are authenticated with a TokenReview and authorised
+    with a SubjectAccessReview made by fairgpu's service account (deploy/ grants it both): a viewer bound to
+    fairgpu-dashboard-viewer reads it; bob (authenticated, and like everyone allowed the discovery paths
+    /api/*) gets 403; an unknown or missing token 401. The reviews are the fake's, from its tokens and RBAC."""
+    import aiohttp
+
+    from fairgpu.k8s.app import live_apps
+    from fairgpu.k8s.authn import KubeAuth
+    from fairgpu.observe.server import Beside
+
+    fake = cluster.fake
+    fake.token("viewer-token", username="carol")
+    binding = {
+        "metadata": {"name": "carol-views"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fairgpu-dashboard-viewer"},
+        "subjects": [{"kind": "User", "name": "carol"}],
+    }
+    assert request(fake.url + "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "POST", binding)[0] == 201
+
+    async def go() -> dict[str, int]:
+        port = await KubeClient.connect(fake.kubeconfig(str(tmp_path / "sa"), "fairgpu-token"))
+        ctl = Controller(port, load_profile("fairgpu"))
+        codes: dict[str, int] = {}
+        async with (
+            Beside(KubeAuth(live_apps(ctl, "fake").dashboard, port, "dashboard")) as dash,
+            aiohttp.ClientSession() as http,
+        ):
+            for who, token in (("viewer", "viewer-token"), ("bob", "bob-token"), ("unknown", "nope"), ("none", None)):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                async with http.get(f"{dash.url}/api/info", headers=headers) as resp:
+                    codes[who] = resp.status
+        await port.close()
+        return codes
+
+    codes = asyncio.run(asyncio.wait_for(go(), 30))
+    assert codes == {"viewer": 503, "bob": 403, "unknown": 401, "none": 401}  # 503: past auth, no engine yet
+    assert fake.api.state.denied == []  # fairgpu itself was allowed both reviews

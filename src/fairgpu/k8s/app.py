@@ -124,8 +124,8 @@ async def run(
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
     apps = live_apps(controller, port.api.configuration.host)
-    dashboard: ASGIApp = KubeAuth(apps.dashboard, port) if listen.dashboard_auth else apps.dashboard
-    metrics: ASGIApp = KubeAuth(apps.metrics, port) if listen.metrics_auth else apps.metrics
+    dashboard: ASGIApp = KubeAuth(apps.dashboard, port, "dashboard") if listen.dashboard_auth else apps.dashboard
+    metrics: ASGIApp = KubeAuth(apps.metrics, port, "metrics") if listen.metrics_auth else apps.metrics
     hooks = None
     try:
         if tls is not None:  # the admission webhook answers on every replica, leader or not, off this loop

@@ -1,6 +1,10 @@
 """Kubernetes authentication and authorization in front of an HTTP app, as kube-rbac-proxy does: the
-caller's bearer token is checked with a TokenReview, then what it asks for with a SubjectAccessReview on the
-request's path (a non-resource URL, verb from the HTTP method). Fails closed: no token 401, a token the API
+caller's bearer token is checked with a TokenReview, then what it asks for with a SubjectAccessReview.
+
+The review names a resource of fairgpu's API group (`fairgpu.io/dashboard`, `fairgpu.io/metrics`; verb from
+the HTTP method), not the request's path: every cluster's bootstrap role `system:discovery` grants any
+authenticated user the non-resource paths `/api/*`, so a path-based check would let everyone read the
+dashboard's `/api/...`. Fails closed: no token 401, a token the API
 server does not know 401, a refusal 403, an API server that cannot be asked 503. Answers are cached briefly,
 so a page's burst of requests costs two reviews, not two per request."""
 
@@ -18,6 +22,7 @@ from fairgpu.k8s.port import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, KubePort
 
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 CACHE_LIMIT = 4096
+GROUP = "fairgpu.io"
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,11 +35,17 @@ class Caller:
 
 class KubeAuth:
     def __init__(
-        self, app: ASGIApp, port: KubePort, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic
+        self,
+        app: ASGIApp,
+        port: KubePort,
+        resource: str,
+        ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.app, self.port, self.ttl, self.clock = app, port, ttl, clock
+        """`resource`: what RBAC must grant, `get` on `fairgpu.io/<resource>` to read."""
+        self.app, self.port, self.resource, self.ttl, self.clock = app, port, resource, ttl, clock
         self._callers: dict[str, tuple[float, Caller | None]] = {}
-        self._decisions: dict[tuple[Caller, str, str], tuple[float, bool]] = {}
+        self._decisions: dict[tuple[Caller, str], tuple[float, bool]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,8 +59,9 @@ class KubeAuth:
             caller = await self._authenticate(token) if token else None
             if caller is None:
                 reply = PlainTextResponse("Unauthorized", 401, headers={"WWW-Authenticate": "Bearer"})
-            elif not await self._authorize(caller, verb, scope["path"]):
-                reply = PlainTextResponse(f"Forbidden (user={caller.username}, verb={verb}, path={scope['path']})", 403)
+            elif not await self._authorize(caller, verb):
+                what = f"verb={verb}, resource={self.resource}.{GROUP}"
+                reply = PlainTextResponse(f"Forbidden (user={caller.username}, {what})", 403)
             else:
                 await self.app(scope, receive, send)
                 return
@@ -71,8 +83,8 @@ class KubeAuth:
         self._remember(self._callers, token, caller)
         return caller
 
-    async def _authorize(self, caller: Caller, verb: str, path: str) -> bool:
-        key = (caller, verb, path)
+    async def _authorize(self, caller: Caller, verb: str) -> bool:
+        key = (caller, verb)
         hit = self._decisions.get(key)
         if hit is not None and hit[0] > self.clock():
             return hit[1]
@@ -84,7 +96,7 @@ class KubeAuth:
                 "uid": caller.uid,
                 "groups": list(caller.groups),
                 "extra": {k: list(v) for k, v in caller.extra},
-                "nonResourceAttributes": {"path": path, "verb": verb},
+                "resourceAttributes": {"group": GROUP, "resource": self.resource, "verb": verb},
             },
         }
         allowed = bool(((await self.port.create(SUBJECT_ACCESS_REVIEWS, review)).get("status") or {}).get("allowed"))
