@@ -350,3 +350,81 @@ def test_dashboard_behind_token_and_access_reviews(cluster, tmp_path):
     codes = asyncio.run(asyncio.wait_for(go(), 30))
     assert codes == {"viewer": 503, "bob": 403, "unknown": 401, "none": 401}  # 503: past auth, no engine yet
     assert fake.api.state.denied == []  # fairgpu itself was allowed both reviews
+
+
+def test_fake_honours_timeouts_selectors_and_failure_policy(fake_api, tmp_path):
+    """The fake's admission as the apiserver's: a webhook slower than timeoutSeconds fails the request under
+    Fail ("context deadline exceeded") and is skipped under Ignore; objectSelector and namespaceSelector
+    keep it from being called at all; a denial comes back in ToStatusErr's words with the webhook's code."""
+    from aiohttp import web
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    make_cert(cert, key)
+    calls: list[str] = []
+
+    def app() -> web.Application:
+        async def slow(request: web.Request) -> web.Response:
+            review = await request.json()
+            calls.append(review["request"]["name"])
+            await asyncio.sleep(2)
+            return web.json_response({"response": {"uid": review["request"]["uid"], "allowed": True}})
+
+        async def deny(request: web.Request) -> web.Response:
+            review = await request.json()
+            status = {"code": 409, "message": "not today"}
+            return web.json_response(
+                {"response": {"uid": review["request"]["uid"], "allowed": False, "status": status}}
+            )
+
+        a = web.Application()
+        a.router.add_post("/slow", slow)
+        a.router.add_post("/deny", deny)
+        return a
+
+    hook = WebhookServer(app, "127.0.0.1", 0, str(cert), str(key)).start()
+    try:
+        ca = base64.b64encode(cert.read_bytes()).decode()
+
+        def webhook(name: str, path: str, policy: str, **selectors) -> dict:
+            return {
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": policy,
+                "timeoutSeconds": 1,
+                "clientConfig": {"url": f"https://127.0.0.1:{hook.port}{path}", "caBundle": ca},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                **selectors,
+            }
+
+        config = {
+            "metadata": {"name": "t"},
+            "webhooks": [
+                webhook("slow.ignore.test", "/slow", "Ignore", objectSelector={"matchLabels": {"slow": "ignore"}}),
+                webhook("slow.fail.test", "/slow", "Fail", objectSelector={"matchLabels": {"slow": "fail"}}),
+                webhook(
+                    "deny.test",
+                    "/deny",
+                    "Fail",
+                    namespaceSelector={"matchLabels": {"kubernetes.io/metadata.name": "b"}},
+                ),
+            ],
+        }
+        path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+        assert request(fake_api.url + path, "POST", config)[0] == 201
+        plain = gpu_pod("plain")
+        assert request(fake_api.url + "/api/v1/namespaces/a/pods", "POST", plain)[0] == 201
+        assert calls == []  # no selector matched: never called
+        ignored = gpu_pod("ignored")
+        ignored["metadata"]["labels"] = {"slow": "ignore"}
+        assert request(fake_api.url + "/api/v1/namespaces/a/pods", "POST", ignored)[0] == 201
+        failed = gpu_pod("failed")
+        failed["metadata"]["labels"] = {"slow": "fail"}
+        code, status = request(fake_api.url + "/api/v1/namespaces/a/pods", "POST", failed)
+        assert code == 500 and 'failed calling webhook "slow.fail.test"' in status["message"]
+        assert "context deadline exceeded" in status["message"]
+        code, status = request(fake_api.url + "/api/v1/namespaces/b/pods", "POST", gpu_pod("denied", "b"))
+        assert (code, status["message"]) == (409, 'admission webhook "deny.test" denied the request: not today')
+        assert calls == ["ignored", "failed"]
+    finally:
+        hook.stop()
