@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.identity import Trust, user_label
