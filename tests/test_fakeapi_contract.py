@@ -465,7 +465,7 @@ def test_custom_resources_follow_their_crd(fake_api, tmp_path):
             [KUBECTL, "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True, timeout=30
         )
 
-    assert k("create", "-f", str(CRD)).returncode == 0
+    assert k("apply", "-f", str(CRD)).returncode == 0  # kubectl apply, validating (no --validate=false)
     queue = {"apiVersion": "fairgpu.io/v1alpha1", "kind": "Queue", "metadata": {"name": "q"}}
     out = k("create", "-f", "-", stdin=json.dumps({**queue, "spec": {"weight": "heavy"}}))
     assert 'spec.weight: Invalid value: "string": spec.weight in body must be of type number: "string"' in out.stderr
@@ -478,6 +478,12 @@ def test_custom_resources_follow_their_crd(fake_api, tmp_path):
     assert code == 201
     stored = json.loads(k("get", "--raw", "/apis/fairgpu.io/v1alpha1/queues/q").stdout)
     assert stored["spec"] == {"weight": 2, "namespaces": ["a"]}  # pruned
+    applied = {**queue, "metadata": {"name": "r"}, "spec": {"weight": 1}}
+    assert k("apply", "-f", "-", stdin=json.dumps(applied)).returncode == 0
+    assert k("apply", "-f", "-", stdin=json.dumps({**applied, "spec": {"weight": 2}})).returncode == 0
+    assert json.loads(k("get", "--raw", "/apis/fairgpu.io/v1alpha1/queues/r").stdout)["spec"] == {"weight": 2}
+    out = k("apply", "-f", "-", stdin=json.dumps({**applied, "spec": {"weight": 2, "colour": "red"}}))
+    assert out.returncode != 0 and ".spec.colour: field not declared in schema" in out.stderr
     out = k("patch", "queue", "q", "--type=strategic", "-p", '{"spec":{"weight":3}}')
     assert (out.returncode != 0 and "UnsupportedMediaType" in out.stderr) or "unknown format" in out.stderr
     assert k("patch", "queue", "q", "--type=merge", "-p", '{"spec":{"weight":3}}').returncode == 0
