@@ -85,6 +85,12 @@ def test_rbac_is_least_privilege(rendered):
     leases = next(d for d in rendered if d["kind"] == "Role")
     assert leases["metadata"]["namespace"] == "fairgpu-system"
     assert [r.get("resourceNames") for r in leases["rules"]] == [None, ["fairgpu"]]
+    # the identities the Deployment trusts are the ones the policy trusts, fairgpu's own account first
+    container = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    trusted = {a.split("=", 1)[1] for a in container["args"] if a.startswith("--trusted-identity=")}
+    keys = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-scheduling-keys")
+    listed = set(re.findall(r"'(system:[^']+)'", keys["spec"]["matchConditions"][0]["expression"]))
+    assert listed == trusted | {"system:serviceaccount:fairgpu-system:fairgpu"}
     policy = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-least-privilege")
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods", "nodes"]
     bindings = {d["spec"]["policyName"] for d in rendered if d["kind"] == "ValidatingAdmissionPolicyBinding"}

@@ -81,7 +81,9 @@ def wants_gpu(pod: dict) -> bool:
 
 def stamp(meta: dict, requester: str, trust: Trust) -> Stamp:
     """The user an object created by `requester` is charged to: the requester, unless a controller (or a
-    trusted identity) creates it from a template that carries a user already."""
+    trusted identity) creates it from a template that carries a user already. These are the control keys the
+    mutating webhook writes at CREATE, and so the only ones check_create accepts from a tenant: a control key
+    injected at CREATE by another function of this module must be returned here too."""
     carried = (meta.get("annotations") or {}).get(USER_ANNOTATION)
     user = carried if carried and trust.keeps_stamp(requester) else requester
     return {"labels": {USER_LABEL: user_label(user)}, "annotations": {USER_ANNOTATION: user}}
