@@ -123,7 +123,7 @@ async def run(
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
-    apps = live_apps(controller, port.api.configuration.host)
+    apps = live_apps(controller, port.api.configuration.host or "")
     dashboard: ASGIApp = KubeAuth(apps.dashboard, port, "dashboard") if listen.dashboard_auth else apps.dashboard
     metrics: ASGIApp = KubeAuth(apps.metrics, port, "metrics") if listen.metrics_auth else apps.metrics
     hooks = None
