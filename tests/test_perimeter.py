@@ -336,8 +336,10 @@ def test_dashboard_behind_token_and_access_reviews(cluster, tmp_path):
         port = await KubeClient.connect(fake.kubeconfig(str(tmp_path / "sa"), "fairgpu-token"))
         ctl = Controller(port, load_profile("fairgpu"))
         codes: dict[str, int] = {}
+        dashboard = live_apps(ctl, "fake").dashboard
+        dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")  # as `fairgpu run --dashboard-auth`
         async with (
-            Beside(KubeAuth(live_apps(ctl, "fake").dashboard, port, "dashboard")) as dash,
+            Beside(dashboard) as dash,
             aiohttp.ClientSession() as http,
         ):
             for who, token in (("viewer", "viewer-token"), ("bob", "bob-token"), ("unknown", "nope"), ("none", None)):

@@ -18,7 +18,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from fairgpu.errors import FairgpuError
 from fairgpu.framework.profile import Profile
@@ -124,8 +123,10 @@ async def run(
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
     apps = live_apps(controller, port.api.configuration.host or "")
-    dashboard: ASGIApp = KubeAuth(apps.dashboard, port, "dashboard") if listen.dashboard_auth else apps.dashboard
-    metrics: ASGIApp = KubeAuth(apps.metrics, port, "metrics") if listen.metrics_auth else apps.metrics
+    if listen.dashboard_auth:
+        apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")
+    if listen.metrics_auth:
+        apps.metrics.add_middleware(KubeAuth, port=port, resource="metrics")
     hooks = None
     try:
         if tls is not None:  # the admission webhook answers on every replica, leader or not, off this loop
@@ -136,8 +137,8 @@ async def run(
             ).start()
         async with (
             Beside(apps.probes, *listen.health),
-            Beside(metrics, *listen.metrics),  # type: ignore[arg-type]
-            Beside(dashboard, *listen.dashboard),  # type: ignore[arg-type]
+            Beside(apps.metrics, *listen.metrics),
+            Beside(apps.dashboard, *listen.dashboard),
         ):
             log.info(
                 "fairgpu %s: probes on %s:%d, metrics on %s:%d, dashboard on %s:%d",

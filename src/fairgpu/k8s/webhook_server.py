@@ -84,7 +84,7 @@ class WebhookServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port, ssl_context=self.cert.context)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]
         self._reloader = asyncio.create_task(self._reload())
 
     async def _reload(self) -> None:
