@@ -33,11 +33,14 @@ def two_nodes() -> list[NodeSpec]:
     return [gpu_node("n0"), gpu_node("n1")]
 
 
+TENANTS = ("a", "b", "c", "x", "fairgpu-system")  # the tenant namespaces the tests' cluster has
+
+
 @pytest.fixture
 def fake_api():
     """A fresh wire-level fake kube-apiserver on 127.0.0.1 (tests/fakeapi)."""
     from fakeapi.server import FakeApiServer
 
-    server = FakeApiServer().start()
+    server = FakeApiServer(namespaces=TENANTS).start()
     yield server
     server.stop()

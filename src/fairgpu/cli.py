@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from fairgpu.catalog import builtin_profiles, load_profile
-from fairgpu.errors import ProfileError, ScenarioError
+from fairgpu.errors import FairgpuError, ProfileError, ScenarioError
 from fairgpu.framework.explain import Explanation
+from fairgpu.k8s.identity import FAIRGPU_SA
 from fairgpu.sim import fill, traces
 from fairgpu.sim import report as report_mod
 from fairgpu.sim import scenario as scenario_mod
@@ -252,11 +253,34 @@ def run_cmd(
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader on a Lease (run several replicas).")] = True,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease.")] = "fairgpu-system",
     identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
-    health_host: Annotated[str, typer.Option(help="Address of the health, metrics and dashboard server.")] = "0.0.0.0",
-    health_port: Annotated[int, typer.Option(help="Port of the health, metrics and dashboard server.")] = 8080,
+    health_host: Annotated[str, typer.Option(help="Address of the /healthz and /readyz probes.")] = "0.0.0.0",
+    health_port: Annotated[int, typer.Option(help="Port of the probes.")] = 8080,
+    metrics_host: Annotated[str, typer.Option(help="Address of /metrics.")] = "0.0.0.0",
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.")] = 8081,
+    metrics_auth: Annotated[
+        bool, typer.Option(help="Check /metrics callers with TokenReview and SubjectAccessReview.")
+    ] = False,
+    dashboard_host: Annotated[
+        str, typer.Option(help="Address of the dashboard; anything but loopback needs --dashboard-auth.")
+    ] = "127.0.0.1",
+    dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard and its JSON API.")] = 8082,
+    dashboard_auth: Annotated[
+        bool, typer.Option(help="Check dashboard callers with TokenReview and SubjectAccessReview.")
+    ] = False,
     webhook_port: Annotated[int, typer.Option(help="HTTPS port of the admission webhook.")] = 8443,
     tls_cert: Annotated[str | None, typer.Option(help="Webhook certificate (PEM); with --tls-key.")] = None,
     tls_key: Annotated[str | None, typer.Option(help="Webhook private key (PEM).")] = None,
+    service_account: Annotated[
+        str, typer.Option(help="fairgpu's own user name: the webhook lets it write scheduling keys.")
+    ] = FAIRGPU_SA,
+    trusted_identity: Annotated[
+        list[str] | None,
+        typer.Option(help="A user who may also write scheduling keys (HAMi's device plugin, say); repeatable."),
+    ] = None,
+    pod_controller: Annotated[
+        list[str] | None,
+        typer.Option(help="A user that makes pods from templates, whose pods keep the template's user; repeatable."),
+    ] = None,
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
@@ -264,6 +288,7 @@ def run_cmd(
     import socket
 
     from fairgpu.k8s import app as live
+    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust
 
     try:
         prof = load_profile(profile)
@@ -272,10 +297,23 @@ def run_cmd(
     if (tls_cert is None) != (tls_key is None):
         raise _fail("--tls-cert and --tls-key go together")
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    listen = live.Listen(
+        (health_host, health_port),
+        (metrics_host, metrics_port),
+        (dashboard_host, dashboard_port),
+        dashboard_auth,
+        metrics_auth,
+        (health_host, webhook_port),
+    )
+    try:
+        listen.check()
+    except FairgpuError as err:
+        raise _fail(str(err)) from err
+    trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, health_host, health_port, webhook_port, tls))
+        asyncio.run(live.run(*args, listen, tls, trust))
     except KeyboardInterrupt:
         pass
     except Exception as err:

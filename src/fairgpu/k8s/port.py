@@ -32,6 +32,8 @@ NODES = Kind("", "v1", "nodes", False)
 EVENTS = Kind("", "v1", "events", True)
 LEASES = Kind("coordination.k8s.io", "v1", "leases", True)
 QUEUES = Kind("fairgpu.io", "v1alpha1", "queues", False)
+TOKEN_REVIEWS = Kind("authentication.k8s.io", "v1", "tokenreviews", False)
+SUBJECT_ACCESS_REVIEWS = Kind("authorization.k8s.io", "v1", "subjectaccessreviews", False)
 
 
 class KubePort(Protocol):
