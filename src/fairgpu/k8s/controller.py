@@ -18,9 +18,6 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from fairgpu import resources as r
 from fairgpu.errors import BindError, KubeError, RequestError, StateError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
@@ -28,16 +25,17 @@ from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.informer import Informer
+from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
-from fairgpu.k8s.queues import QueueEntry, queue_from_cr
+from fairgpu.k8s.queues import QueueEntry, queue_entries
 from fairgpu.k8s.reporter import Reporter
-from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
-from fairgpu.model import NodeSpec, QueueTree, Workload
+from fairgpu.k8s.translate import PodInfo
+from fairgpu.k8s.workloads import GANG_ADMITTED, Batch, pending_batches, queue_for, submit, workload_of
+from fairgpu.model import NodeSpec, QueueTree
 from fairgpu.state import Placement
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
-GANG_ADMITTED = "fairgpu.io/gang-admitted"  # on every member once a gang starts binding
 # A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
 REFUSED_BACKOFF = 60.0
 
@@ -96,10 +94,8 @@ class Controller:
         # not the cluster's size. A rebuild looks at every pod again.
         self._dirty: set[str] = set()
         self._all_dirty = True
-        self._infos: dict[str, PodInfo] = {}
-        self._bad: dict[str, str] = {}
-        self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
-        self._node_parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
+        self._pods = ParsedPods()
+        self._nodes = ParsedNodes()
         # Nodes or queues changed since the last pass: only then are they read again (a bind's node lock
         # changes a node twice, and reading 5,000 nodes at every pass would cost more than the binds).
         self._inputs_changed = True
@@ -192,10 +188,22 @@ class Controller:
             if ev.pods is not None:
                 self.shrinking[ev.workload] = ev.pods
             self._spawn(self._evict(ev, math.ceil(ev.grace)))
-        self._report_pending(now)
+        self._report(now)
+
+    def _report(self, now: float) -> None:
+        engine = self.engine
+        assert engine is not None
+
+        def uid(key: str) -> str | None:
+            obj = self.pods.cache.get(key)
+            return None if obj is None else obj["metadata"].get("uid", "")
+
+        self.reporter.report_pending(
+            engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
+        )
         if now - self._status_at >= self.status_every:
             self._status_at = now
-            self._report_queues()
+            self.reporter.report_queues(engine)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(coro)
@@ -204,21 +212,7 @@ class Controller:
 
     # -- reconcile ----------------------------------------------------------------------------------------
     def _queue_entries(self) -> list[QueueEntry]:
-        entries, errors = [], {}
-        for obj in self.queues.cache.values():
-            try:
-                entries.append(queue_from_cr(obj))
-            except ValueError as err:
-                errors[obj["metadata"]["name"]] = str(err)
-        # A queue whose parent is missing (or invalid) is left out with its children, not the whole tree.
-        while True:
-            names = {e.spec.name for e in entries}
-            orphans = [e for e in entries if e.spec.parent is not None and e.spec.parent not in names]
-            if not orphans:
-                break
-            for e in orphans:
-                errors[e.spec.name] = f"spec.parent: queue {e.spec.parent!r} does not exist or is invalid"
-            entries = [e for e in entries if e not in orphans]
+        entries, errors = queue_entries(self.queues.cache.values())
         for name, problem in errors.items():
             if self.queue_errors.get(name) != problem:
                 self._spawn(self.reporter.queue_invalid(name, problem))
@@ -227,7 +221,7 @@ class Controller:
 
     def _reconcile(self, now: float) -> None:
         if self._inputs_changed:
-            node_specs = self._read_nodes()
+            node_specs = self._nodes.read(self.nodes.cache)
             entries = self._queue_entries()
             try:
                 tree = QueueTree([e.spec for e in entries])
@@ -244,9 +238,11 @@ class Controller:
             self._inputs_changed = False
         engine = self.engine
         assert engine is not None
-        keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
+        parsed = self._pods
+        keys = set(self.pods.cache) | set(parsed.infos) | set(parsed.bad) if self._all_dirty else self._dirty
         self._all_dirty, self._dirty = False, set()
-        pods, bad = self._read_pods(keys)
+        parsed.read(self.pods.cache, keys)
+        pods, bad = parsed.infos, parsed.bad
         # Pods that are gone or finished release what they hold.
         for key in keys:
             p = pods.get(key)
@@ -295,7 +291,7 @@ class Controller:
         engine = self.engine
         assert engine is not None and p.node is not None
         ni = engine.state.node_index.get(p.node)
-        return None if ni is None else self._placement_from_annotations(p, ni)
+        return None if ni is None else hami.placement_from_annotations(engine.state, p, ni)
 
     def _fix(self, p: PodInfo, placement: Placement) -> None:
         engine = self.engine
@@ -323,18 +319,9 @@ class Controller:
                 return
         if name in self.members:
             name = f"{name}/{members[0].name}"
-        queue, _ = self._queue_for(members[0])
+        queue, _ = queue_for(members[0], self.namespaces)
+        wl = workload_of(name, queue or "", members)
         try:
-            wl = Workload(
-                name=name,
-                queue=queue or "",
-                pods=tuple(m.spec for m in members),
-                submit_time=min(m.created for m in members),
-                priority=max(m.priority for m in members),
-                duration=members[0].duration,
-                user=members[0].user,
-                pod_names=tuple(m.key for m in members),
-            )
             engine.adopt(wl, placements, started=min(m.started for m in members))
         except (RequestError, StateError) as err:  # no queue for them (any more), or not all of them fit
             log.warning("pods of %s pinned where they run, charged to no queue: %s", name, err)
@@ -352,32 +339,6 @@ class Controller:
         engine.state.release(key)
         self._engine_changed = True
         del self.fixed[key]
-
-    def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
-        assert self.engine is not None, "placements are read only once an engine exists"
-        state = self.engine.state
-        spec = p.spec
-        if spec.gpu is None:
-            return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
-        raw = p.annotations.get(hami.ALLOCATED)
-        if raw is not None and p.annotations.get(hami.VGPU_NODE) == p.node:
-            try:
-                segments = hami.decode_devices(raw)
-            except hami.FormatError as err:
-                log.warning("pod %s: %s", p.key, err)
-                segments = []
-            devices = [d for seg in segments for d in seg]
-            uuids = [g.uuid for g in state.nodes[ni].gpus]
-            if devices and all(d.uuid in uuids for d in devices):
-                slots = tuple(uuids.index(d.uuid) for d in devices)
-                return Placement(
-                    ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
-                )
-        # A GPU pod placed by someone else without HAMi's record: take fitting cards so none is double-booked.
-        fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
-        if len(fits) < spec.gpu.count:
-            return None
-        return state.placement_for(spec, ni, fits[: spec.gpu.count])
 
     def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
         """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
@@ -427,23 +388,7 @@ class Controller:
         if running:
             self._adopt(name, [p for p, _ in running], [placement for _, placement in running])
 
-    def _queue_for(self, p: PodInfo) -> tuple[str | None, str]:
-        if p.queue_label is not None:
-            allowed = self.namespaces.get(p.queue_label)
-            if allowed is None:
-                return None, f"queue {p.queue_label!r} does not exist"
-            if allowed and p.namespace not in allowed:
-                return None, f"namespace {p.namespace} may not use queue {p.queue_label!r}"
-            return p.queue_label, ""
-        for name, allowed in self.namespaces.items():
-            if p.namespace in allowed:
-                return name, ""
-        return None, f"no queue serves namespace {p.namespace}; label the pod fairgpu.io/queue"
-
     def _submit_pending(self, keys: set[str], pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
-        engine = self.engine
-        assert engine is not None
-        groups: dict[tuple[str, str], list[PodInfo]] = {}
         for key in keys & bad.keys():
             problem = bad[key]
             obj = self.pods.cache[key]
@@ -455,69 +400,24 @@ class Controller:
                 return False
             return p.key not in self.owned and p.key not in self.inflight
 
-        for key in keys:
-            p = pods.get(key)
-            if p is None:
-                continue
-            if p.group:
-                groups.setdefault((p.namespace, p.group), [])
-            elif waiting(p):
-                self._submit([p], key, now)
-        for gid in groups:
-            everyone = [pods[k] for k in self._groups.get(gid, ()) if k in pods]
-            groups[gid] = [m for m in everyone if waiting(m)]
-        for (ns, group), members in groups.items():
-            if not members:
-                continue
-            bound = sum(1 for k in self._groups.get((ns, group), ()) if k in pods and pods[k].node)
-            admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
-            need = 0 if admitted else max(m.min_members for m in members) - bound
-            if len(members) < need:
-                for m in members:
-                    self.reporter.unschedulable(
-                        m.key, m.uid, f"gang {group}: {len(members) + bound} of {need + bound} members exist"
-                    )
-                continue
-            members.sort(key=lambda m: m.name)
-            # Members beyond what the gang still needs are elastic: they run as room allows and are the first
-            # given back when another queue reclaims. Members that join a running group form a workload of
-            # their own, named after their first member.
-            least = max(1, need)
-            name = f"{ns}/group:{group}"
-            if name in self.members:
-                name = f"{name}/{members[0].name}"
-            self._submit(members, name, now, least if len(members) > least else None)
+        def unschedulable(p: PodInfo, why: str) -> None:
+            self.reporter.unschedulable(p.key, p.uid, why)
 
-    def _submit(self, members: list[PodInfo], name: str, now: float, min_pods: int | None = None) -> None:
+        for batch in pending_batches(keys, pods, self._pods.groups, waiting, self.members.__contains__, unschedulable):
+            self._submit(batch)
+
+    def _submit(self, batch: Batch) -> None:
         engine = self.engine
         assert engine is not None
-        first = members[0]
-        queue, why = self._queue_for(first)
-        if queue is None:
-            for m in members:
+        why = submit(engine, batch, self.namespaces)
+        if why is not None:
+            for m in batch.members:
                 self.reporter.unschedulable(m.key, m.uid, why)
             return
-        wl = Workload(
-            name=name,
-            queue=queue,
-            pods=tuple(m.spec for m in members),
-            submit_time=min(m.created for m in members),
-            priority=max(m.priority for m in members),
-            duration=first.duration,
-            user=first.user,
-            pod_names=tuple(m.key for m in members),
-            min_pods=min_pods,
-        )
-        try:
-            engine.submit(wl)
-        except RequestError as err:
-            for m in members:
-                self.reporter.unschedulable(m.key, m.uid, str(err))
-            return
         self._engine_changed = True
-        self.members[name] = wl.pod_names
-        for m in members:
-            self.owned[m.key] = name
+        self.members[batch.name] = tuple(m.key for m in batch.members)
+        for m in batch.members:
+            self.owned[m.key] = batch.name
 
     # -- decisions ----------------------------------------------------------------------------------------
     async def _commit(self, workload: str, binds: list[tuple[str, Placement]]) -> None:
@@ -527,7 +427,7 @@ class Controller:
         if len(self.members.get(workload, ())) > 1:
             try:
                 for key in self.members[workload]:
-                    info = self._infos.get(key)
+                    info = self._pods.infos.get(key)
                     if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
                         continue  # marked when the gang started; an elastic one's later pods need no second patch
                     ns, name = key.split("/", 1)
@@ -538,7 +438,7 @@ class Controller:
                     self.inflight.discard(key)
                 if workload in self.members:
                     self.stats.rollbacks += 1
-                    self._drop_workload(workload, self._pod_infos())
+                    self._drop_workload(workload, self._pods.infos)
                 self.wake.set()
                 return
         await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
@@ -549,7 +449,7 @@ class Controller:
         waiting for a node's lock, so one binpacked node's queue would stall binds to every other node."""
         engine = self.engine
         assert engine is not None
-        p = self._infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
+        p = self._pods.infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
         try:
             if p is None:
                 raise BindError("pod disappeared before its bind")
@@ -569,57 +469,10 @@ class Controller:
             self.inflight.discard(key)
             if engine is self.engine and workload in self.members:
                 self.stats.rollbacks += 1
-                self._drop_workload(workload, self._pod_infos())
+                self._drop_workload(workload, self._pods.infos)
         finally:
             self.inflight.discard(key)
             self.wake.set()
-
-    def _read_nodes(self) -> list[NodeSpec]:
-        """Node specs, parsed again only when what they are read from changed (a bind's node lock changes the
-        node, not its GPUs); the same NodeSpec objects come back while nothing changed, so comparing
-        inventories stays cheap."""
-        specs: list[NodeSpec] = []
-        parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
-        for key, obj in sorted(self.nodes.cache.items()):
-            inputs = NodeInputs.of(obj)
-            hit = self._node_parsed.get(key)
-            if hit is None or hit[0] != inputs:
-                try:
-                    spec: NodeSpec | None = node_spec(inputs)
-                except ValueError as err:
-                    log.warning("node %s left out: %s", inputs.name, err)
-                    spec = None
-                if hit is not None and hit[1] is not None and spec == hit[1]:
-                    spec = hit[1]  # unchanged inventory: keep the identical object
-                hit = (inputs, spec)
-            parsed[key] = hit
-            if hit[1] is not None:
-                specs.append(hit[1])
-        self._node_parsed = parsed
-        return specs
-
-    def _pod_infos(self) -> dict[str, PodInfo]:
-        return self._infos
-
-    def _read_pods(self, keys: set[str]) -> tuple[dict[str, PodInfo], dict[str, str]]:
-        """Bring the parsed view of these pods up to date with the cache: PodInfo, or why it cannot be read."""
-        for key in keys:
-            old = self._infos.pop(key, None)
-            self._bad.pop(key, None)
-            if old is not None and old.group:
-                self._groups.get((old.namespace, old.group), set()).discard(key)
-            obj = self.pods.cache.get(key)
-            if obj is None:
-                continue
-            try:
-                p = pod_info(obj)
-            except (RequestError, ValueError) as err:
-                self._bad[key] = str(err)
-                continue
-            self._infos[key] = p
-            if p.group:
-                self._groups.setdefault((p.namespace, p.group), set()).add(key)
-        return self._infos, self._bad
 
     async def _evict(self, ev: Evict, grace: int) -> None:
         """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
@@ -645,47 +498,3 @@ class Controller:
             self.stats.evictions += 1
             self.reporter.preempted(key, ev.reason)
         self.wake.set()
-
-    def _report_queues(self) -> None:
-        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
-        engine = self.engine
-        assert engine is not None
-        view, tree = engine.view, engine.tree
-        pending = [0] * len(tree)
-        admitted = [0] * len(tree)
-        for entry in engine.pending.values():
-            pending[entry.queue] += 1
-        for entry in engine.running.values():
-            admitted[entry.queue] += 1
-        for q, spec in enumerate(tree.queues):
-            self.reporter.queue_status(
-                spec.name,
-                {
-                    "usage": _vector(view.usage[q]),
-                    "fairShare": _vector(view.entitled[q]),
-                    "pending": pending[q],
-                    "admitted": admitted[q],
-                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
-                },
-            )
-
-    def _report_pending(self, now: float) -> None:
-        engine = self.engine
-        assert engine is not None
-        for name in engine.pending:
-            keys = self.members.get(name, ())
-            pending = [k for k in keys if k not in self.inflight and engine.state.placement(k) is None]
-            if not pending or not self.reporter.wants_explanation(pending[0], now):
-                continue
-            explanation = engine.explain(name, now)
-            message = "; ".join(explanation.lines())
-            for key in pending:
-                obj = self.pods.cache.get(key)
-                if obj is not None:
-                    self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), message)
-
-
-def _vector(v: np.ndarray) -> dict[str, str]:
-    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
-    gpu, gpumem, cpu, mem = (float(x) for x in v)
-    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

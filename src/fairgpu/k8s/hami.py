@@ -7,10 +7,18 @@ on the cluster so a restarted scheduler rebuilds its state.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from fairgpu.errors import FormatError
+from fairgpu.state import ClusterState, Placement
+
+if TYPE_CHECKING:
+    from fairgpu.k8s.translate import PodInfo
+
+log = logging.getLogger(__name__)
 
 NODE_REGISTER = "hami.io/node-nvidia-register"
 DEVICE_CORDON = "hami.io/device-cordon"
@@ -159,3 +167,30 @@ def decode_lock(value: str) -> NodeLock | None:
     if taken.tzinfo is None:
         taken = taken.replace(tzinfo=UTC)
     return NodeLock(taken, parts[1], parts[2])
+
+
+def placement_from_annotations(state: ClusterState, p: PodInfo, ni: int) -> Placement | None:
+    """Where a pod bound to node `ni` runs, read from HAMi's allocation record when it names this node's
+    cards; a GPU pod bound without one (placed by someone else) takes fitting cards so none is double-booked.
+    None if no card fits."""
+    spec = p.spec
+    if spec.gpu is None:
+        return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
+    raw = p.annotations.get(ALLOCATED)
+    if raw is not None and p.annotations.get(VGPU_NODE) == p.node:
+        try:
+            segments = decode_devices(raw)
+        except FormatError as err:
+            log.warning("pod %s: %s", p.key, err)
+            segments = []
+        devices = [d for seg in segments for d in seg]
+        uuids = [g.uuid for g in state.nodes[ni].gpus]
+        if devices and all(d.uuid in uuids for d in devices):
+            slots = tuple(uuids.index(d.uuid) for d in devices)
+            return Placement(
+                ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
+            )
+    fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
+    if len(fits) < spec.gpu.count:
+        return None
+    return state.placement_for(spec, ni, fits[: spec.gpu.count])

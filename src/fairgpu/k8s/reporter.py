@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
+from fairgpu import resources as r
 from fairgpu.errors import KubeError
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,41 @@ class Reporter:
             except KubeError as err:
                 log.info("status of queue %s not written: %s", name, err)
 
+    def report_queues(self, engine: Scheduler) -> None:
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
+        view, tree = engine.view, engine.tree
+        pending, admitted = _workload_counts(engine)
+        for q, spec in enumerate(tree.queues):
+            self.queue_status(
+                spec.name,
+                {
+                    "usage": _vector(view.usage[q]),
+                    "fairShare": _vector(view.entitled[q]),
+                    "pending": pending[q],
+                    "admitted": admitted[q],
+                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                },
+            )
+
+    def report_pending(
+        self,
+        engine: Scheduler,
+        members: Callable[[str], tuple[str, ...]],
+        waiting: Callable[[str], bool],
+        uid: Callable[[str], str | None],
+        now: float,
+    ) -> None:
+        """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds)."""
+        for name in engine.pending:
+            pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
+            if not pending or not self.wants_explanation(pending[0], now):
+                continue
+            message = "; ".join(engine.explain(name, now).lines())
+            for key in pending:
+                pod_uid = uid(key)
+                if pod_uid is not None:
+                    self.unschedulable(key, pod_uid, message)
+
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""
         for task in self._tasks:
@@ -115,3 +152,20 @@ class Reporter:
                 await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
             except KubeError as err:
                 log.info("condition for %s/%s not set: %s", ns, name, err)
+
+
+def _workload_counts(engine: Scheduler) -> tuple[list[int], list[int]]:
+    """Pending and admitted workloads per queue."""
+    pending = [0] * len(engine.tree)
+    admitted = [0] * len(engine.tree)
+    for entry in engine.pending.values():
+        pending[entry.queue] += 1
+    for entry in engine.running.values():
+        admitted[entry.queue] += 1
+    return pending, admitted
+
+
+def _vector(v: object) -> dict[str, str]:
+    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
+    gpu, gpumem, cpu, mem = (float(x) for x in v)  # type: ignore[attr-defined]
+    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}
