@@ -18,6 +18,7 @@ from aiohttp import web
 
 from . import patches
 from .errors import ApiError, conflict, not_found, success
+from .faults import Faults
 from .selectors import Selector, label_selector, parse_fields, parse_labels
 from .store import RESOURCES, Resource, Store, clone
 
@@ -52,14 +53,6 @@ def respond_error(err: ApiError) -> web.Response:
 
 
 @dataclass(slots=True)
-class Fault:
-    code: int
-    count: int
-    verb: str | None = None
-    path_contains: str = ""
-
-
-@dataclass(slots=True)
 class Target:
     res: Resource
     ns: str | None
@@ -70,8 +63,7 @@ class Target:
 @dataclass
 class FakeState:
     store: Store = field(default_factory=Store)
-    faults: list[Fault] = field(default_factory=list)
-    delays: dict[str, float] = field(default_factory=dict)  # verb → seconds
+    faults: Faults = field(default_factory=Faults)
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
@@ -115,26 +107,10 @@ class FakeApi:
         self.state.requests += 1
         self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
-            await self._faults(request)
-            return await self._route(request)
+            await self.state.faults.before(request)
+            return self.state.faults.after(request, await self._route(request))
         except ApiError as err:
             return respond_error(err)
-
-    async def _faults(self, request: web.Request) -> None:
-        delay = self.state.delays.get(request.method)
-        if delay:
-            await asyncio.sleep(delay)
-        for f in self.state.faults:
-            if f.count > 0 and (f.verb in (None, request.method)) and f.path_contains in request.path_qs:
-                f.count -= 1
-                reason = {
-                    409: "Conflict",
-                    500: "InternalError",
-                    503: "ServiceUnavailable",
-                    504: "Timeout",
-                    429: "TooManyRequests",
-                }
-                raise ApiError(f.code, reason.get(f.code, "InternalError"), f"injected fault {f.code}")
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/")
@@ -510,14 +486,8 @@ class FakeApi:
             for w in store.watchers:
                 if w.bookmarks:
                     w.push("BOOKMARK", self._bookmark(w.resource))
-        elif op == "fault":
-            st.faults.append(
-                Fault(int(body["code"]), int(body.get("count", 1)), body.get("verb"), body.get("path_contains", ""))
-            )
         elif op == "device-plugin":
             st.device_plugin = bool(body.get("enabled", True))
-        elif op == "delay":
-            st.delays[body["verb"]] = float(body["seconds"])
         elif op == "clock":
             from datetime import timedelta
 
@@ -530,14 +500,17 @@ class FakeApi:
             return respond(
                 {
                     "rev": store.rev,
-                    "faults": [asdict(f) for f in st.faults],
+                    "faults": [asdict(f) for f in st.faults.faults],
+                    "injected": st.faults.injected,
                     "bindings": st.bindings,
                     "evictions": st.evictions,
                     "watchers": len(store.watchers),
                     "requests": st.requests,
                 }
             )
-        else:
+        elif op == "requests":
+            return respond({"requests": st.faults.log})
+        elif not st.faults.control(op, body):
             return respond(not_found("control", op).status(), 404)
         return respond({"ok": True, "rev": store.rev})
 

@@ -62,7 +62,7 @@ async def run(
 ) -> None:
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
-    controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
+    controller = Controller(port, profile, scheduler_name, leadership=elector)
     hooks = None
     try:
         async with Beside(dashboard_app(controller, port.api.configuration.host), health_host, health_port):

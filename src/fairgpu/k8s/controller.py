@@ -23,8 +23,9 @@ from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder
+from fairgpu.k8s.binder import Binder, device_string
 from fairgpu.k8s.informer import Informer
+from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_entries
@@ -38,6 +39,11 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
 # A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
 REFUSED_BACKOFF = 60.0
+CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
+FENCE_MARGIN = 0.5  # a Binding is sent only while the lease is held for at least this long
+BIND_ATTEMPTS = 3  # binds of a gang member, in the room held for it, before the gang is undone
+# What became of a pod whose bind failed.
+LANDED, ELSEWHERE, GONE, FAILED = "landed", "bound elsewhere", "gone", "unbound"
 
 
 @dataclass(slots=True)
@@ -59,7 +65,7 @@ class Controller:
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
-        leading: asyncio.Event | None = None,
+        leadership: LeaderElector | None = None,
         on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
     ) -> None:
         self.port = port
@@ -73,6 +79,7 @@ class Controller:
             node_changed=self._node_changed,
             node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
             pod_cache=lambda key: self.pods.cache.get(key),
+            fence=self._fence,
         )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
@@ -87,6 +94,14 @@ class Controller:
         self.owned: dict[str, str] = {}  # pod key → engine workload holding it
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
+        self.gangs: set[str] = set()  # workloads of several pods that run whole or not at all
+        # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
+        # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
+        self._landed: set[str] = set()
+        self._failed: dict[str, dict[str, str]] = {}
+        self._attempts: dict[str, int] = {}  # bind attempts per pod, this engine
+        self._undoing: set[str] = set()  # gangs whose landed members are being evicted
+        self._refusals: list[tuple[str, float]] = []  # (workload, retry at) of refused evictions, to apply
         self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
@@ -108,14 +123,23 @@ class Controller:
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
         self._tasks: set[asyncio.Task] = set()
-        if leading is None:  # without an elector this replica always leads
-            leading = asyncio.Event()
-            leading.set()
-        self.leading = leading
+        if leadership is None:  # without an elector this replica always leads
+            self.leading = asyncio.Event()
+            self.leading.set()
+            self.lease_left: Callable[[], float] = lambda: math.inf
+        else:
+            self.leading = leadership.leading
+            self.lease_left = leadership.remaining
+            leadership.on_lost.append(self._lost)
 
     def synced(self) -> bool:
-        """Every informer has listed once: the caches are warm (on a standby too)."""
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.queues))
+        """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
+        return all(i.synced.is_set() and i.healthy for i in (self.nodes, self.pods, self.queues))
+
+    def _fence(self) -> None:
+        """Raise unless this replica still leads for long enough to send a Binding."""
+        if self.lease_left() < FENCE_MARGIN:
+            raise BindError("the lease is not held with margin; not binding")
 
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
@@ -149,14 +173,17 @@ class Controller:
             while True:
                 if not self.leading.is_set():  # standbys keep their caches warm and decide nothing
                     await self.leading.wait()
-                    self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
+                    # A new term: the cache must hold every bind made before it (ours cancelled at the last
+                    # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
+                    await self.pods.resync()
+                    self._built_from = None
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
                 with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
                     await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
                 self.wake.clear()
                 if self.leading.is_set():
-                    self.step()
+                    await self.step()
                 await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
         finally:
             for t in informers + list(self._tasks):
@@ -164,8 +191,12 @@ class Controller:
             await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
             await self.reporter.close()
 
-    def step(self) -> None:
-        """One reconcile + engine cycle; starts the binds and evictions it decides."""
+    async def step(self) -> None:
+        """One reconcile + engine cycle; starts the binds and evictions it decides. The cycle runs in slices
+        of at most CYCLE_SLICE seconds with the loop free in between, so lease renewal, informers and the
+        webhook on the same loop are never held up by a long cycle (the engine is not thread-safe, and with
+        the GIL a thread would not free the loop any better). Nothing else changes the engine meanwhile: bind
+        and eviction tasks only record their outcomes, and the next pass applies them."""
         now = self.clock()
         self._reconcile(now)
         if self.engine is None:
@@ -173,10 +204,18 @@ class Controller:
         if not self._engine_changed and now - self._cycled_at < self.retry_every:
             return
         self._engine_changed, self._cycled_at = False, now
+        engine = self.engine
+        result = CycleResult()
         started = time.perf_counter()
-        result = self.engine.cycle(now)
+        slice_end = started + CYCLE_SLICE
+        for _ in engine.steps(now, result):
+            if time.perf_counter() > slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + CYCLE_SLICE
+        if engine is not self.engine or not self.leading.is_set():
+            return  # the lease was lost meanwhile: nothing of this cycle is carried out
         if self.on_cycle is not None:
-            self.on_cycle(self.engine, result, now, time.perf_counter() - started)
+            self.on_cycle(engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
         decided: dict[str, list[tuple[str, Placement]]] = {}
         for b in result.bound:
@@ -189,6 +228,23 @@ class Controller:
                 self.shrinking[ev.workload] = ev.pods
             self._spawn(self._evict(ev, math.ceil(ev.grace)))
         self._report(now)
+
+    def _quiet(self) -> bool:
+        """No bind under way, and every landed bind shows in the pod cache: the cache alone tells what runs."""
+        for key in list(self._landed):
+            obj = self.pods.cache.get(key)
+            if obj is None or (obj.get("spec") or {}).get("nodeName"):
+                self._landed.discard(key)
+        return not self.inflight and not self._landed
+
+    def _lost(self) -> None:
+        """The lease is gone: no bind or eviction of this term goes on. What they leave behind is read from
+        the cluster when this replica leads again."""
+        for task in list(self._tasks):
+            task.cancel()
+        self.inflight.clear()
+        self._landed.clear()  # the new term's first list shows them
+        self.wake.set()
 
     def _report(self, now: float) -> None:
         engine = self.engine
@@ -231,13 +287,14 @@ class Controller:
             self.namespaces = {e.spec.name: e.namespaces for e in entries}
             shape = (tuple(node_specs), repr(tree.queues))
             if shape != self._built_from:
-                if self.inflight:
-                    self.wake.set()  # rebuild once the binds under way have landed
+                if not self._quiet():
+                    self.wake.set()  # rebuild once the binds under way have landed and the cache shows them
                     return
                 self._rebuild(node_specs, tree, shape)
             self._inputs_changed = False
         engine = self.engine
         assert engine is not None
+        self._settle()
         parsed = self._pods
         keys = set(self.pods.cache) | set(parsed.infos) | set(parsed.bad) if self._all_dirty else self._dirty
         self._all_dirty, self._dirty = False, set()
@@ -246,12 +303,16 @@ class Controller:
         # Pods that are gone or finished release what they hold.
         for key in keys:
             p = pods.get(key)
+            if p is None or p.node:  # the cache is the truth about it again
+                self._landed.discard(key)
+                self._attempts.pop(key, None)
             gone = p is None or p.terminal
             if gone and key in self.fixed:
                 self._unhold(key)
             if gone and key in self.owned:
-                if key in self.inflight:
-                    self._dirty.add(key)  # look again once its bind has finished
+                name = self.owned[key]
+                if name in self._failed or any(k in self.inflight for k in self.members[name]):
+                    self._dirty.add(key)  # look again once the workload's binds have finished
                 elif not self._shrunk(self.owned[key], pods):
                     self._drop_workload(self.owned[key], pods)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
@@ -277,6 +338,11 @@ class Controller:
         self.owned.clear()
         self.members.clear()
         self.shrinking.clear()
+        self.gangs.clear()
+        self._failed.clear()
+        self._undoing.clear()
+        self._refusals.clear()
+        self._attempts.clear()
         self._all_dirty = True
         self.stats.rebuilds += 1
 
@@ -367,13 +433,18 @@ class Controller:
             self.wake.set()
         return True
 
-    def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
-        """Take a workload out of the engine; members that run stay on as a workload of their own, pending
-        ones get resubmitted."""
+    def _drop_workload(
+        self, name: str, pods: dict[str, PodInfo], elsewhere: set[str] | frozenset = frozenset()
+    ) -> None:
+        """Take a workload out of the engine; members that run (or whose bind landed, even if the cache has
+        not shown it yet) stay on as a workload of their own where we put them, pending ones get resubmitted.
+        Members bound `elsewhere` than we decided are found at the next pass and accounted where they run."""
         engine = self.engine
         assert engine is not None
         keys = self.members.pop(name, ())
         self.shrinking.pop(name, None)
+        self.gangs.discard(name)
+        self._undoing.discard(name)
         released = engine.remove(name)
         self._engine_changed = True
         for key in keys:
@@ -383,7 +454,7 @@ class Controller:
         running = [
             (p, placement)
             for key, placement in zip(keys, released, strict=False)
-            if (p := pods.get(key)) is not None and p.node and not p.terminal and key not in self.inflight
+            if (p := pods.get(key)) is not None and key not in elsewhere and self._is_bound(key)
         ]
         if running:
             self._adopt(name, [p for p, _ in running], [placement for _, placement in running])
@@ -416,6 +487,8 @@ class Controller:
             return
         self._engine_changed = True
         self.members[batch.name] = tuple(m.key for m in batch.members)
+        if len(batch.members) > 1 and batch.min_pods is None:
+            self.gangs.add(batch.name)
         for m in batch.members:
             self.owned[m.key] = batch.name
 
@@ -436,64 +509,151 @@ class Controller:
                 log.warning("gang %s not marked admitted: %s; rolling back", workload, err)
                 for key, _ in binds:
                     self.inflight.discard(key)
-                if workload in self.members:
-                    self.stats.rollbacks += 1
-                    self._drop_workload(workload, self._pods.infos)
+                    self._failed.setdefault(workload, {})[key] = FAILED
                 self.wake.set()
                 return
         await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
 
-    async def _bind(self, workload: str, key: str, placement: Placement) -> None:
+    async def _bind(self, workload: str, key: str, placement: Placement, delay: float = 0.0) -> None:
         """Every decided bind starts at once: the client's connection pool bounds the requests in flight, and
         HAMi's node lock lines up the binds to one node. A cap on binds in flight would be held by binds
-        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node."""
+        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node.
+        A failed bind is resolved before it stops holding its room: the pod is read from the API server
+        (its Binding may have landed with the answer lost). What is learnt is recorded; the next pass acts."""
         engine = self.engine
         assert engine is not None
         p = self._pods.infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
+        node = engine.state.node_names[placement.node]
+        gpus = engine.state.nodes[placement.node].gpus
+        devices = [
+            hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
+            for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+        ]
+        self._attempts[key] = self._attempts.get(key, 0) + 1
         try:
+            await asyncio.sleep(delay)
             if p is None:
                 raise BindError("pod disappeared before its bind")
-            node = engine.state.node_names[placement.node]
-            gpus = engine.state.nodes[placement.node].gpus
-            devices = [
-                hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-                for s, m in zip(placement.slots, placement.mem_mib, strict=True)
-            ]
             await self.binder.bind(p, node, devices)
+            self._landed.add(key)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
         except (BindError, KubeError, RequestError) as err:
             self.stats.bind_failures += 1
-            log.warning("bind %s failed: %s; rolling back %s", key, err, workload)
-            self.inflight.discard(key)
-            if engine is self.engine and workload in self.members:
-                self.stats.rollbacks += 1
-                self._drop_workload(workload, self._pods.infos)
+            outcome = GONE if p is None else await self._outcome(p, node, device_string(p, devices) if devices else "")
+            log.warning("bind %s failed (%s): %s", key, outcome, err)
+            if outcome == LANDED:
+                self._landed.add(key)
+                self.stats.binds += 1
+            else:
+                self._failed.setdefault(workload, {})[key] = outcome
         finally:
             self.inflight.discard(key)
             self.wake.set()
 
+    async def _outcome(self, p: PodInfo, node: str, alloc: str) -> str:
+        """Where a pod whose bind failed stands, read from the API server (asked again until it answers):
+        LANDED where we bound it, ELSEWHERE bound by someone else's decision, GONE, or FAILED (unbound)."""
+        pause = 0.05
+        while True:
+            try:
+                obj = await self.port.get(PODS, p.name, p.namespace)
+                break
+            except KubeError as err:
+                if err.code == 404:
+                    return GONE
+                await asyncio.sleep(pause)
+                pause = min(2.0, pause * 2)
+        meta = obj["metadata"]
+        if meta.get("uid") != p.uid:
+            return GONE  # a new pod of the same name
+        where = (obj.get("spec") or {}).get("nodeName")
+        if not where:
+            return GONE if meta.get("deletionTimestamp") else FAILED
+        ours = (meta.get("annotations") or {}).get(hami.ALLOCATED, "") == alloc
+        return LANDED if where == node and ours else ELSEWHERE
+
+    def _settle(self) -> None:
+        """Act on finished binds and refused evictions. A workload with a failed bind lets go of nothing
+        while any bind of it is in flight. Then: a gang some of whose members landed retries the failed
+        binds in the room still held for them (a few times), else is undone whole (landed members evicted,
+        their room held until they are gone); any other workload is dropped, its landed members running on
+        as a workload of their own, the rest resubmitted."""
+        engine = self.engine
+        assert engine is not None
+        for workload, until in self._refusals:
+            if workload in self.members:
+                engine.eviction_refused(workload, until)
+                self.shrinking.pop(workload, None)
+                self._engine_changed = True
+        self._refusals.clear()
+        for name in list(self._failed):
+            keys = self.members.get(name)
+            if keys is None or name in self._undoing:
+                del self._failed[name]
+                continue
+            if any(k in self.inflight for k in keys):
+                continue
+            failed = self._failed.pop(name)
+            landed = [k for k in keys if self._is_bound(k) and failed.get(k) != ELSEWHERE]
+            if landed and name in self.gangs:
+                retry = [k for k, why in failed.items() if why == FAILED and self._attempts.get(k, 0) < BIND_ATTEMPTS]
+                if len(retry) == len(failed):
+                    for k in retry:
+                        placement = engine.state.placement(k)
+                        assert placement is not None
+                        self.inflight.add(k)
+                        self._spawn(self._bind(name, k, placement, delay=0.2 * self._attempts[k]))
+                    continue
+                self.stats.rollbacks += 1
+                self._undoing.add(name)
+                self._spawn(self._undo_gang(name, keys, landed))
+                continue
+            self.stats.rollbacks += 1
+            self._drop_workload(name, self._pods.infos, {k for k, why in failed.items() if why == ELSEWHERE})
+
+    def _is_bound(self, key: str) -> bool:
+        p = self._pods.infos.get(key)
+        return key in self._landed or (p is not None and p.node is not None and not p.terminal)
+
+    async def _undo_gang(self, name: str, keys: tuple[str, ...], landed: list[str]) -> None:
+        """A gang that cannot be completed: its members lose the admitted mark (so what is left waits for a
+        whole gang again), then its landed members are evicted. The engine holds all of its room until they
+        are gone; their absence then drops the workload."""
+        for key in keys:
+            ns, pod = key.split("/", 1)
+            with contextlib.suppress(KubeError):  # a member gone already needs no unmarking
+                await self.port.patch(PODS, pod, {"metadata": {"annotations": {GANG_ADMITTED: None}}}, ns)
+        for key in landed:
+            p = self._pods.infos.get(key)
+            ns, pod = key.split("/", 1)
+            try:
+                await self.port.evict(ns, pod, None, p.uid if p is not None else None)
+                self.reporter.preempted(key, f"gang {name} could not be bound whole and was rolled back")
+            except KubeError as err:
+                if err.code not in (404, 409):  # 409: the UID precondition, a new pod of that name
+                    log.warning("rolling back gang %s: %s stays: %s", name, key, err)
+
     async def _evict(self, ev: Evict, grace: int) -> None:
-        """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
-        workload, only the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or
-        any failure but the pod being gone already) stops there: the victim keeps running, out of choice for
-        REFUSED_BACKOFF seconds, and its preemptor picks another victim at its next attempt."""
+        """Evict a victim through the Eviction API with its queue's grace period and the pod's UID as a
+        precondition (a new pod of the same name is never the victim): every pod of a whole workload, only
+        the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or any failure but
+        the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
+        seconds, and its preemptor picks another victim at its next attempt."""
         keys = self.members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
         for key in keys:
             ns, name = key.split("/", 1)
+            p = self._pods.infos.get(key)
             try:
-                await self.port.evict(ns, name, grace)
+                await self.port.evict(ns, name, grace, p.uid if p is not None else None)
             except KubeError as err:
                 if err.code == 404:
                     continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
-                if self.engine is not None:
-                    self.engine.eviction_refused(ev.workload, self.clock() + REFUSED_BACKOFF)
-                    self.shrinking.pop(ev.workload, None)
-                    self._engine_changed = True
+                self._refusals.append((ev.workload, self.clock() + REFUSED_BACKOFF))
                 break
             self.stats.evictions += 1
             self.reporter.preempted(key, ev.reason)

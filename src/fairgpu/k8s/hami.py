@@ -6,8 +6,10 @@ on the cluster so a restarted scheduler rebuilds its state.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -30,6 +32,18 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 LOCK_EXPIRY = timedelta(minutes=5)  # HAMi's default nodeLockExpire
+LABEL_MAX = 63
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def label_value(value: str) -> str:
+    """`value` as a valid label value (63 characters at most): unchanged when it is one, else its first
+    characters and a hash of the whole, so distinct node names stay distinct. The annotation keeps it whole."""
+    if len(value) <= LABEL_MAX and _LABEL_VALUE.fullmatch(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    head = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[: LABEL_MAX - len(digest) - 1].strip("-_.")
+    return f"{head}-{digest}" if head else digest
 
 
 @dataclass(slots=True, frozen=True)

@@ -81,7 +81,11 @@ def pending_batches(
             continue
         bound = sum(1 for m in everyone if m.node)
         admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
-        need = 0 if admitted else max(m.min_members for m in members) - bound
+        # Once admitted, members that ran and are gone no longer count against the minimum, but the ones
+        # still waiting go together: never one by one.
+        need = max(m.min_members for m in members) - bound
+        if admitted:
+            need = min(len(members), need)
         if len(members) < need:
             for m in members:
                 unschedulable(m, f"gang {group}: {len(members) + bound} of {need + bound} members exist")
