@@ -25,9 +25,10 @@ class Fault:
     path_contains: str = ""
     after: bool = False  # committed, answer lost: the write happens, the client never learns it did
     rate: float = 1.0  # the chance a matching request is hit (seeded)
+    agent_contains: str = ""  # only requests of clients whose User-Agent contains this
 
     def matches(self, request: web.Request, rng: random.Random) -> bool:
-        if self.count <= 0 or self.verb not in (None, request.method) or self.path_contains not in request.path_qs:
+        if self.count <= 0 or not _selects(request, self.verb, self.path_contains, self.agent_contains):
             return False
         if self.rate < 1.0 and rng.random() >= self.rate:
             return False
@@ -41,6 +42,15 @@ class Latency:
     verb: str | None = None
     path_contains: str = ""
     jitter: float = 0.0  # up to this many seconds more, uniformly
+    agent_contains: str = ""
+
+
+def _selects(request: web.Request, verb: str | None, path: str, agent: str) -> bool:
+    return (
+        verb in (None, request.method)
+        and path in request.path_qs
+        and (not agent or agent in request.headers.get("User-Agent", ""))
+    )
 
 
 @dataclass(slots=True)
@@ -62,6 +72,7 @@ class Faults:
                     body.get("path_contains", ""),
                     bool(body.get("after", False)),
                     float(body.get("rate", 1.0)),
+                    body.get("agent_contains", ""),
                 )
             )
         elif op == "delay":
@@ -71,6 +82,7 @@ class Faults:
                     body.get("verb"),
                     body.get("path_contains", ""),
                     float(body.get("jitter", 0)),
+                    body.get("agent_contains", ""),
                 )
             )
         elif op == "clear-faults":
@@ -86,27 +98,20 @@ class Faults:
         """Latency, then a fault that refuses the request before anything is written."""
         pause = 0.0
         for lat in self.latencies:
-            if lat.verb in (None, request.method) and lat.path_contains in request.path_qs:
+            if _selects(request, lat.verb, lat.path_contains, lat.agent_contains):
                 pause += lat.seconds + (self.rng.random() * lat.jitter if lat.jitter else 0.0)
         if pause:
             await asyncio.sleep(pause)
         for f in self.faults:
             if not f.after and f.matches(request, self.rng):
                 self._count(f)
+                self._log(request, f.code)
                 raise ApiError(f.code, REASONS.get(f.code, "InternalError"), f"injected fault {f.code}")
 
     def after(self, request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
         """Log the request; a matching after-fault replaces a successful write's answer with an error
         (raised as ApiError) or drops the connection."""
-        entry = {
-            "t": time.monotonic(),
-            "verb": request.method,
-            "path": request.path,
-            "agent": request.headers.get("User-Agent", ""),
-            "code": resp.status,
-            "lost": False,
-        }
-        self.log.append(entry)
+        entry = self._log(request, resp.status)
         if request.method == "GET" or resp.status >= 300:
             return resp
         for f in self.faults:
@@ -118,6 +123,18 @@ class Faults:
                     return resp
                 raise ApiError(f.code, REASONS.get(f.code, "InternalError"), f"injected fault {f.code} (committed)")
         return resp
+
+    def _log(self, request: web.Request, code: int) -> dict:
+        entry = {
+            "t": time.monotonic(),
+            "verb": request.method,
+            "path": request.path,
+            "agent": request.headers.get("User-Agent", ""),
+            "code": code,
+            "lost": False,
+        }
+        self.log.append(entry)
+        return entry
 
     def _count(self, f: Fault) -> None:
         key = f"{'after' if f.after else 'before'} {f.code}"

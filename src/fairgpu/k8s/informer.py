@@ -37,6 +37,7 @@ class Informer:
         self.relists = 0
         self.rewatches = 0
         self.healthy = False  # listed, and not failed since
+        self._replay = False
         self._resync = asyncio.Event()
         self._resyncs: list[asyncio.Future[None]] = []
 
@@ -49,6 +50,7 @@ class Informer:
                 await self._run()
             except Exception:
                 self.healthy = False
+                self._replay = True  # the handler may have missed the object it failed on: report all again
                 log.exception("%s informer failed; starting over in %.2fs", self.kind.plural, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(self.max_backoff, backoff * 2)
@@ -114,8 +116,9 @@ class Informer:
             self.cache[key] = obj
             if old is None:
                 self.handler("ADDED", obj)
-            elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            elif self._replay or old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                 self.handler("MODIFIED", obj)
+        self._replay = False
         self.resource_version = rv
         self.synced.set()
 

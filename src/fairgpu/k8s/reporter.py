@@ -1,6 +1,7 @@
 """What users see of the scheduler's decisions: Kubernetes Events on pods, the PodScheduled=False condition
 with the engine's explanation, and queue status conditions. Writes run in the background, deduplicated
-(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle."""
+(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle.
+Events are counted, aggregated and rate-limited as client-go's recorder does (events.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from datetime import UTC, datetime
 from fairgpu import resources as r
 from fairgpu.errors import KubeError
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubePort
+from fairgpu.k8s.events import EventRecorder
+from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,7 @@ class Reporter:
         self.explained_at: dict[str, float] = {}
         self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        self.events = EventRecorder(port, component)
         self._tasks: set[asyncio.Task] = set()
 
     def wants_explanation(self, key: str, now: float) -> bool:
@@ -125,26 +128,11 @@ class Reporter:
         task.add_done_callback(self._tasks.discard)
 
     async def _event(self, ns: str, name: str, uid: str, reason: str, message: str, kind: str) -> None:
-        ts = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name, "uid": uid},
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
+        observed = self.events.observe(ns, name, uid, reason, message, kind)
+        if observed is None:
+            return
         async with self._slots:
-            try:
-                await self.port.create(EVENTS, body, ns)
-            except KubeError as err:
-                log.info("event for %s/%s not recorded: %s", ns, name, err)
+            await self.events.write(*observed)
 
     async def _condition(self, ns: str, name: str, condition: dict) -> None:
         async with self._slots:
