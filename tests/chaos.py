@@ -25,7 +25,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector

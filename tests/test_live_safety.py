@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from chaos import audit, chaos_node, chaos_pod
+from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
-from fairgpu.framework.profile import load_profile
 from fairgpu.k8s import hami
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
