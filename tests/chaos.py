@@ -23,16 +23,19 @@ import json
 import random
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
-from fairgpu.k8s.port import NODES, PODS, QUEUES
+from fairgpu.k8s.port import NODES, QUEUES
 from fakeapi.server import _BY_PATH, FakeApiServer
 from fakeapi.store import clone
 
+T = TypeVar("T")
 REGISTER = "hami.io/node-nvidia-register"
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 GROUP, MIN = "fairgpu.io/pod-group", "fairgpu.io/min-members"
@@ -242,6 +245,15 @@ def _inject(fake: FakeApiServer, c: Chaos) -> None:
     fake.control("delay", seconds=0.0, jitter=0.02, agent_contains="fairgpu/")
 
 
+async def on_fake(fake: FakeApiServer, fn: Callable[[], T]) -> T:
+    """Run fn on the fake's own loop (its store is not thread-safe) without blocking this loop meanwhile."""
+
+    async def call() -> T:
+        return fn()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), fake.loop))
+
+
 async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     rng = random.Random(c.seed)
     fake.api.store.log = deque(fake.api.store.log, maxlen=5_000_000)  # the auditor replays all of it
@@ -280,8 +292,7 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
             tenant = rng.choice(tenants)
             pods = workload(rng, tenant, i)
             i += 1
-            for obj in pods:
-                await port.create(PODS, obj, tenant)
+            await on_fake(fake, lambda pods=pods, tenant=tenant: [store.create(POD_RES, tenant, o) for o in pods])
             created += len(pods)
             pods_by_workload.append([f"{tenant}/{p['metadata']['name']}" for p in pods])
 
@@ -306,7 +317,7 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
             ]:
                 store._write(POD_RES, "DELETED", clone(o), o)
 
-        fake.call(housekeeping)
+        await on_fake(fake, housekeeping)
         # A node goes, and the pods bound to it with it (pod GC); gangs cut that way are the chaos' doing.
         if node_times and now >= node_times[0]:
             node_times.pop(0)
@@ -327,7 +338,7 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
                     store._write(POD_RES, "DELETED", clone(o), o)
                 return gone
 
-            cut_gangs.update(fake.call(delete_node))
+            cut_gangs.update(await on_fake(fake, delete_node))
             deleted_nodes.append(name)
             node_kills += 1
         # The leader dies without a word; a fresh replica starts in its place.
@@ -348,9 +359,9 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
             def settled() -> bool:
                 return not any(o.get("kind") == "Pod" and o["spec"].get("nodeName") for o in store.objects.values())
 
-            if fake.call(settled) and all(not r.ctl.inflight for r in replicas):
+            if await on_fake(fake, settled) and all(not r.ctl.inflight for r in replicas):
                 await asyncio.sleep(3.0)  # pending reasons are written (reporter), then the end state is read
-                if fake.call(settled):
+                if await on_fake(fake, settled):
                     break
         await asyncio.sleep(0.1)
     elapsed = time.monotonic() - started

@@ -15,15 +15,16 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Set
 from dataclasses import dataclass, field
 
-from fairgpu.errors import BindError, KubeError, RequestError, StateError
+from fairgpu.errors import BindError, KubeError, RequestError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder, device_string
+from fairgpu.k8s.holdings import Holdings
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
@@ -31,7 +32,7 @@ from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_entries
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo
-from fairgpu.k8s.workloads import GANG_ADMITTED, Batch, pending_batches, queue_for, submit, workload_of
+from fairgpu.k8s.workloads import GANG_ADMITTED, Batch, pending_batches, submit
 from fairgpu.model import NodeSpec, QueueTree
 from fairgpu.state import Placement
 
@@ -89,12 +90,9 @@ class Controller:
         self.queues = Informer(port, QUEUES, self._queue_event)
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
+        self.book: Holdings | None = None  # what the engine holds, pod by pod; one per engine
         self._built_from: tuple | None = None
-        self.fixed: dict[str, Placement] = {}  # others' pods (and ours without a queue) pinned where they run
-        self.owned: dict[str, str] = {}  # pod key → engine workload holding it
-        self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
-        self.gangs: set[str] = set()  # workloads of several pods that run whole or not at all
         # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
         # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
         self._landed: set[str] = set()
@@ -102,7 +100,6 @@ class Controller:
         self._attempts: dict[str, int] = {}  # bind attempts per pod, this engine
         self._undoing: set[str] = set()  # gangs whose landed members are being evicted
         self._refusals: list[tuple[str, float]] = []  # (workload, retry at) of refused evictions, to apply
-        self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
@@ -135,6 +132,36 @@ class Controller:
     def synced(self) -> bool:
         """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
         return all(i.synced.is_set() and i.healthy for i in (self.nodes, self.pods, self.queues))
+
+    # What the engine holds, for readers (tests, the dashboard): empty before the first engine.
+    @property
+    def owned(self) -> dict[str, str]:
+        return self.book.owned if self.book is not None else {}
+
+    @property
+    def fixed(self) -> dict[str, Placement]:
+        return self.book.fixed if self.book is not None else {}
+
+    @property
+    def members(self) -> dict[str, tuple[str, ...]]:
+        return self.book.members if self.book is not None else {}
+
+    @property
+    def gangs(self) -> set[str]:
+        return self.book.gangs if self.book is not None else set()
+
+    @property
+    def shrinking(self) -> dict[str, tuple[int, ...]]:
+        return self.book.shrinking if self.book is not None else {}
+
+    def _changed(self) -> None:
+        self._engine_changed = True
+        self.wake.set()
+
+    def _drop(self, name: str, pods: dict[str, PodInfo], elsewhere: Set[str] = frozenset()) -> None:
+        assert self.book is not None
+        self._undoing.discard(name)
+        self.book.drop(name, pods, elsewhere)
 
     def _fence(self) -> None:
         """Raise unless this replica still leads for long enough to send a Binding."""
@@ -308,13 +335,13 @@ class Controller:
                 self._attempts.pop(key, None)
             gone = p is None or p.terminal
             if gone and key in self.fixed:
-                self._unhold(key)
+                self.book.unhold(key)
             if gone and key in self.owned:
                 name = self.owned[key]
                 if name in self._failed or any(k in self.inflight for k in self.members[name]):
                     self._dirty.add(key)  # look again once the workload's binds have finished
-                elif not self._shrunk(self.owned[key], pods):
-                    self._drop_workload(self.owned[key], pods)
+                elif not self.book.shrunk(self.owned[key], pods):
+                    self._drop(self.owned[key], pods)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
         found: dict[str, list[PodInfo]] = {}
@@ -324,9 +351,9 @@ class Controller:
                 if p.scheduler == self.scheduler_name:
                     found.setdefault(f"{p.namespace}/group:{p.group}" if p.group else key, []).append(p)
                 else:
-                    self._pin(p)
+                    self.book.pin(p)
         for name, members in found.items():
-            self._adopt(name, members)
+            self.book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
@@ -334,130 +361,15 @@ class Controller:
         self.engine = Scheduler(node_specs, tree, self.profile)
         self._engine_changed = True
         self._built_from = shape
-        self.fixed.clear()
-        self.owned.clear()
-        self.members.clear()
-        self.shrinking.clear()
-        self.gangs.clear()
+        self.book = Holdings(
+            self.engine, lambda: self.namespaces, self._is_bound, self._changed, lambda key: self._dirty.add(key)
+        )
         self._failed.clear()
         self._undoing.clear()
         self._refusals.clear()
         self._attempts.clear()
         self._all_dirty = True
         self.stats.rebuilds += 1
-
-    def _pin(self, p: PodInfo) -> None:
-        """Another scheduler's pod takes its room where it runs, charged to nobody."""
-        placement = self._found_placement(p)
-        if placement is not None:
-            self._fix(p, placement)
-
-    def _found_placement(self, p: PodInfo) -> Placement | None:
-        """Where a bound pod runs, from its node and HAMi annotations; None off our inventory or unreadable."""
-        engine = self.engine
-        assert engine is not None and p.node is not None
-        ni = engine.state.node_index.get(p.node)
-        return None if ni is None else hami.placement_from_annotations(engine.state, p, ni)
-
-    def _fix(self, p: PodInfo, placement: Placement) -> None:
-        engine = self.engine
-        assert engine is not None
-        try:
-            engine.state.assign(p.key, placement)
-        except StateError as err:  # a foreign pod over capacity must not stop scheduling
-            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
-            return
-        self._engine_changed = True
-        self.fixed[p.key] = placement
-
-    def _adopt(self, name: str, members: list[PodInfo], placements: list[Placement] | None = None) -> None:
-        """Our pods found running (after a restart, a rebuild of the engine, or a gang member's exit) run on as
-        a workload of their queue: charged to it, and victims for reclaim and fair-share preemption like any
-        it placed. A group's running members are one workload, so they are evicted together. Without a queue
-        they are pinned, charged to nobody."""
-        engine = self.engine
-        assert engine is not None
-        if placements is None:
-            found = [(m, self._found_placement(m)) for m in members]
-            members = [m for m, pl in found if pl is not None]
-            placements = [pl for _, pl in found if pl is not None]
-            if not members:
-                return
-        if name in self.members:
-            name = f"{name}/{members[0].name}"
-        queue, _ = queue_for(members[0], self.namespaces)
-        wl = workload_of(name, queue or "", members)
-        try:
-            engine.adopt(wl, placements, started=min(m.started for m in members))
-        except (RequestError, StateError) as err:  # no queue for them (any more), or not all of them fit
-            log.warning("pods of %s pinned where they run, charged to no queue: %s", name, err)
-            for m, placement in zip(members, placements, strict=True):
-                self._fix(m, placement)
-            return
-        self._engine_changed = True
-        self.members[name] = wl.pod_names
-        for m in members:
-            self.owned[m.key] = name
-
-    def _unhold(self, key: str) -> None:
-        engine = self.engine
-        assert engine is not None
-        engine.state.release(key)
-        self._engine_changed = True
-        del self.fixed[key]
-
-    def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
-        """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
-        the rest; once all of those are gone it shrinks for good (replacements come as new pods). False:
-        some other member went, and the workload is dropped."""
-        evicted = self.shrinking.get(name)
-        if evicted is None:
-            return False
-        keys = self.members[name]
-        gone = {i for i, key in enumerate(keys) if (p := pods.get(key)) is None or p.terminal}
-        if not gone <= set(evicted):
-            return False
-        if gone == set(evicted):
-            engine = self.engine
-            assert engine is not None
-            del self.shrinking[name]
-            try:
-                engine.shrink(name, evicted, regrow=False)
-            except ValueError as err:  # not its newest pods after all: account for it the general way
-                log.warning("%s", err)
-                return False
-            for i in evicted:
-                self.owned.pop(keys[i], None)
-            self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
-            self._engine_changed = True
-            self.wake.set()
-        return True
-
-    def _drop_workload(
-        self, name: str, pods: dict[str, PodInfo], elsewhere: set[str] | frozenset = frozenset()
-    ) -> None:
-        """Take a workload out of the engine; members that run (or whose bind landed, even if the cache has
-        not shown it yet) stay on as a workload of their own where we put them, pending ones get resubmitted.
-        Members bound `elsewhere` than we decided are found at the next pass and accounted where they run."""
-        engine = self.engine
-        assert engine is not None
-        keys = self.members.pop(name, ())
-        self.shrinking.pop(name, None)
-        self.gangs.discard(name)
-        self._undoing.discard(name)
-        released = engine.remove(name)
-        self._engine_changed = True
-        for key in keys:
-            self.owned.pop(key, None)
-            self._dirty.add(key)  # pending members are resubmitted on the next pass
-        self.wake.set()
-        running = [
-            (p, placement)
-            for key, placement in zip(keys, released, strict=False)
-            if (p := pods.get(key)) is not None and key not in elsewhere and self._is_bound(key)
-        ]
-        if running:
-            self._adopt(name, [p for p, _ in running], [placement for _, placement in running])
 
     def _submit_pending(self, keys: set[str], pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
         for key in keys & bad.keys():
@@ -478,19 +390,14 @@ class Controller:
             self._submit(batch)
 
     def _submit(self, batch: Batch) -> None:
-        engine = self.engine
-        assert engine is not None
+        engine, book = self.engine, self.book
+        assert engine is not None and book is not None
         why = submit(engine, batch, self.namespaces)
         if why is not None:
             for m in batch.members:
                 self.reporter.unschedulable(m.key, m.uid, why)
             return
-        self._engine_changed = True
-        self.members[batch.name] = tuple(m.key for m in batch.members)
-        if len(batch.members) > 1 and batch.min_pods is None:
-            self.gangs.add(batch.name)
-        for m in batch.members:
-            self.owned[m.key] = batch.name
+        book.submitted(batch)
 
     # -- decisions ----------------------------------------------------------------------------------------
     async def _commit(self, workload: str, binds: list[tuple[str, Placement]]) -> None:
@@ -611,7 +518,7 @@ class Controller:
                 self._spawn(self._undo_gang(name, keys, landed))
                 continue
             self.stats.rollbacks += 1
-            self._drop_workload(name, self._pods.infos, {k for k, why in failed.items() if why == ELSEWHERE})
+            self._drop(name, self._pods.infos, {k for k, why in failed.items() if why == ELSEWHERE})
 
     def _is_bound(self, key: str) -> bool:
         p = self._pods.infos.get(key)
