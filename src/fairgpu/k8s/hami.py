@@ -12,13 +12,10 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from fairgpu.errors import FormatError
+from fairgpu.model import PodSpec
 from fairgpu.state import ClusterState, Placement
-
-if TYPE_CHECKING:
-    from fairgpu.k8s.translate import PodInfo
 
 log = logging.getLogger(__name__)
 
@@ -183,19 +180,20 @@ def decode_lock(value: str) -> NodeLock | None:
     return NodeLock(taken, parts[1], parts[2])
 
 
-def placement_from_annotations(state: ClusterState, p: PodInfo, ni: int) -> Placement | None:
+def placement_from_annotations(
+    state: ClusterState, ni: int, spec: PodSpec, annotations: dict[str, str], key: str
+) -> Placement | None:
     """Where a pod bound to node `ni` runs, read from HAMi's allocation record when it names this node's
     cards; a GPU pod bound without one (placed by someone else) takes fitting cards so none is double-booked.
     None if no card fits."""
-    spec = p.spec
     if spec.gpu is None:
         return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
-    raw = p.annotations.get(ALLOCATED)
-    if raw is not None and p.annotations.get(VGPU_NODE) == p.node:
+    raw = annotations.get(ALLOCATED)
+    if raw is not None and annotations.get(VGPU_NODE) == state.node_names[ni]:
         try:
             segments = decode_devices(raw)
         except FormatError as err:
-            log.warning("pod %s: %s", p.key, err)
+            log.warning("pod %s: %s", key, err)
             segments = []
         devices = [d for seg in segments for d in seg]
         uuids = [g.uuid for g in state.nodes[ni].gpus]

@@ -57,7 +57,7 @@ class Holdings:
         engine = self.engine
         assert p.node is not None
         ni = engine.state.node_index.get(p.node)
-        return None if ni is None else hami.placement_from_annotations(engine.state, p, ni)
+        return None if ni is None else hami.placement_from_annotations(engine.state, ni, p.spec, p.annotations, p.key)
 
     def fix(self, p: PodInfo, placement: Placement) -> None:
         engine = self.engine

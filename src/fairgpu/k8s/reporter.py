@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
+import numpy as np
+
 from fairgpu import resources as r
 from fairgpu.errors import KubeError
 from fairgpu.framework.scheduler import Scheduler
@@ -84,15 +86,15 @@ class Reporter:
     def report_queues(self, engine: Scheduler) -> None:
         """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
         view, tree = engine.view, engine.tree
-        pending, admitted = _workload_counts(engine)
+        pending, admitted = engine.workload_counts()
         for q, spec in enumerate(tree.queues):
             self.queue_status(
                 spec.name,
                 {
                     "usage": _vector(view.usage[q]),
                     "fairShare": _vector(view.entitled[q]),
-                    "pending": pending[q],
-                    "admitted": admitted[q],
+                    "pending": int(pending[q]),
+                    "admitted": int(admitted[q]),
                     "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
                 },
             )
@@ -106,7 +108,7 @@ class Reporter:
         now: float,
     ) -> None:
         """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds)."""
-        for name in engine.pending:
+        for name in (w.name for w in engine.workloads("pending")):
             pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
             if not pending or not self.wants_explanation(pending[0], now):
                 continue
@@ -142,18 +144,7 @@ class Reporter:
                 log.info("condition for %s/%s not set: %s", ns, name, err)
 
 
-def _workload_counts(engine: Scheduler) -> tuple[list[int], list[int]]:
-    """Pending and admitted workloads per queue."""
-    pending = [0] * len(engine.tree)
-    admitted = [0] * len(engine.tree)
-    for entry in engine.pending.values():
-        pending[entry.queue] += 1
-    for entry in engine.running.values():
-        admitted[entry.queue] += 1
-    return pending, admitted
-
-
-def _vector(v: object) -> dict[str, str]:
+def _vector(v: np.ndarray) -> dict[str, str]:
     """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
-    gpu, gpumem, cpu, mem = (float(x) for x in v)  # type: ignore[attr-defined]
+    gpu, gpumem, cpu, mem = (float(x) for x in v)
     return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}
