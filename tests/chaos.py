@@ -36,6 +36,7 @@ from fakeapi.server import _BY_PATH, FakeApiServer
 from fakeapi.store import clone
 
 T = TypeVar("T")
+QUIET_S = 10.0
 REGISTER = "hami.io/node-nvidia-register"
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 GROUP, MIN = "fairgpu.io/pod-group", "fairgpu.io/min-members"
@@ -284,6 +285,7 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     node_times = sorted(started + rng.uniform(0.2, 0.8) * c.arrival_s for _ in range(c.node_deletions))
     store = fake.api.store
     i = 0
+    idle_since: float | None = None
     while time.monotonic() < loop_end:
         now = time.monotonic()
         # Arrivals, spread over arrival_s.
@@ -353,15 +355,22 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
         if rng.random() < 0.05:
             fake.control("drop-watches")
             drops += 1
-        # Done: every pod created, and nothing left that could still run or finish.
+        # Done: every pod created, none bound, and either none waiting or none bound for QUIET_S (longer than a
+        # leader's take-over and a waiting workload's retry), so what still waits cannot run.
         if created >= c.pods and now > started + c.arrival_s:
 
-            def settled() -> bool:
-                return not any(o.get("kind") == "Pod" and o["spec"].get("nodeName") for o in store.objects.values())
+            def idle() -> tuple[bool, bool]:
+                pods = [o for o in store.objects.values() if o.get("kind") == "Pod"]
+                return not any(o["spec"].get("nodeName") for o in pods), not pods
 
-            if await on_fake(fake, settled) and all(not r.ctl.inflight for r in replicas):
-                await asyncio.sleep(3.0)  # pending reasons are written (reporter), then the end state is read
-                if await on_fake(fake, settled):
+            nothing_bound, nothing_left = await on_fake(fake, idle)
+            if not nothing_bound:
+                idle_since = None
+            elif nothing_left:
+                break
+            else:
+                idle_since = idle_since or now
+                if now - idle_since > QUIET_S:
                     break
         await asyncio.sleep(0.1)
     elapsed = time.monotonic() - started
