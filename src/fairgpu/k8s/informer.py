@@ -69,9 +69,12 @@ class Informer:
         while True:
             try:
                 if need_list or self._resync.is_set():
+                    # Those who asked are answered only by a list that succeeded (a failed one is retried).
+                    waiting = list(self._resyncs)
                     self._resync.clear()
-                    waiting, self._resyncs = self._resyncs, []
+                    need_list = True
                     await self._relist()
+                    self._resyncs = [d for d in self._resyncs if d not in waiting]
                     self.healthy = True
                     for done in waiting:
                         if not done.done():
