@@ -307,3 +307,27 @@ def test_leader_election_timings_follow_client_go():
         LeaderElector(None, "ns", "l", "me", lease_duration=3.0, retry_period=0.5, renew_deadline=3.0)
     with pytest.raises(ValueError, match="retryPeriod"):
         LeaderElector(None, "ns", "l", "me", lease_duration=3.0, retry_period=2.0, renew_deadline=2.0)
+
+
+def test_a_new_leaders_fresh_list_survives_a_failed_list(fake_api, tmp_path):
+    """A new leader waits for a fresh list of pods before deciding. When that list failed (the client's
+    five attempts all refused), the request for it was dropped and the leader waited for ever."""
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(PODS, chaos_pod("a", "p0", ONE), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        task = asyncio.create_task(ctl.pods.run())
+        try:
+            await until(ctl.pods.synced.is_set, 10, "the first list")
+            fake_api.control("fault", code=500, count=5, verb="GET", path_contains="/api/v1/pods")
+            await port.create(PODS, chaos_pod("a", "p1", ONE), "a")
+            await asyncio.wait_for(ctl.pods.resync(), 10)
+            assert set(ctl.pods.cache) == {"a/p0", "a/p1"}
+            assert fake_api.control("state")["injected"] == {"before 500": 5}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
