@@ -44,6 +44,18 @@ class LiveApps:
     metrics: Starlette  # /metrics
 
 
+@dataclass(slots=True)
+class _Feed:
+    """Each cycle feeds the Prometheus counters and the dashboard's queue history."""
+
+    metrics: SchedulingMetrics
+    source: LiveSource
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        self.metrics.on_cycle(sched, result, now, seconds)
+        self.source.history.sample(now, sched)
+
+
 def dashboard_app(controller: Controller, name: str) -> Starlette:
     return live_apps(controller, name).dashboard
 
@@ -63,11 +75,7 @@ def live_apps(controller: Controller, name: str) -> LiveApps:
         synced=controller.synced,
     )
 
-    def on_cycle(sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
-        metrics.on_cycle(sched, result, now, seconds)
-        source.history.sample(now, sched)
-
-    controller.on_cycle = on_cycle
+    controller.observer = _Feed(metrics, source)
     dashboard = create_app(source, registry)
 
     async def metrics_route(_: Request) -> Response:
@@ -121,7 +129,7 @@ async def run(
     listen.check()
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
-    controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
+    controller = Controller(port, profile, scheduler_name, leadership=elector)
     apps = live_apps(controller, port.api.configuration.host or "")
     if listen.dashboard_auth:
         apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")

@@ -159,10 +159,15 @@ class KubeClient:
         # Retrying after a 5xx is safe: if the first attempt landed, the retry gets 409 "already assigned".
         await self._call("POST", PODS.path(namespace, name, "binding"), body=body)
 
-    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None) -> None:
         body: dict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        options: dict = {}
         if grace_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+            options["gracePeriodSeconds"] = grace_seconds
+        if uid:  # only this pod: never a new one created under the same name meanwhile
+            options["preconditions"] = {"uid": uid}
+        if options:
+            body["deleteOptions"] = options
         # 429 here is a disruption budget, not rate limiting: the caller picks another victim.
         await self._call("POST", PODS.path(namespace, name, "eviction"), body=body, retry=False)
 

@@ -6,11 +6,18 @@ on the cluster so a restarted scheduler rebuilds its state.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from fairgpu.errors import FormatError
+from fairgpu.model import PodSpec
+from fairgpu.state import ClusterState, Placement
+
+log = logging.getLogger(__name__)
 
 NODE_REGISTER = "hami.io/node-nvidia-register"
 DEVICE_CORDON = "hami.io/device-cordon"
@@ -22,6 +29,18 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 LOCK_EXPIRY = timedelta(minutes=5)  # HAMi's default nodeLockExpire
+LABEL_MAX = 63
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def label_value(value: str) -> str:
+    """`value` as a valid label value (63 characters at most): unchanged when it is one, else its first
+    characters and a hash of the whole, so distinct node names stay distinct. The annotation keeps it whole."""
+    if len(value) <= LABEL_MAX and _LABEL_VALUE.fullmatch(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    head = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[: LABEL_MAX - len(digest) - 1].strip("-_.")
+    return f"{head}-{digest}" if head else digest
 
 
 @dataclass(slots=True, frozen=True)
@@ -159,3 +178,31 @@ def decode_lock(value: str) -> NodeLock | None:
     if taken.tzinfo is None:
         taken = taken.replace(tzinfo=UTC)
     return NodeLock(taken, parts[1], parts[2])
+
+
+def placement_from_annotations(
+    state: ClusterState, ni: int, spec: PodSpec, annotations: dict[str, str], key: str
+) -> Placement | None:
+    """Where a pod bound to node `ni` runs, read from HAMi's allocation record when it names this node's
+    cards; a GPU pod bound without one (placed by someone else) takes fitting cards so none is double-booked.
+    None if no card fits."""
+    if spec.gpu is None:
+        return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
+    raw = annotations.get(ALLOCATED)
+    if raw is not None and annotations.get(VGPU_NODE) == state.node_names[ni]:
+        try:
+            segments = decode_devices(raw)
+        except FormatError as err:
+            log.warning("pod %s: %s", key, err)
+            segments = []
+        devices = [d for seg in segments for d in seg]
+        uuids = [g.uuid for g in state.nodes[ni].gpus]
+        if devices and all(d.uuid in uuids for d in devices):
+            slots = tuple(uuids.index(d.uuid) for d in devices)
+            return Placement(
+                ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
+            )
+    fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
+    if len(fits) < spec.gpu.count:
+        return None
+    return state.placement_for(spec, ni, fits[: spec.gpu.count])
