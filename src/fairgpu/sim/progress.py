@@ -27,7 +27,8 @@ def status(what: str) -> Iterator[None]:
         yield
         return
     columns = (SpinnerColumn(), TextColumn(what), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True):
+    with Progress(*columns, console=console, transient=True) as spinner:
+        spinner.add_task(what, total=None)
         yield
 
 
