@@ -9,11 +9,12 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from tests.test_cli import SMALL, assert_one_error_line, invoke, small_doc, write
 
 NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,2,T4\nn1,32000,262144,4,V100M32\n"
-POD_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+POD_HEAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+)
 POD_OK = "p0,1000,1024,1,1000,,LS,Running,0,100,0\n"
 PHILLY_HEAD = "vc,job_seq,job_type,total_steps,arrival_time_s,num_gpus,iso_duration_s_v100\n"
 
@@ -76,8 +77,9 @@ def test_zero_memory_needs_no_unit(tmp_path: Path) -> None:
         (lambda d: d["workloads"][0].__setitem__("priority", 10**20), "workloads[0].priority:"),
         (lambda d: d["workloads"][0].__setitem__("pods", 10**9), "workloads[0].pods:"),
         (
-            lambda d: d["cluster"]["nodes"].extend([dict(d["cluster"]["nodes"][0], name=f"g{i}", count=60_000)
-                                                   for i in range(2)]),
+            lambda d: d["cluster"]["nodes"].extend(
+                [dict(d["cluster"]["nodes"][0], name=f"g{i}", count=60_000) for i in range(2)]
+            ),
             "120,001 nodes in all",
         ),
     ],
@@ -181,7 +183,7 @@ def test_seeds_are_validated(tmp_path: Path, seeds: str, needle: str) -> None:
     n = write(tmp_path, "nodes.csv", NODES_CSV)
     p = write(tmp_path, "pods.csv", POD_HEAD + POD_OK)
     err = run_error("fill", "--nodes", str(n), "--pods", str(p), "--seeds", seeds, "--json")
-    assert f"--seeds: " in err and needle in err
+    assert "--seeds: " in err and needle in err
 
 
 def test_explain_past_the_horizon(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.test_cli import SMALL, assert_one_error_line, invoke, small_doc, write
 
 from fairgpu.framework.profile import load_profile
 from fairgpu.sim import progress
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.runner import Simulation
 from fairgpu.spec import format_duration, parse_duration
-from tests.test_cli import SMALL, assert_one_error_line, invoke, small_doc, write
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,8 @@ def test_table_has_started_never_started_preempted(tmp_path: Path) -> None:
 def test_never_started_in_json(tmp_path: Path) -> None:
     doc = small_doc()
     doc["horizon"] = "30m"
-    result = invoke("simulate", "--scenario", str(write(tmp_path, "s.yaml", doc)), "--profile", "kube-default", "--json")
+    path = write(tmp_path, "s.yaml", doc)
+    result = invoke("simulate", "--scenario", str(path), "--profile", "kube-default", "--json")
     queues = json.loads(result.stdout)["queues"]
     assert (queues["team-a"]["never_started"], queues["team-b"]["never_started"]) == (0, 2)
 
@@ -145,8 +146,8 @@ def test_trace_replays_a_bounded_window_and_says_so(tmp_path: Path) -> None:
 def test_idle_cluster_warning_points_at_fill(tmp_path: Path) -> None:
     nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
         f"n{i},32000,262144,8,T4\n" for i in range(10)))  # fmt: skip
-    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,creation_time,deletion_time\n"
-                 "p0,1000,1024,1,1000,,LS,0,600\np1,1000,1024,1,1000,,LS,86000,86400\n")  # fmt: skip
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,creation_time,deletion_time\n"
+    pods = write(tmp_path, "p.csv", head + "p0,1000,1024,1,1000,,LS,0,600\np1,1000,1024,1,1000,,LS,86000,86400\n")
     result = invoke("simulate", "--trace", f"openb:{pods}", "--nodes", str(nodes), "--profile", "fairgpu", "--json")
     assert result.exit_code == 0, result.output
     assert "GPUs were 0.0% busy over 1d" in result.stderr and "fairgpu fill" in result.stderr

@@ -42,7 +42,7 @@ def parse_duration(value: str | int | float) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """"1h30m", "2d4h", "45s": what parse_duration reads back, to the second."""
+    """ "1h30m", "2d4h", "45s": what parse_duration reads back, to the second."""
     left = round(seconds)
     if left == 0:
         return "0s" if seconds == 0 else f"{seconds:.3g}s"
@@ -81,7 +81,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_yaml(text: str, source: str) -> Any:
     """YAML from a user's file: duplicate keys refused; errors are a ScenarioError naming source and line."""
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
     except yaml.YAMLError as err:

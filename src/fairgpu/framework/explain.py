@@ -36,7 +36,8 @@ class Explanation:
         return asdict(self)
 
     def lines(self) -> list[str]:
-        out = [f"workload {self.workload} (queue {self.queue}): {self.state}, submitted at t={format_duration(self.submitted)}"]
+        submitted = format_duration(self.submitted)
+        out = [f"workload {self.workload} (queue {self.queue}): {self.state}, submitted at t={submitted}"]
         if self.started is not None:
             out.append(f"started at t={format_duration(self.started)}")
             return out
