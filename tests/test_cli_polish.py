@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.test_cli import SMALL, assert_one_error_line, invoke, small_doc, write
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.sim import progress
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.runner import Simulation

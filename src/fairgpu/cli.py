@@ -488,5 +488,14 @@ def run_cmd(
         raise _fail(f"{type(err).__name__}: {err}") from err
 
 
+def _kubectl_commands() -> None:
+    """`fairgpu queues|workloads|why|top`: the kubectl plugin's commands, under the main command too."""
+    from fairgpu.k8s import kubectl
+
+    app.registered_commands.extend(kubectl.app.registered_commands)
+
+
+_kubectl_commands()
+
 if __name__ == "__main__":  # pragma: no cover
     app()
