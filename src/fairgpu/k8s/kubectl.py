@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -212,7 +213,7 @@ def _current_namespace(kubeconfig: str | None) -> str:
     if path is None:
         return "default"
     try:
-        doc = yaml.safe_load(open(path, encoding="utf-8")) or {}
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         return "default"
     current = doc.get("current-context")
