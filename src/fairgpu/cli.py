@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -27,7 +28,7 @@ from fairgpu.sim import serve as serve_mod
 from fairgpu.sim.progress import replay_with_progress, status
 from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Scenario
-from fairgpu.spec import format_duration, load_yaml, parse_duration
+from fairgpu.spec import format_duration, load_yaml, load_yaml_all, parse_duration
 
 app = typer.Typer(
     add_completion=False,
@@ -486,6 +487,29 @@ def run_cmd(
         pass
     except Exception as err:
         raise _fail(f"{type(err).__name__}: {err}") from err
+
+
+import_app = typer.Typer(help="Turn another scheduler's queues into fairgpu Queue resources.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("kueue")
+def import_kueue_cmd(
+    file: Annotated[Path, typer.Argument(help="YAML with Kueue ClusterQueues, Cohorts and LocalQueues.")],
+) -> None:
+    """Print Queue resources for Kueue's queues (`| kubectl apply -f -`); one line on stderr per field that
+    has no fairgpu meaning."""
+    from fairgpu.k8s.kueue import import_kueue
+
+    try:
+        text = scenario_mod.read_text(file)
+        docs = load_yaml_all(text, str(file))
+        result = import_kueue(docs, file.name)
+    except InputError as err:
+        raise _fail(str(err)) from None
+    for note in result.notes:
+        _note(f"note: {note}")
+    sys.stdout.write(yaml.safe_dump_all(result.queues, sort_keys=False))
 
 
 def _kubectl_commands() -> None:

@@ -80,8 +80,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_yaml(text: str, source: str) -> Any:
     """YAML from a user's file: duplicate keys refused; errors are a ScenarioError naming source and line."""
+    return _load(lambda: yaml.load(text, Loader=_UniqueKeyLoader), source)
+
+
+def load_yaml_all(text: str, source: str) -> list[Any]:
+    """Every document of a multi-document YAML file, as load_yaml reads one."""
+    return _load(lambda: list(yaml.load_all(text, Loader=_UniqueKeyLoader)), source)
+
+
+def _load(read: Any, source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        return read()
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
