@@ -35,6 +35,7 @@ class SimResult:
     starts: dict[str, float] = field(default_factory=dict)  # workload → start time
     timeline: Timeline = field(default_factory=Timeline)
     workloads: list[dict[str, Any]] = field(default_factory=list)  # one row per submitted workload
+    eviction_log: list[tuple[float, str, str]] = field(default_factory=list)  # (time, workload, queue)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class Simulation:
         self.preempted: Counter[str] = Counter()
         self.first_starts: dict[str, float] = {}
         self.evicted: Counter[str] = Counter()  # per workload
+        self.eviction_log: list[tuple[float, str, str]] = []
         self.lost_gpu_seconds: Counter[str] = Counter()
         self.cycles = 0
         self.observer: CycleObserver | None = None
@@ -134,6 +136,7 @@ class Simulation:
         wl, placed = self.by_name[name], self.sched.status(name).placed
         self.preempted[wl.queue] += 1
         self.evicted[name] += 1
+        self.eviction_log.append((now, name, wl.queue))
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
             self.sched.shrink(name, pods)
             return
@@ -200,6 +203,7 @@ class Simulation:
             starts=dict(self.starts),
             timeline=rec.timeline,
             workloads=self._workload_rows(),
+            eviction_log=list(self.eviction_log),
         )
 
     def _workload_rows(self) -> list[dict[str, Any]]:
