@@ -52,16 +52,38 @@ def gpus_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
         hours = np.round(grid / 3600, 4).tolist()
         for q in tree.leaves:
             for series, values in (("held", held[:, q]), ("fair share", owed[:, q])):
-                rows += [{"kind": "series", "profile": res.profile, "queue": names[q], "series": series, "hours": h,
-                          "gpus": round(v, 3)} for h, v in zip(hours, values.tolist(), strict=True)]  # fmt: skip
+                rows += [
+                    {
+                        "kind": "series",
+                        "profile": res.profile,
+                        "queue": names[q],
+                        "series": series,
+                        "hours": h,
+                        "gpus": round(v, 3),
+                    }
+                    for h, v in zip(hours, values.tolist(), strict=True)
+                ]
             spec = tree.queues[q]
             for line, value in (("guarantee", spec.guaranteed[r.DIM_GPU]), ("limit", spec.limit[r.DIM_GPU])):
                 if np.isfinite(value) and value > 0:
-                    rules.append({"kind": "rule", "profile": res.profile, "queue": names[q], "series": line,
-                                  "gpus": float(value)})  # fmt: skip
-    color = {"field": "series", "type": "nominal", "title": None,
-             "scale": {"domain": ["held", "fair share", "guarantee", "limit"],
-                       "range": ["#2f6fde", "#f79009", "#12b76a", "#f04438"]}}  # fmt: skip
+                    rules.append(
+                        {
+                            "kind": "rule",
+                            "profile": res.profile,
+                            "queue": names[q],
+                            "series": line,
+                            "gpus": float(value),
+                        }
+                    )
+    color = {
+        "field": "series",
+        "type": "nominal",
+        "title": None,
+        "scale": {
+            "domain": ["held", "fair share", "guarantee", "limit"],
+            "range": ["#2f6fde", "#f79009", "#12b76a", "#f04438"],
+        },
+    }
     layers: list[Spec] = [
         {
             "transform": [{"filter": "datum.kind === 'series'"}],
@@ -83,25 +105,29 @@ def gpus_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
                     {"field": "gpus", "format": ".2f"},
                 ],
             },
-        },  # fmt: skip
+        },
     ]
     if rules:
-        layers.append({
-            "transform": [{"filter": "datum.kind === 'rule'"}],
-            "mark": {"type": "rule", "strokeDash": [2, 3], "strokeWidth": 1.4},
-            "encoding": {
-                "y": {"field": "gpus", "type": "quantitative"},
-                "color": color,
-                "tooltip": [{"field": "queue"}, {"field": "series"}, {"field": "gpus"}],
-            },
-        })  # fmt: skip
+        layers.append(
+            {
+                "transform": [{"filter": "datum.kind === 'rule'"}],
+                "mark": {"type": "rule", "strokeDash": [2, 3], "strokeWidth": 1.4},
+                "encoding": {
+                    "y": {"field": "gpus", "type": "quantitative"},
+                    "color": color,
+                    "tooltip": [{"field": "queue"}, {"field": "series"}, {"field": "gpus"}],
+                },
+            }
+        )
     return {
         "data": {"values": rows + rules},
-        "facet": {"row": {"field": "queue", "title": None, "sort": [names[q] for q in tree.leaves]},
-                  "column": {"field": "profile", "title": None, "sort": [res.profile for res in results]}},
+        "facet": {
+            "row": {"field": "queue", "title": None, "sort": [names[q] for q in tree.leaves]},
+            "column": {"field": "profile", "title": None, "sort": [res.profile for res in results]},
+        },
         "spec": {"width": WIDTH, "height": HEIGHT, "layer": layers},
         "title": "GPUs held per queue (blue) against its fair share (orange dashed), guarantee and limit",
-    }  # fmt: skip
+    }
 
 
 def utilization_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
@@ -111,8 +137,14 @@ def utilization_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
         if not res.timeline.t:
             continue
         grid, alloc = _resample(res.timeline.t, np.asarray(res.timeline.allocated_gpus, dtype=float), res.horizon_s)
-        rows += [{"profile": f"{res.profile} (mean {res.utilization:.1%})", "hours": round(h / 3600, 4),
-                  "pct": round(100 * a / total, 2)} for h, a in zip(grid.tolist(), alloc.tolist(), strict=True)]  # fmt: skip
+        rows += [
+            {
+                "profile": f"{res.profile} (mean {res.utilization:.1%})",
+                "hours": round(h / 3600, 4),
+                "pct": round(100 * a / total, 2),
+            }
+            for h, a in zip(grid.tolist(), alloc.tolist(), strict=True)
+        ]
     return {
         "data": {"values": rows},
         "width": 2 * WIDTH,
@@ -160,29 +192,60 @@ def wait_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
             started = np.sort([w["wait_s"] for w in rows if w["first_start_s"] is not None])
             if len(started):
                 idx = np.unique(np.linspace(0, len(started) - 1, min(len(started), POINTS)).astype(int))
-                lines += [{"kind": "line", "profile": res.profile, "queue": q, "hours": round(float(started[i]) / 3600, 4),
-                           "fraction": round((i + 1) / len(rows), 4)} for i in idx]  # fmt: skip
+                lines += [
+                    {
+                        "kind": "line",
+                        "profile": res.profile,
+                        "queue": q,
+                        "hours": round(float(started[i]) / 3600, 4),
+                        "fraction": round((i + 1) / len(rows), 4),
+                    }
+                    for i in idx
+                ]
             waiting = [w["wait_s"] for w in rows if w["first_start_s"] is None]
             if waiting:
-                never.append({"kind": "never", "profile": res.profile, "queue": q, "hours": round(max(waiting) / 3600, 4),
-                              "fraction": round(len(started) / len(rows), 4), "never_started": len(waiting)})  # fmt: skip
+                never.append(
+                    {
+                        "kind": "never",
+                        "profile": res.profile,
+                        "queue": q,
+                        "hours": round(max(waiting) / 3600, 4),
+                        "fraction": round(len(started) / len(rows), 4),
+                        "never_started": len(waiting),
+                    }
+                )
     x = {"field": "hours", "type": "quantitative", "title": "wait (hours)"}
     y = {"field": "fraction", "type": "quantitative", "title": "fraction started", "scale": {"domain": [0, 1]}}
     color = {"field": "queue", "type": "nominal", "sort": list(leaves)}
-    layers: list[Spec] = [{
-        "transform": [{"filter": "datum.kind === 'line'"}],
-        "mark": {"type": "line", "interpolate": "step-after"},
-        "encoding": {"x": x, "y": y, "color": color,
-                     "tooltip": [{"field": "queue"}, {"field": "hours", "format": ".2f"}, {"field": "fraction"}]},
-    }]  # fmt: skip
+    layers: list[Spec] = [
+        {
+            "transform": [{"filter": "datum.kind === 'line'"}],
+            "mark": {"type": "line", "interpolate": "step-after"},
+            "encoding": {
+                "x": x,
+                "y": y,
+                "color": color,
+                "tooltip": [{"field": "queue"}, {"field": "hours", "format": ".2f"}, {"field": "fraction"}],
+            },
+        }
+    ]
     if never:
-        layers.append({
-            "transform": [{"filter": "datum.kind === 'never'"}],
-            "mark": {"type": "point", "shape": "cross", "size": 120, "filled": True},
-            "encoding": {"x": x, "y": y, "color": color,
-                         "tooltip": [{"field": "queue"}, {"field": "never_started", "title": "never started"},
-                                     {"field": "hours", "title": "longest wait so far (h)", "format": ".2f"}]},
-        })  # fmt: skip
+        layers.append(
+            {
+                "transform": [{"filter": "datum.kind === 'never'"}],
+                "mark": {"type": "point", "shape": "cross", "size": 120, "filled": True},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "color": color,
+                    "tooltip": [
+                        {"field": "queue"},
+                        {"field": "never_started", "title": "never started"},
+                        {"field": "hours", "title": "longest wait so far (h)", "format": ".2f"},
+                    ],
+                },
+            }
+        )
     return {
         "data": {"values": lines + never},
         "facet": {"column": {"field": "profile", "title": None, "sort": [res.profile for res in results]}},
@@ -194,8 +257,11 @@ def wait_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
 def eviction_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec | None:
     """When each queue lost work to preemption: a tick per eviction, a column per profile (None: none)."""
     leaves = scenario.tree().leaf_names()
-    rows = [{"profile": res.profile, "queue": q, "hours": round(t / 3600, 4), "workload": w}
-            for res in results for t, w, q in res.eviction_log]  # fmt: skip
+    rows = [
+        {"profile": res.profile, "queue": q, "hours": round(t / 3600, 4), "workload": w}
+        for res in results
+        for t, w, q in res.eviction_log
+    ]
     if not rows:
         return None
     horizon = max((res.horizon_s for res in results), default=1.0) / 3600
@@ -267,21 +333,41 @@ def _hours(seconds: float | None) -> str:
 
 def queue_table(results: Sequence[SimResult]) -> str:
     """Per queue and profile: what it held and was owed, its waits, and what happened to its work."""
-    cols = ("queue", "profile", "GPU-h", "entitled GPU-h", "wait p50 (h)", "wait p95 (h)", "submitted", "started",
-            "never started", "preempted", "lost GPU-h")  # fmt: skip
+    cols = (
+        "queue",
+        "profile",
+        "GPU-h",
+        "entitled GPU-h",
+        "wait p50 (h)",
+        "wait p95 (h)",
+        "submitted",
+        "started",
+        "never started",
+        "preempted",
+        "lost GPU-h",
+    )
     out = ['<table class="queues"><tr>' + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"]
     for name in results[0].queues if results else ():
         for i, res in enumerate(results):
             q = res.queues[name]
             cells = [
-                html.escape(name) if i == 0 else "", html.escape(res.profile), f"{q['gpu_hours']:.1f}",
-                f"{q['entitled_gpu_hours']:.1f}", _hours(q["wait_p50_s"]), _hours(q["wait_p95_s"]), str(q["submitted"]),
-                str(q["submitted"] - q["never_started"]), str(q["never_started"]), str(q["preempted"]),
+                html.escape(name) if i == 0 else "",
+                html.escape(res.profile),
+                f"{q['gpu_hours']:.1f}",
+                f"{q['entitled_gpu_hours']:.1f}",
+                _hours(q["wait_p50_s"]),
+                _hours(q["wait_p95_s"]),
+                str(q["submitted"]),
+                str(q["submitted"] - q["never_started"]),
+                str(q["never_started"]),
+                str(q["preempted"]),
                 f"{q['lost_gpu_hours']:.1f}",
-            ]  # fmt: skip
-            out.append(f'<tr data-queue="{html.escape(name)}" data-profile="{html.escape(res.profile)}">'
-                       + "".join(f'<td class="{"name" if k < 2 else ""}">{c}</td>' for k, c in enumerate(cells))
-                       + "</tr>")  # fmt: skip
+            ]
+            out.append(
+                f'<tr data-queue="{html.escape(name)}" data-profile="{html.escape(res.profile)}">'
+                + "".join(f'<td class="{"name" if k < 2 else ""}">{c}</td>' for k, c in enumerate(cells))
+                + "</tr>"
+            )
     out.append("</table>")
     return "".join(out)
 
@@ -316,8 +402,13 @@ def render(
         _table(results) if results else "",
         "<h2>Per queue</h2>" + queue_table(results) if results else "",
     ]
-    titles = {"gpus": "Share vs entitlement per queue", "utilization": "Utilization", "waits": "Wait times per queue",
-              "evictions": "Eviction timeline", "fill": "Fill experiment"}  # fmt: skip
+    titles = {
+        "gpus": "Share vs entitlement per queue",
+        "utilization": "Utilization",
+        "waits": "Wait times per queue",
+        "evictions": "Eviction timeline",
+        "fill": "Fill experiment",
+    }
     for key in charts:
         parts.append(f'<h2>{titles[key]}</h2><div class="chart" id="chart-{key}" data-chart="{key}"></div>')
         if key == "waits" and "evictions" not in charts:
