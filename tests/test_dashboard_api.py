@@ -113,8 +113,9 @@ def test_dashboard_page_and_assets_are_served_locally(server):
     url, _ = server
     status, page = get(f"{url}/")
     assert status == 200 and b"/static/app.js" in page
-    for asset in ("app.js", "app.css"):
+    for asset in ("app.js", "app.css", "vendor/vega.min.js", "vendor/vega-lite.min.js", "vendor/vega-embed.min.js"):
         assert get(f"{url}/static/{asset}")[0] == 200
+    assert b"/static/vendor/vega-lite.min.js" in page  # the chart library is served from here, not a CDN
     assert b"http" not in get(f"{url}/static/app.js")[1].replace(b"http://www.w3.org/2000/svg", b"")
 
 

@@ -6,7 +6,6 @@ const state = { info: null, t: null, playing: false, resource: "gpu", timer: nul
   wl: { queue: "", search: "", offset: 0 } };
 const PAGE = 50;  // workloads per page of the picker
 const COLORS = ["#2f6fde", "#12b76a", "#f79009", "#9e77ed", "#ee46bc", "#06aed4", "#f04438", "#667085"];
-const SVGNS = "http://www.w3.org/2000/svg";
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -16,12 +15,6 @@ function h(tag, attrs, ...children) {
     else el.setAttribute(k, v);
   }
   for (const c of children.flat()) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return el;
-}
-
-function s(tag, attrs) {
-  const el = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
   return el;
 }
 
