@@ -165,7 +165,7 @@ def test_replay_progress_on_a_terminal_gives_the_same_result(monkeypatch: pytest
     monkeypatch.setattr(progress, "_console", lambda: Console(file=buf, force_terminal=True, width=100))
     sc = scenario_mod.load("gang-starvation")
     shown = progress.replay_with_progress(Simulation(sc, load_profile("fairgpu")))
-    plain = Simulation(sc, load_profile("fairgpu")).result()
+    plain = Simulation(sc, load_profile("fairgpu")).run()
     assert "replaying" in buf.getvalue() and "100%" in buf.getvalue()
     assert shown.to_json() == plain.to_json()
     with progress.status("loading trace"):

@@ -11,8 +11,8 @@ from fairgpu.framework import placement as pl
 from fairgpu.framework.engine import Engine, Entry
 from fairgpu.framework.interfaces import ActiveQueues
 from fairgpu.framework.lookahead import Planned, replay
-from fairgpu.state import scratch_key
 from fairgpu.spec import format_duration
+from fairgpu.state import scratch_key
 
 # Dry-running the cluster order stops here: past this many workloads ahead, the exact rank matters little.
 MAX_ORDER_STEPS = 10_000
