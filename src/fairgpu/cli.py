@@ -459,10 +459,6 @@ def run_cmd(
         prof = load_profile(profile)
     except InputError as err:
         raise _fail(f"--profile: {err}") from err
-    try:
-        check_kubeconfig(kubeconfig)
-    except InputError as err:
-        raise _fail(str(err)) from None
     if (tls_cert is None) != (tls_key is None):
         raise _fail("--tls-cert and --tls-key go together")
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
@@ -476,6 +472,7 @@ def run_cmd(
     )
     try:
         listen.check()
+        check_kubeconfig(kubeconfig)  # after the addresses, so an unsafe exposure is named first
     except FairgpuError as err:
         raise _fail(str(err)) from err
     trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
