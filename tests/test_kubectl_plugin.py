@@ -23,7 +23,7 @@ from fairgpu.k8s import hami
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.kubectl import app as plugin
-from fairgpu.k8s.port import NODES, PODS, QUEUES
+from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fake_kubelet import FakeNodes
 from test_live_scheduling import node, pod, until
 
@@ -49,6 +49,8 @@ def cluster(tmp_path_factory):
 
     async def go() -> dict:
         port = await KubeClient.connect(kc)
+        for ns in ("a", "b"):  # the fake, like an API server, keeps pods only in namespaces that exist
+            await port.create(Kind("", "v1", "namespaces", False), {"metadata": {"name": ns}})
         await port.create(NODES, node(0))
         await port.create(QUEUES, {"metadata": {"name": "org"}, "spec": {}})
         await port.create(QUEUES, {"metadata": {"name": "team-a"}, "spec": {
