@@ -34,6 +34,8 @@ class SimResult:
     cycles: int = 0
     starts: dict[str, float] = field(default_factory=dict)  # workload → start time
     timeline: Timeline = field(default_factory=Timeline)
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # one row per submitted workload
+    eviction_log: list[tuple[float, str, str]] = field(default_factory=list)  # (time, workload, queue)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +79,9 @@ class Simulation:
         self.starts: dict[str, float] = {}
         self.completed: Counter[str] = Counter()
         self.preempted: Counter[str] = Counter()
+        self.first_starts: dict[str, float] = {}
+        self.evicted: Counter[str] = Counter()  # per workload
+        self.eviction_log: list[tuple[float, str, str]] = []
         self.lost_gpu_seconds: Counter[str] = Counter()
         self.cycles = 0
         self.observer: CycleObserver | None = None
@@ -116,6 +121,7 @@ class Simulation:
             self.observer.on_cycle(self.sched, result, now, time.perf_counter() - began)
         for name in result.started:
             self.starts[name] = now
+            self.first_starts.setdefault(name, now)
             self._run[name] += 1
             duration = self.by_name[name].duration
             if duration is not None:
@@ -129,6 +135,8 @@ class Simulation:
             return  # it finished on its own during the grace period
         wl, placed = self.by_name[name], self.sched.status(name).placed
         self.preempted[wl.queue] += 1
+        self.evicted[name] += 1
+        self.eviction_log.append((now, name, wl.queue))
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
             self.sched.shrink(name, pods)
             return
@@ -150,9 +158,10 @@ class Simulation:
                 # A workload still waiting at the horizon counts with the wait it has had so far.
                 waits[tree.index[wl.queue]].append(self.starts.get(wl.name, horizon) - wl.submit_time)
         started = Counter(self.by_name[name].queue for name in self.starts)
+        ever = Counter(self.by_name[name].queue for name in self.first_starts)
         counts = np.array(
-            [[started[q], self.completed[q], self.preempted[q]] for q in tree.names()], dtype=np.int64
-        ).reshape(len(tree), 3)
+            [[started[q], self.completed[q], self.preempted[q], ever[q]] for q in tree.names()], dtype=np.int64
+        ).reshape(len(tree), 4)
         lost = np.array([self.lost_gpu_seconds[q] for q in tree.names()], dtype=np.float64)
         for values in (waits, counts, lost):  # an inner queue reports what its subtree did
             tree.rollup(values)
@@ -176,6 +185,7 @@ class Simulation:
                 "started": int(counts[i, 0]),
                 "completed": int(counts[i, 1]),
                 "preempted": int(counts[i, 2]),
+                "never_started": len(w) - int(counts[i, 3]),
                 "lost_gpu_hours": float(lost[i] / hours),
             }
         capacity = self.sched.state.total_gpus * horizon
@@ -192,7 +202,27 @@ class Simulation:
             cycles=self.cycles,
             starts=dict(self.starts),
             timeline=rec.timeline,
+            workloads=self._workload_rows(),
+            eviction_log=list(self.eviction_log),
         )
+
+    def _workload_rows(self) -> list[dict[str, Any]]:
+        """What happened to each workload submitted before the horizon, for export and the report."""
+        rows = []
+        for wl in self.scenario.workloads:
+            if wl.submit_time > self.horizon:
+                continue
+            first = self.first_starts.get(wl.name)
+            state = self.sched.state_of(wl.name) or "finished"
+            if state == "pending" and first is not None:
+                state = "requeued"  # evicted, waiting to run again
+            rows.append({
+                "workload": wl.name, "queue": wl.queue, "user": wl.user, "pods": len(wl.pods),
+                "submitted_s": wl.submit_time, "first_start_s": first,
+                "wait_s": (first if first is not None else self.horizon) - wl.submit_time,
+                "evictions": self.evicted[wl.name], "state": state,
+            })  # fmt: skip
+        return rows
 
 
 def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
