@@ -8,7 +8,7 @@ import numpy as np
 
 from conftest import fraction, gpu_node, whole
 from fairgpu import resources as r
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 
