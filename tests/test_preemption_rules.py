@@ -145,3 +145,47 @@ def test_an_eviction_gives_the_victim_its_queues_grace_period_before_the_preempt
     assert sched.cycle(1100.0).started == [] and sched.cycle(1100.0).evictions == []
     sched.remove(ev.workload)
     assert sched.cycle(1300.0).started == ["a0"]
+
+
+def pools() -> Scheduler:
+    """n0 (pool x) full of b's borrowed 1-GPU jobs; n1 (pool y) half held by c within its guarantee (never
+    a victim), half free. a is guaranteed 12 GPUs and uses none."""
+    sched = Scheduler(
+        [gpu_node("n0", labels={"pool": "x"}), gpu_node("n1", labels={"pool": "y"})],
+        QueueTree([QueueSpec("a", guaranteed=gpus(12)), QueueSpec("b"), QueueSpec("c", guaranteed=gpus(4))]),
+        load_profile("fairgpu"),
+    )
+    for i in range(4):
+        sched.submit(Workload(f"c{i}", "c", (whole(1, node_selector=(("pool", "y"),)),), duration=36000.0))
+    for i in range(8):
+        sched.submit(Workload(f"b{i}", "b", (whole(1, node_selector=(("pool", "x"),)),), duration=36000.0))
+    sched.cycle(0.0)
+    assert held(sched, "b") == 8 and held(sched, "c") == 4
+    return sched
+
+
+def test_a_gang_whose_first_pod_fits_in_free_room_reclaims_room_for_the_rest():
+    """The gang's first pod (4 GPUs) fits in n1's free half, where there is no victim; its second pod takes
+    the four cheapest of b's jobs on n0. (It used to give up: no victim on the node its first pod fits.)"""
+    sched = pools()
+    sched.submit(Workload("gang", "a", (whole(4),) * 2, submit_time=10.0, duration=3600.0))
+    result = sched.cycle(10.0)
+    assert len(result.evictions) == 4 and all(e.workload.startswith("b") for e in result.evictions)
+    for e in result.evictions:
+        sched.remove(e.workload)
+    assert sched.cycle(11.0).started == ["gang"]
+
+
+def test_evictions_after_which_the_preemptor_would_still_not_fit_are_not_made():
+    """Pod by pod, evicting all of b makes room: 4 GPUs on n1, 8 on n0. But the first pod asks HAMi to
+    spread (the node with most room), so once b is gone it would take n0 and leave the 8-GPU pod nowhere:
+    the dry run catches it and nothing is evicted. Without `spread` the same gang evicts b and starts."""
+    for policy, evictions in (("spread", 0), ("", 8)):
+        sched = pools()
+        pods = (whole(4, node_policy=policy), whole(8))
+        sched.submit(Workload("gang", "a", pods, submit_time=10.0, duration=3600.0))
+        result = sched.cycle(10.0)
+        assert len(result.evictions) == evictions, policy
+        for e in result.evictions:
+            sched.remove(e.workload)
+        assert sched.cycle(11.0).started == ([] if policy else ["gang"])
