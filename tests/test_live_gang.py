@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fairgpu.framework.profile import load_profile
+from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
