@@ -12,6 +12,8 @@ from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.model.queue import PreemptionPolicy
+from fairgpu.sim import scenario as scenarios
+from fairgpu.sim.runner import Simulation
 
 
 def gpus(n: float) -> np.ndarray:
@@ -189,3 +191,18 @@ def test_evictions_after_which_the_preemptor_would_still_not_fit_are_not_made():
         for e in result.evictions:
             sched.remove(e.workload)
         assert sched.cycle(11.0).started == ([] if policy else ["gang"])
+
+
+def test_in_a_scenario_the_victims_keep_their_gpus_through_the_grace_period():
+    """The reclaim scenario (grace 300 s, written in its YAML): a gets its guarantee back exactly when the
+    grace of b's victims ends — not at once."""
+    sc = scenarios.load("reclaim")
+    res = Simulation(sc, load_profile("fairgpu")).result()
+    returns, grace, a = 2 * 3600, 300, sc.tree().index["a"]
+    tl = res.timeline
+
+    def gpus_at(t: float) -> float:
+        return float(tl.gpus[int(np.searchsorted(tl.t, t, side="right")) - 1][a])
+
+    assert sc.tree().queues[sc.tree().index["b"]].preemption.grace_period == grace
+    assert gpus_at(returns + grace - 1) < 32 <= gpus_at(returns + grace)
