@@ -22,10 +22,10 @@ class Clock:
 
 
 class Partitioned:
-    """A replica's connection to the apiserver, which the test can cut."""
+    """A replica's connection to the apiserver, which the test can cut; counts the replica's attempts."""
 
     def __init__(self, port: KubeClient) -> None:
-        self.port, self.cut = port, False
+        self.port, self.cut, self.attempts = port, False, 0
 
     def __getattr__(self, name: str):
         attr = getattr(self.port, name)
@@ -33,6 +33,7 @@ class Partitioned:
             return attr
 
         async def call(*args, **kw):
+            self.attempts += name == "get"  # every attempt reads the lease first
             if self.cut:
                 raise OSError("network partition")
             return await attr(*args, **kw)
@@ -73,22 +74,31 @@ def test_a_leader_cut_off_steps_down_before_the_standby_takes_over(fake_api, tmp
     async def go() -> None:
         clock, step = Clock(), 0.25
         ports = [await KubeClient.connect(kubeconfig) for _ in range(2)]
-        link = Partitioned(ports[0])
-        # Attempts every 10 ms of real time; the test moves its clock by `step` only after both replicas had
-        # time for several, so each sees every moment of the clock.
+        link, other = Partitioned(ports[0]), Partitioned(ports[1])
+        # Attempts every 10 ms of real time; the test moves its clock by `step` only after both replicas made
+        # two more attempts (one of them wholly at the new time), so each sees every moment of the clock.
         a = LeaderElector(link, "ns", "fairgpu", "A", LEASE, 0.01, clock)  # type: ignore[arg-type]
-        b = LeaderElector(ports[1], "ns", "fairgpu", "B", LEASE, 0.01, clock)
+        b = LeaderElector(other, "ns", "fairgpu", "B", LEASE, 0.01, clock)  # type: ignore[arg-type]
+
+        async def both_looked() -> None:
+            seen = (link.attempts, other.attempts)
+            for _ in range(500):
+                if link.attempts >= seen[0] + 2 and other.attempts >= seen[1] + 2:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError("the replicas stopped trying")
+
         task_a = asyncio.create_task(a.run())
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(a.leading.wait(), 10)
         task_b = asyncio.create_task(b.run())
-        await asyncio.sleep(0.2)
+        await both_looked()
         assert a.leading.is_set() and not b.leading.is_set()
         link.cut = True
         cut_at = clock.t
         down = up = None
         while up is None and clock.t < cut_at + 3 * LEASE:
             clock.t += step
-            await asyncio.sleep(0.1)
+            await both_looked()
             assert not (a.leading.is_set() and b.leading.is_set()), clock.t  # never two leaders
             if down is None and not a.leading.is_set():
                 down = clock.t
@@ -100,7 +110,7 @@ def test_a_leader_cut_off_steps_down_before_the_standby_takes_over(fake_api, tmp
         # B saw A's last record at cut_at (it polls every retry): it takes over a lease duration later.
         assert cut_at + LEASE <= up <= cut_at + LEASE + step, (cut_at, up)
         link.cut = False
-        await asyncio.sleep(0.2)
+        await both_looked()
         assert b.leading.is_set() and not a.leading.is_set()  # the old leader does not take it back
         for t in (task_a, task_b):
             t.cancel()
