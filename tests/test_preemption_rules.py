@@ -197,7 +197,7 @@ def test_in_a_scenario_the_victims_keep_their_gpus_through_the_grace_period():
     """The reclaim scenario (grace 300 s, written in its YAML): a gets its guarantee back exactly when the
     grace of b's victims ends — not at once."""
     sc = scenarios.load("reclaim")
-    res = Simulation(sc, load_profile("fairgpu")).result()
+    res = Simulation(sc, load_profile("fairgpu")).run()
     returns, grace, a = 2 * 3600, 300, sc.tree().index["a"]
     tl = res.timeline
 
