@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 from test_run_command import _free_port, _request
-from test_webhook import gpu_pod, review
+from test_webhook import gpu_pod, patched, review
 
 
 def test_run_serves_the_webhook_over_tls_from_its_live_queue_cache(fake_api, tmp_path, tls):
@@ -25,14 +25,23 @@ def test_run_serves_the_webhook_over_tls_from_its_live_queue_cache(fake_api, tmp
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     trust = ssl.create_default_context(cafile=tls[0])  # only our certificate: the handshake proves it is served
 
-    def answer(path: str, namespace: str, queue: str | None = None) -> dict:
-        labels = None if queue is None else {"fairgpu.io/queue": queue}
-        body = json.dumps(review(gpu_pod({"nvidia.com/gpu": "1"}, labels), namespace=namespace)).encode()
+    def post(path: str, review_doc: dict) -> dict:
         req = urllib.request.Request(
-            f"https://127.0.0.1:{hook}{path}", data=body, headers={"Content-Type": "application/json"}
+            f"https://127.0.0.1:{hook}{path}",
+            data=json.dumps(review_doc).encode(),
+            headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=5, context=trust) as resp:
             return json.loads(resp.read())["response"]
+
+    def answer(path: str, namespace: str, queue: str | None = None) -> dict:
+        """The webhook's answer for a GPU pod; /validate sees the pod as /mutate left it, as in a cluster."""
+        labels = None if queue is None else {"fairgpu.io/queue": queue}
+        pod = gpu_pod({"nvidia.com/gpu": "1"}, labels)
+        mutated = post("/mutate", review(pod, namespace=namespace))
+        if path == "/mutate":
+            return mutated
+        return post("/validate", review(patched(pod, mutated), namespace=namespace))
 
     def eventually(path: str, namespace: str, queue: str, allowed: bool) -> dict:
         deadline = time.monotonic() + 20
