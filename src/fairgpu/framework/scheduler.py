@@ -28,6 +28,7 @@ from fairgpu.framework.accounting import ShareAccounting
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.engine import CycleMemo, CycleResult, Entry
 from fairgpu.framework.explain import Explanation, explain
+from fairgpu.framework.idle import idle_gpus
 from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
 from fairgpu.framework.lookahead import Planned, replay
 from fairgpu.framework.preempting import Preempting
@@ -228,6 +229,10 @@ class Scheduler:
         out = [(e.expected_end, list(e.workload.pod_names[: len(e.placed)])) for e in self.running.values()]
         out += [(math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed]
         return [(t, keys) for t, keys in out if math.isfinite(t)]
+
+    def idle_gpus(self, now: float) -> dict[str, float]:
+        """Idle GPU-equivalents by cause (framework/idle.py): they sum to the cluster's idle GPUs."""
+        return idle_gpus(self, now)
 
     def explain(self, name: str, now: float) -> Explanation:
         """Why a workload is pending, its place in its queue and in the cluster, and its estimated start."""
