@@ -114,8 +114,7 @@ class CycleMemo:
         refused = self.refused[q]
         scanned = self.backfill_skips[q] >= BACKFILL_DEPTH
         return all(
-            k in refused
-            or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
+            k in refused or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
             for k in shapes
         )
 
