@@ -85,7 +85,7 @@ def _pending_fits(engine: Engine, candidates: np.ndarray) -> _Fits:
     for entry in engine.pending.values():
         if not entry.terminating:
             groups.setdefault((entry.queue, entry.key), entry)
-    shapes: dict[tuple, tuple[PodSpec, bool, bool]] = {}  # pod key → (pod, admitted anywhere, in a gang)
+    shapes: dict[tuple[object, ...], tuple[PodSpec, bool, bool]] = {}  # pod key → (pod, admitted anywhere, in a gang)
     for entry in groups.values():
         admitted = engine.admission_refusal(entry) is None
         gang = engine.profile.gang and entry.workload.needed - len(entry.placed) > 1

@@ -8,6 +8,7 @@ what its children hold); fairness_error and the Jain index are over leaf queues,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -95,8 +96,9 @@ class MetricsRecorder:
         state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle)
         self._state = state
         tl = self.timeline
-        series = (tl.t, tl.share, tl.entitled, tl.gpus, tl.entitled_gpus, tl.backlogged, tl.allocated_gpus)
-        series += (tl.idle_gpus,)
+        series: tuple[list[Any], ...] = (
+            tl.t, tl.share, tl.entitled, tl.gpus, tl.entitled_gpus, tl.backlogged, tl.allocated_gpus, tl.idle_gpus
+        )  # fmt: skip
         if tl.t and tl.t[-1] == t:  # several cycles at one instant: the last one holds
             for values in series:
                 values.pop()
