@@ -59,6 +59,7 @@ def test_cluster_view_totals_add_up(server):
     assert c["time"] == 1200 and source.now == 1200
     t = c["totals"]
     assert t["allocated_gpus"] + t["free_gpus"] + t["fragmented_gpus"] == pytest.approx(t["gpus"])
+    assert sum(c["idle_gpus"].values()) == pytest.approx(t["gpus"] - t["allocated_gpus"])
     assert sum(m["gpus"] for m in c["models"].values()) == t["gpus"] == 64
     cores = np.array(c["heatmap"]["cores_pct"])
     assert cores.shape == (8, 8) and cores.sum() / 100 == pytest.approx(t["allocated_gpus"])

@@ -54,6 +54,7 @@ EXPECTED = {
     "fairgpu_gpu_memory_total_bytes": {"node", "gpu_uuid", "gpu_index", "model"},
     "fairgpu_gpu_shared_pods": {"node", "gpu_uuid", "gpu_index", "model"},
     "fairgpu_cluster_gpus": {"state"},
+    "fairgpu_idle_gpus": {"cause"},
     "fairgpu_fairness_jain_index": set(),
     "fairgpu_leader_election_master_status": {"name"},
 }
@@ -116,6 +117,9 @@ def test_per_gpu_allocation_matches_the_placements_pods_hold(scraped):
     assert cluster["allocated"] == pytest.approx(sum(cores.values()))
     assert cluster["free"] == sum(1 for gpu in got["pods"] if got["pods"][gpu] == 0)
     assert cluster["allocated"] + cluster["free"] + cluster["fragmented"] == pytest.approx(8)
+    idle = {dict(k)["cause"]: v for k, v in samples(families, "fairgpu_idle_gpus").items()}
+    assert idle == pytest.approx(source.sched.idle_gpus(source.now))
+    assert sum(idle.values()) == pytest.approx(8 - cluster["allocated"])
 
 
 def test_queue_gauges_match_the_engine(scraped):

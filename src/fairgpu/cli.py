@@ -269,6 +269,8 @@ def _print_comparison(sc: Scenario, results: list[SimResult]) -> None:
     summary.add_row("fairness error (0 = fair)", *[f"{r.fairness_error:.3f}" for r in results])
     summary.add_row("Jain index (1 = fair)", *[_fmt(r.jain_index, ".3f") for r in results])
     summary.add_row("evictions", *[str(r.evictions) for r in results])
+    for cause in results[0].idle_gpu_hours:
+        summary.add_row(f"idle GPU-hours: {cause}", *[f"{r.idle_gpu_hours[cause]:.1f}" for r in results])
     console.print(summary)
     queues = Table(
         title="Per queue",

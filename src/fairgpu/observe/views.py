@@ -32,6 +32,8 @@ def cluster_view(sched: Scheduler) -> dict[str, Any]:
             "running_workloads": int(running.sum()),
             "pending_workloads": int(pending.sum()),
         },
+        # idle GPU-equivalents by cause, as of the engine's last cycle (they sum to its idle GPUs)
+        "idle_gpus": sched.idle_gpus(sched.view.now),
         "models": acc.by_model(st),
         # -1 marks a slot without a GPU (nodes with fewer GPUs than the largest)
         "heatmap": {

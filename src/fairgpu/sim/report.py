@@ -321,6 +321,7 @@ def _table(results: Sequence[SimResult]) -> str:
         ("fairness error (0 = fair)", [f"{r.fairness_error:.3f}" for r in results]),
         ("Jain index (1 = fair)", [cell(r.jain_index, ".3f") for r in results]),
         ("evictions", [str(r.evictions) for r in results]),
+        *((f"idle GPU-hours: {c}", [f"{r.idle_gpu_hours[c]:.1f}" for r in results]) for c in results[0].idle_gpu_hours),
     ]
     head = "".join(f"<th>{html.escape(r.profile)}</th>" for r in results)
     body = "".join(f"<tr><td>{k}</td>{''.join(f'<td>{v}</td>' for v in vs)}</tr>" for k, vs in rows)

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
@@ -31,6 +32,7 @@ class SimResult:
     evictions: int
     time_to_fair_share_s: dict[str, Any]
     queues: dict[str, dict[str, Any]]
+    idle_gpu_hours: dict[str, float] = field(default_factory=dict)  # by cause (framework/idle.py): sums to idle
     cycles: int = 0
     starts: dict[str, float] = field(default_factory=dict)  # workload → start time
     timeline: Timeline = field(default_factory=Timeline)
@@ -46,6 +48,7 @@ class SimResult:
             "fairness_error": self.fairness_error,
             "jain_index": self.jain_index,
             "evictions": self.evictions,
+            "idle_gpu_hours": self.idle_gpu_hours,
             "time_to_fair_share_s": self.time_to_fair_share_s,
             "cycles": self.cycles,
             "queues": self.queues,
@@ -65,6 +68,7 @@ class Simulation:
         self.horizon = scenario.horizon if horizon is None else horizon
         self.tree = scenario.tree()
         self.sched = Scheduler(scenario.nodes, self.tree, profile)
+        self._idle_empty = self.sched.idle_gpus(0.0)  # read before anything is submitted
         self.by_name = {w.name: w for w in scenario.workloads}
         # (time, kind, seq, workload, run or evicted pods): kinds order what happens at one instant
         self._events: list[tuple[float, int, int, str, object]] = [
@@ -151,6 +155,9 @@ class Simulation:
         self.run_until(self.horizon)
         horizon, rec = self.horizon, self.rec
         rec.close(horizon)
+        # Before the first event the cluster is empty and nothing is pending: idle for that reason.
+        before = min(rec.timeline.t[0], horizon) if rec.timeline.t else horizon
+        idle_s = rec.idle_gpu_seconds + before * np.fromiter(self._idle_empty.values(), dtype=np.float64)
         tree = self.tree
         waits: list[list[float]] = [[] for _ in tree.queues]
         for wl in self.scenario.workloads:
@@ -199,6 +206,7 @@ class Simulation:
             evictions=sum(self.preempted.values()),
             time_to_fair_share_s=rec.time_to_fair_share(),
             queues=queues,
+            idle_gpu_hours={c: float(s / hours) for c, s in zip(CAUSES, idle_s, strict=True)},
             cycles=self.cycles,
             starts=dict(self.starts),
             timeline=rec.timeline,
