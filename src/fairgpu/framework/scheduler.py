@@ -38,6 +38,8 @@ from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
 
+__all__ = ["CycleObserver", "CycleResult", "Scheduler", "WorkloadStatus"]
+
 
 @dataclass(slots=True, frozen=True)
 class WorkloadStatus:

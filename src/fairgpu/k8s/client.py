@@ -43,7 +43,7 @@ class KubeClient:
         else:
             config.load_incluster_config(client_configuration=conf)
         api = client.ApiClient(configuration=conf)
-        _read_environment_once(api.rest_client, conf.host)
+        _read_environment_once(api.rest_client, conf.host or "")
         return cls(api)
 
     async def close(self) -> None:
@@ -180,7 +180,7 @@ def _read_environment_once(rest: client.rest.RESTClientObject, host: str) -> Non
     if not rest.proxy:
         where = urlsplit(host)
         if where.hostname and not urllib.request.proxy_bypass(where.hostname):
-            rest.proxy = urllib.request.getproxies().get(where.scheme)
+            rest.proxy = urllib.request.getproxies().get(where.scheme)  # type: ignore[assignment]  # None: no proxy
     session = rest.pool_manager
     connector = session.connector
     session.detach()  # hand its connection pool (TLS settings, size) over without closing it

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from fairgpu.errors import KubeError
 from fairgpu.k8s.port import EVENTS, KubePort
@@ -40,14 +41,17 @@ class _Written:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a count bump waits for the create it bumps
 
 
+V = TypeVar("V")
+
+
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
     at: float
 
 
-class _Lru(OrderedDict):
-    def touch(self, key: object, make: Callable[[], object]) -> object:
+class _Lru(OrderedDict[object, V]):
+    def touch(self, key: object, make: Callable[[], V]) -> V:
         value = self.get(key)
         if value is None:
             value = self[key] = make()
@@ -68,9 +72,9 @@ class EventRecorder:
         self.component = component
         self.clock = clock
         self.dropped = 0  # events the spam filter refused
-        self._similar = _Lru()
-        self._written = _Lru()
-        self._buckets = _Lru()
+        self._similar: _Lru[_Similar] = _Lru()
+        self._written: _Lru[_Written] = _Lru()
+        self._buckets: _Lru[_Bucket] = _Lru()
 
     def observe(self, ns: str, name: str, uid: str, reason: str, message: str, kind: str) -> tuple | None:
         """Decide what to write for one event: None (rate-limited), or the arguments of `write`."""

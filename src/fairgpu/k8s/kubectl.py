@@ -117,7 +117,7 @@ def queue_rows(queues: list[dict]) -> list[dict[str, Any]]:
         guarantee, usage = _gpus(spec.get("guaranteed")), _gpus(status.get("usage"))
         lendable = _gpus(spec.get("lendable"))
         lendable = guarantee if lendable is None else lendable
-        valid = next((c for c in status.get("conditions", []) if c.get("type") == "Valid"), {})
+        valid: dict[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == "Valid"), {})
         rows.append({
             "name": "  " * depth + q["metadata"]["name"],
             "weight": float(spec.get("weight", 1.0)),

@@ -22,6 +22,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.observe import views
 from fairgpu.observe.metrics import EngineCollector
 from fairgpu.observe.source import Source
@@ -67,17 +68,22 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
 
         return endpoint
 
+    def engine() -> Scheduler:
+        sched = source.sched
+        assert sched is not None, "api() answers 503 until an engine exists"
+        return sched
+
     def info(_: Request) -> dict[str, Any]:
-        names = source.sched.tree.names()
+        names = engine().tree.names()
         return {"name": source.name, "profile": source.profile, "horizon": source.horizon, "queues": names}
 
     def workload(request: Request) -> dict[str, Any]:
-        return source.sched.explain(request.path_params["name"], source.now).to_json()
+        return engine().explain(request.path_params["name"], source.now).to_json()
 
     def workloads(request: Request) -> dict[str, Any]:
         q = request.query_params
         return views.workloads_view(
-            source.sched,
+            engine(),
             q.get("queue") or None,
             q.get("search", ""),
             _int_param(q, "offset", 0),
@@ -93,9 +99,9 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
         Route("/metrics", metrics),
         Route("/", lambda _: FileResponse(STATIC / "index.html")),
         Route("/api/info", api(info)),
-        Route("/api/cluster", api(lambda _: views.cluster_view(source.sched))),
-        Route("/api/nodes/{name}", api(lambda rq: views.node_view(source.sched, rq.path_params["name"]))),
-        Route("/api/queues", api(lambda _: views.queue_view(source.sched, source.history))),
+        Route("/api/cluster", api(lambda _: views.cluster_view(engine()))),
+        Route("/api/nodes/{name}", api(lambda rq: views.node_view(engine(), rq.path_params["name"]))),
+        Route("/api/queues", api(lambda _: views.queue_view(engine(), source.history))),
         Route("/api/workloads", api(workloads)),
         Route("/api/workloads/{name:path}", api(workload)),  # live workload names are namespace/name
         Mount("/static", StaticFiles(directory=STATIC)),

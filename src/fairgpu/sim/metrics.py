@@ -104,8 +104,8 @@ class MetricsRecorder:
                 values.pop()
         for values, value in zip(series, (t, *state), strict=True):
             values.append(value)
-        for i in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
-            self._open_since[i] = t
+        for q in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
+            self._open_since[q] = t
         for i, since in enumerate(self._open_since):
             # Reached at 90 % of the entitlement, or when nothing of it waits any more.
             if since is not None and (usage[i] >= 0.9 * entitled[i] - 1e-12 or not backlogged[i]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -86,7 +86,7 @@ class Simulation:
         self.first_starts: dict[str, float] = {}
         self.evicted: Counter[str] = Counter()  # per workload
         self.eviction_log: list[tuple[float, str, str]] = []
-        self.lost_gpu_seconds: Counter[str] = Counter()
+        self.lost_gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.cycles = 0
         self.observer: CycleObserver | None = None
 
