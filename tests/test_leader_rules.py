@@ -47,8 +47,8 @@ def test_a_standby_takes_over_exactly_when_the_lease_it_watches_expires(fake_api
     async def go() -> None:
         clock = Clock()
         ports = [await KubeClient.connect(kubeconfig) for _ in range(2)]
-        r1 = LeaderElector(ports[0], "fairgpu-system", "fairgpu", "A", LEASE, 1.0, clock)
-        r2 = LeaderElector(ports[1], "fairgpu-system", "fairgpu", "B", LEASE, 1.0, clock)
+        r1 = LeaderElector(ports[0], "fairgpu-system", "fairgpu", "A", LEASE, 1.0, monotonic=clock)
+        r2 = LeaderElector(ports[1], "fairgpu-system", "fairgpu", "B", LEASE, 1.0, monotonic=clock)
         assert await r1.try_acquire_or_renew()
         assert not await r2.try_acquire_or_renew()  # held, and just renewed as far as B knows
         clock.t = 6.0
@@ -77,8 +77,8 @@ def test_a_leader_cut_off_steps_down_before_the_standby_takes_over(fake_api, tmp
         link, other = Partitioned(ports[0]), Partitioned(ports[1])
         # Attempts every 10 ms of real time; the test moves its clock by `step` only after both replicas made
         # two more attempts (one of them wholly at the new time), so each sees every moment of the clock.
-        a = LeaderElector(link, "fairgpu-system", "fairgpu", "A", LEASE, 0.01, clock)  # type: ignore[arg-type]
-        b = LeaderElector(other, "fairgpu-system", "fairgpu", "B", LEASE, 0.01, clock)  # type: ignore[arg-type]
+        a = LeaderElector(link, "fairgpu-system", "fairgpu", "A", LEASE, 0.01, monotonic=clock)  # type: ignore[arg-type]
+        b = LeaderElector(other, "fairgpu-system", "fairgpu", "B", LEASE, 0.01, monotonic=clock)  # type: ignore[arg-type]
 
         async def both_looked() -> None:
             seen = (link.attempts, other.attempts)
