@@ -26,7 +26,7 @@ import numpy as np
 from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.port import NODES, PODS, QUEUES
+from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from test_live_scheduling import node, pod
 
 
@@ -34,6 +34,7 @@ async def bench(kubeconfig: str, nodes: int, pods: int, trickle: int, rate: floa
     port = await KubeClient.connect(kubeconfig)
     for i in range(nodes):
         await port.create(NODES, node(i))
+    await port.create(Kind("", "v1", "namespaces", False), {"metadata": {"name": "bench"}})
     await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["bench"]}})
     frac = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "4000"}
     sem = asyncio.Semaphore(32)

@@ -34,6 +34,9 @@ def test_every_object_validates(rendered):
     assert {"CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= {
         k for _, k in kinds
     }
+    assert {"ValidatingAdmissionPolicy", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass"} <= {
+        k for _, k in kinds
+    }
     for doc in rendered:
         if (doc["apiVersion"], doc["kind"]) in CERT_MANAGER | PROMETHEUS_OPERATOR:
             continue  # cert-manager's and the Prometheus Operator's kinds: no schema ships with kubernetes-validate
@@ -62,13 +65,74 @@ def test_wiring_is_consistent(rendered):
 
 
 def test_rbac_is_least_privilege(rendered):
-    role = next(d for d in rendered if d["kind"] == "ClusterRole")
+    """Finding 8 (read): the grants are exactly what src/fairgpu/k8s calls; test_rbac_live runs the scheduler
+    under them in the fake, which enforces them. Patches are narrowed to hami.io/ and fairgpu.io/ keys by a
+    ValidatingAdmissionPolicy, since RBAC cannot."""
+    role = next(d for d in rendered if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "fairgpu")
     verbs = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert verbs[("", "pods/binding")] == {"create"}
-    assert "delete" not in verbs[("", "pods")] and "update" not in verbs[("", "nodes")]
-    assert all("*" not in v for v in verbs.values())
+    assert verbs == {
+        ("", "pods"): {"get", "list", "watch", "patch"},
+        ("", "pods/binding"): {"create"},
+        ("", "pods/eviction"): {"create"},
+        ("", "pods/status"): {"patch"},
+        ("", "nodes"): {"get", "list", "watch", "patch"},
+        ("", "events"): {"create"},
+        ("fairgpu.io", "queues"): {"list", "watch"},
+        ("fairgpu.io", "queues/status"): {"patch"},
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
+        ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+    }
     leases = next(d for d in rendered if d["kind"] == "Role")
     assert leases["metadata"]["namespace"] == "fairgpu-system"
+    assert [r.get("resourceNames") for r in leases["rules"]] == [None, ["fairgpu"]]
+    # the identities the Deployment trusts are the ones the policy trusts, fairgpu's own account first
+    container = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    trusted = {a.split("=", 1)[1] for a in container["args"] if a.startswith("--trusted-identity=")}
+    keys = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-scheduling-keys")
+    listed = set(re.findall(r"'(system:[^']+)'", keys["spec"]["matchConditions"][0]["expression"]))
+    assert listed == trusted | {"system:serviceaccount:fairgpu-system:fairgpu"}
+    policy = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-least-privilege")
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods", "nodes"]
+    bindings = {d["spec"]["policyName"] for d in rendered if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert bindings == {d["metadata"]["name"] for d in rendered if d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_webhooks_never_block_the_cluster(rendered):
+    """Finding 4 (read): every webhook sees only tenant namespaces (never kube-system, fairgpu-system or
+    cert-manager), GPU pods only where it fails closed, answers within 5 s; the Deployment survives drains
+    (PodDisruptionBudget), spreads its replicas and is not preempted by the work it schedules."""
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in next(d for d in rendered if d["kind"] == kind)["webhooks"]:
+            assert hook["timeoutSeconds"] <= 5
+            excluded = next(
+                e["values"]
+                for e in hook["namespaceSelector"]["matchExpressions"]
+                if e["key"] == "kubernetes.io/metadata.name"
+            )
+            assert {"kube-system", "fairgpu-system", "cert-manager"} <= set(excluded)
+            if hook["failurePolicy"] == "Fail":
+                assert hook["matchConditions"] and all(r["operations"] == ["CREATE"] for r in hook["rules"])
+                assert all(r["resources"] == ["pods"] for r in hook["rules"])
+    deploy = next(d for d in rendered if d["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    budget = next(d for d in rendered if d["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert budget["spec"]["minAvailable"] == 1 < deploy["spec"]["replicas"]
+    assert pod["affinity"]["podAntiAffinity"]
+    assert pod["priorityClassName"] == next(d for d in rendered if d["kind"] == "PriorityClass")["metadata"]["name"]
+
+
+def test_network_policy_and_ports(rendered):
+    """Finding 9 (read): metrics have their own port, reachable from the monitoring namespace only; the
+    dashboard is not a container port at all (127.0.0.1, reached by port-forward)."""
+    deploy = next(d for d in rendered if d["kind"] == "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert {p["name"] for p in container["ports"]} == {"health", "metrics", "webhook"}
+    assert not any(a.startswith("--dashboard-host") for a in container["args"])
+    policy = next(d for d in rendered if d["kind"] == "NetworkPolicy")
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    metrics = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "metrics")
+    assert metrics["from"]
 
 
 def test_service_monitor_scrapes_the_metrics_port(rendered):
@@ -76,4 +140,4 @@ def test_service_monitor_scrapes_the_metrics_port(rendered):
     service = next(d for d in rendered if d["kind"] == "Service" and d["metadata"]["name"] == "fairgpu-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0] == {"port": "metrics", "path": "/metrics", "interval": "30s"}
-    assert service["spec"]["ports"][0]["targetPort"] == "health"  # the port that serves /healthz and /metrics
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"  # the port that serves /metrics alone

@@ -92,7 +92,7 @@ def test_reserved_nodes_are_explained_to_the_others():
     s.submit(job("late", "stream", whole(1), t=2))
     s.cycle(2)
     assert "late" in s.pending
-    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=60s"]
+    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=1m"]
 
 
 def test_running_and_unknown_workloads():
@@ -108,7 +108,8 @@ def test_running_and_unknown_workloads():
 def test_cli_explain_prints_for_each_profile_and_as_json():
     result = CliRunner().invoke(app, ["simulate", "--scenario", "gang-starvation", "--explain", "gang-0@61m"])
     assert result.exit_code == 0, result.output
-    assert "kube-default at t=3660s" in result.output and "fairgpu at t=3660s" in result.output
+    assert "kube-default at t=1h1m" in result.output and "fairgpu at t=1h1m" in result.output
+    assert "submitted at t=1h\n" in result.output  # human times, not raw seconds
     assert "estimated start" in result.output
     result = CliRunner().invoke(
         app, ["simulate", "--scenario", "gang-starvation", "--profile", "fairgpu", "--explain", "gang-0@61m", "--json"]

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client, config
@@ -366,8 +367,8 @@ def test_kubectl_round_trip(fake_api, tmp_path):
             [KUBECTL, "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True, timeout=30
         )
 
-    assert k("create", "--validate=false", "-f", "-", stdin=json.dumps(pod("k1", labels={"app": "x"}))).returncode == 0
-    dup = k("create", "--validate=false", "-f", "-", stdin=json.dumps(pod("k1")))
+    assert k("create", "-f", "-", stdin=json.dumps(pod("k1", labels={"app": "x"}))).returncode == 0
+    dup = k("create", "-f", "-", stdin=json.dumps(pod("k1")))
     assert dup.returncode != 0 and "AlreadyExists" in dup.stderr
     assert k("get", "pods", "-l", "app in (x,y)", "-o", "name").stdout.split() == ["pod/k1"]
     assert k("get", "pods", "-l", "app notin (x)", "-o", "name").stdout.split() == []
@@ -385,7 +386,7 @@ def test_kubectl_round_trip(fake_api, tmp_path):
         "metadata": {"name": "b1", "namespace": "default"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}},
     }
-    assert k("create", "--validate=false", "-f", "-", stdin=json.dumps(budget)).returncode == 0  # via discovery
+    assert k("create", "-f", "-", stdin=json.dumps(budget)).returncode == 0  # via discovery
     assert k("get", "pdb", "-o", "name").stdout.split() == ["poddisruptionbudget.policy/b1"]
     # kubectl get -w: list then watch from the list's RV; it must print the change made meanwhile
     watcher = subprocess.Popen(
@@ -410,3 +411,119 @@ def _read_event(proc: subprocess.Popen, timeout: float = 10.0) -> dict:
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready, "kubectl printed nothing in time"
     return json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+
+
+# -- where the real apiserver protects the cluster (design §7b), each through kubectl ----------------------
+CRD = Path(__file__).resolve().parent.parent / "deploy" / "crd-queues.yaml"
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
+def test_kubectl_sees_the_apiservers_validation(fake_api, tmp_path):
+    """Names, labels, quantities, namespaces: 422/400/404 in the apiserver's words; kubectl validates
+    server-side (OpenAPI v3 says the server takes fieldValidation), so an unknown field is refused too."""
+    kc = fake_api.kubeconfig(str(tmp_path / "kc"))
+
+    def create(doc: dict) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [KUBECTL, "--kubeconfig", kc, "create", "-f", "-"],
+            input=json.dumps(doc),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    out = create(pod("Bad_Name"))
+    assert out.returncode != 0 and 'Pod "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name"' in out.stderr
+    assert "a lowercase RFC 1123 subdomain" in out.stderr
+    out = create(pod("long-label", labels={"fairgpu.io/user": "x" * 64}))
+    assert "metadata.labels: Invalid value" in out.stderr and "must be no more than 63 characters" in out.stderr
+    out = create(pod("at-label", labels={"user": "a@b.com"}))
+    assert 'metadata.labels: Invalid value: "a@b.com": a valid label must be an empty string' in out.stderr
+    out = create(pod("bad-key", labels={"a/b/c": "x"}))
+    assert out.returncode != 0 and "metadata.labels" in out.stderr
+    bad_quantity = pod("q")
+    bad_quantity["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "one"}}
+    out = create(bad_quantity)
+    assert out.returncode != 0 and "quantities must match the regular expression" in out.stderr
+    out = create(pod("lost", ns="nowhere"))
+    assert out.returncode != 0 and 'namespaces "nowhere" not found' in out.stderr
+    unknown = pod("u")
+    unknown["spec"]["containers"][0]["imagePolicy"] = "Always"
+    out = create(unknown)
+    assert out.returncode != 0 and 'unknown field "spec.containers[0].imagePolicy"' in out.stderr
+    assert create(pod("fine", labels={"fairgpu.io/user": "a_b.com-1f2e3d4c5b"})).returncode == 0
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
+def test_custom_resources_follow_their_crd(fake_api, tmp_path):
+    """deploy/'s Queue CRD: types and enums give 422, unknown fields are pruned (or refused when kubectl asks
+    for strict validation), strategic merge is 415 and a PUT without resourceVersion 422."""
+    kc = fake_api.kubeconfig(str(tmp_path / "kc"))
+
+    def k(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [KUBECTL, "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True, timeout=30
+        )
+
+    assert k("apply", "-f", str(CRD)).returncode == 0  # kubectl apply, validating (no --validate=false)
+    queue = {"apiVersion": "fairgpu.io/v1alpha1", "kind": "Queue", "metadata": {"name": "q"}}
+    out = k("create", "-f", "-", stdin=json.dumps({**queue, "spec": {"weight": "heavy"}}))
+    assert 'spec.weight: Invalid value: "string": spec.weight in body must be of type number: "string"' in out.stderr
+    out = k("create", "-f", "-", stdin=json.dumps({**queue, "spec": {"allocation": "greedy"}}))
+    assert 'spec.allocation: Unsupported value: "greedy": supported values: "dynamic", "static"' in out.stderr
+    out = k("create", "-f", "-", stdin=json.dumps({**queue, "spec": {"weight": 2, "colour": "red"}}))
+    assert out.returncode != 0 and ".spec.colour: field not declared in schema" in out.stderr
+    ok = {**queue, "spec": {"weight": 2, "colour": "red", "namespaces": ["a"]}}
+    code, _ = _raw(fake_api, "POST", "/apis/fairgpu.io/v1alpha1/queues", ok)  # no strict validation asked
+    assert code == 201
+    stored = json.loads(k("get", "--raw", "/apis/fairgpu.io/v1alpha1/queues/q").stdout)
+    assert stored["spec"] == {"weight": 2, "namespaces": ["a"]}  # pruned
+    applied = {**queue, "metadata": {"name": "r"}, "spec": {"weight": 1}}
+    assert k("apply", "-f", "-", stdin=json.dumps(applied)).returncode == 0
+    assert k("apply", "-f", "-", stdin=json.dumps({**applied, "spec": {"weight": 2}})).returncode == 0
+    assert json.loads(k("get", "--raw", "/apis/fairgpu.io/v1alpha1/queues/r").stdout)["spec"] == {"weight": 2}
+    out = k("apply", "-f", "-", stdin=json.dumps({**applied, "spec": {"weight": 2, "colour": "red"}}))
+    assert out.returncode != 0 and ".spec.colour: field not declared in schema" in out.stderr
+    out = k("patch", "queue", "q", "--type=strategic", "-p", '{"spec":{"weight":3}}')
+    assert (out.returncode != 0 and "UnsupportedMediaType" in out.stderr) or "unknown format" in out.stderr
+    assert k("patch", "queue", "q", "--type=merge", "-p", '{"spec":{"weight":3}}').returncode == 0
+    code, status = _raw(fake_api, "PUT", "/apis/fairgpu.io/v1alpha1/queues/q", {**queue, "spec": {"weight": 4}})
+    assert (
+        code == 422
+        and "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update" in status["message"]
+    )
+    assert k("replace", "-f", "-", stdin=json.dumps({**stored, "spec": {"weight": 5}})).returncode != 0  # stale RV
+
+
+def _raw(fake_api, method: str, path: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        fake_api.url + path, data=json.dumps(body).encode(), method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
+def test_pods_of_a_deleted_node_are_collected(fake_api, tmp_path):
+    kc = fake_api.kubeconfig(str(tmp_path / "kc"))
+
+    def k(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [KUBECTL, "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True, timeout=30
+        )
+
+    assert (
+        k(
+            "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        ).returncode
+        == 0
+    )
+    for name in ("on-n1", "elsewhere"):
+        assert k("create", "-f", "-", stdin=json.dumps(pod(name))).returncode == 0
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "on-n1"}, "target": {"name": "n1"}}
+    assert _raw(fake_api, "POST", "/api/v1/namespaces/default/pods/on-n1/binding", binding)[0] == 201
+    assert k("delete", "node", "n1").returncode == 0
+    assert k("get", "pods", "-o", "name").stdout.split() == ["pod/elsewhere"]

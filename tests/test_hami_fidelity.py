@@ -256,9 +256,9 @@ def test_hami_config_drives_requests_lock_expiry_and_webhook_injections(tmp_path
     assert {"op": "add", "path": "/spec/containers/0/env", "value": env0} in ops
     side = {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "force"}
     assert {"op": "add", "path": "/spec/containers/1/env/-", "value": side} in ops
-    assert all(op in mutate(obj, "u", "fairgpu", cfg) for op in ops)  # the mutating webhook carries them
+    assert all(op in mutate(obj, "u", "fairgpu", config=cfg) for op in ops)  # the mutating webhook carries them
     mem_only = {"metadata": {}, "spec": {"containers": [_c("a", {"example.com/vmem": "100"})]}}
-    added = {op["path"]: op["value"] for op in mutate(mem_only, "u", "fairgpu", cfg)}
+    added = {op["path"]: op["value"] for op in mutate(mem_only, "u", "fairgpu", config=cfg)}
     assert added["/spec/containers/0/resources/limits/example.com~1vgpu"] == "2"  # defaultGPUNum, by its names
     obj["spec"]["runtimeClassName"] = "mine"
     assert not any(op["path"] == "/spec/runtimeClassName" for op in hami_injections(obj, cfg))

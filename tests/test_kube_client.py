@@ -29,6 +29,8 @@ def kubeconfig(path, server: str, user: dict) -> str:
 
 
 def test_bearer_token_reaches_the_apiserver(fake_api, tmp_path):
+    fake_api.token("s3cret", username="ops", groups=["system:masters"])  # an unknown token would be a 401
+
     async def go() -> None:
         port = await KubeClient.connect(kubeconfig(tmp_path / "kc", fake_api.url, {"token": "s3cret"}))
         await port.list(NODES)

@@ -38,7 +38,7 @@ def test_two_replicas_one_binds_and_the_standby_takes_over(fake_api, tmp_path):
         for ident in ("r1", "r2"):
             rport = await KubeClient.connect(kubeconfig)
             elector = LeaderElector(rport, "fairgpu-system", "fairgpu", ident, LEASE, RETRY)
-            ctl = Controller(rport, profile, leading=elector.leading)
+            ctl = Controller(rport, profile, leadership=elector)
             tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
             replicas.append((elector, ctl, tasks, rport))
 

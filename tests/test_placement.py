@@ -13,7 +13,7 @@ from tests.conftest import fraction, gpu_node, whole
 
 from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import RequestError
-from fairgpu.framework.placement import filter_breakdown, place_all, place_pod
+from fairgpu.framework.placement import filter_breakdown, place_all, place_pod, unplaced_cause
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
@@ -242,6 +242,30 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
     assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
 
 
+def test_unplaced_cause_names_what_rules_out_every_node() -> None:
+    """A 1-GPU T4 node (4 cores, 8 GiB) and a 2-GPU G2 node (64 cores) with 50 % of one GPU taken: 250 % of a
+    GPU free, 100 of it on T4, one idle GPU per node."""
+    nodes = [
+        gpu_node("t4", gpus=1, model="T4", cpu_m=4000, memory_mib=8192),
+        gpu_node("g2", gpus=2, model="G2", cpu_m=64_000),
+    ]
+    st = view_of(nodes)[0].state
+    st.assign("half", st.placement_for(fraction(50, 1024), 1, (0,)))
+
+    def gpus(count: int, cores: int = 100, cpu_m: int = 1000, memory_mib: int = 1024, **kw) -> PodSpec:
+        return PodSpec(cpu_m=cpu_m, memory_mib=memory_mib, gpu=GpuRequest(count, cores, 0, cores), **kw)
+
+    assert unplaced_cause(gpus(3), st) == "no GPU capacity left"  # 300 > 250
+    assert unplaced_cause(gpus(2, gpu_include=("T4",)), st) == "no allowed GPU model has room"  # 200 > 100
+    assert unplaced_cause(gpus(2), st) == "too few GPUs on one node"  # 250 free, one idle GPU per node
+    assert unplaced_cause(gpus(1, cpu_m=100_000), st) == "CPU"
+    assert unplaced_cause(gpus(1, memory_mib=2 << 20), st) == "memory"
+    assert unplaced_cause(PodSpec(cpu_m=100_000, memory_mib=1024), st) == "CPU"
+    st.assign("t4", st.placement_for(fraction(70, 1024), 0, (0,)))
+    st.assign("g2", st.placement_for(fraction(70, 1024), 1, (1,)))
+    assert unplaced_cause(gpus(1, cores=60), st) == "fragmentation"  # 30 + 50 + 30 free, no GPU has 60
+
+
 @pytest.mark.parametrize("name", ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "Fragmentation"])
 def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
     nodes = [gpu_node(f"n{i}", gpus=2, cpu_m=8000) for i in range(3)]
@@ -282,6 +306,33 @@ def test_gang_spans_as_few_nodes_as_possible() -> None:
 
 
 # -- property: never over-commit ------------------------------------------------------------------------------
+def fits_somewhere(pod: PodSpec, st_) -> bool:
+    """An oracle written apart from the filters: does some node have the CPU, memory and enough GPUs that
+    can each take this pod under HAMi's rules (whole card: idle; share: cores, memory, task count)?"""
+    for n in range(st_.num_nodes):
+        if st_.cpu_free[n] < pod.cpu_m or st_.mem_free[n] < pod.memory_mib:
+            continue
+        g = pod.gpu
+        if g is None:
+            return True
+        slots = range(len(st_.nodes[n].gpus))
+        if g.exclusive:
+            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0]
+        else:
+            need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
+            ok = [
+                s
+                for s in slots
+                if not st_.gpu_exclusive[n, s]
+                and st_.gpu_tasks[n, s] < st_.split[n]
+                and st_.gpu_cores_free[n, s] >= max(g.cores, 1)
+                and st_.gpu_mem_free[n, s] >= need[s]
+            ]
+        if len(ok) >= g.count:
+            return True
+    return False
+
+
 pods_strategy = st.lists(
     st.one_of(
         st.builds(lambda k: whole(k), st.integers(1, 4)),
@@ -302,7 +353,8 @@ def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> No
     st_ = view.state
     for i, pod in enumerate(pods):
         p = place_pod(pod, view, prof)
-        if p is None:
+        if p is None:  # nothing was left out that could have been placed
+            assert not fits_somewhere(pod, st_), (i, pod)
             continue
         assert len(set(p.slots)) == len(p.slots)  # never two slots of one GPU
         st_.assign(str(i), p)

@@ -1,54 +1,71 @@
-"""The admission webhook over HTTPS with real AdmissionReview JSON (admission.k8s.io/v1)."""
+"""The admission webhook over HTTPS with real AdmissionReview JSON (admission.k8s.io/v1), served as
+`fairgpu run` serves it: on its own thread, with a certificate that reloads when its files rotate."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import re
 import shutil
 import ssl
 import subprocess
+import time
+import urllib.request
 
-import aiohttp
 import pytest
-from aiohttp import web
 
-from fairgpu.k8s.webhook import label_value, tls_context, webhook_app
+from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, FAIRGPU_SA, Trust, user_label
+from fairgpu.k8s.webhook import webhook_app
+from fairgpu.k8s.webhook_server import WebhookServer
 from fakeapi.patches import json_patch
 
 QUEUES = {"team-a": ("a",), "open": ()}
+UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+TRUST = Trust.of(FAIRGPU_SA, ["system:serviceaccount:kube-system:hami-device-plugin"], DEFAULT_CONTROLLERS)
+LABEL = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-def review(obj: dict, namespace: str = "a", user: str = "alice@example.com", operation: str = "CREATE") -> dict:
+def review(
+    obj: dict,
+    namespace: str = "a",
+    user: str = "alice@example.com",
+    operation: str = "CREATE",
+    old: dict | None = None,
+    kind: tuple[str, str, str] = ("", "v1", "Pod"),
+) -> dict:
     """An AdmissionReview as the apiserver sends it."""
+    group, version, k = kind
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "uid": UID,
+            "kind": {"group": group, "version": version, "kind": k},
+            "resource": {"group": group, "version": version, "resource": k.lower() + "s"},
             "namespace": namespace,
             "operation": operation,
             "userInfo": {"username": user, "uid": "014fbff9a07c", "groups": ["system:authenticated"]},
             "object": obj,
-            "oldObject": None,
+            "oldObject": old,
             "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
     }
 
 
-def gpu_pod(limits: dict, labels: dict | None = None, scheduler: str | None = None) -> dict:
+def gpu_pod(limits: dict, labels: dict | None = None, scheduler: str | None = None, **meta) -> dict:
     spec: dict = {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}
     if scheduler:
         spec["schedulerName"] = scheduler
-    meta: dict = {"generateName": "job-"}
+    metadata: dict = {"generateName": "job-", **meta}
     if labels is not None:
-        meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def stamped(user: str) -> tuple[dict, dict]:
+    return {"fairgpu.io/user": user_label(user)}, {"fairgpu.io/user-name": user}
 
 
 @pytest.fixture(scope="module")
@@ -56,35 +73,42 @@ def tls(tmp_path_factory):
     if shutil.which("openssl") is None:
         pytest.skip("openssl not available to make a test certificate")
     d = tmp_path_factory.mktemp("tls")
-    args = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    make_cert(d / "cert.pem", d / "key.pem")
+    return str(d / "cert.pem"), str(d / "key.pem")
+
+
+def make_cert(cert, key, cn: str = "127.0.0.1") -> None:
+    args = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={cn}"]
     subprocess.run(
-        ["openssl", *args, "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", d / "key.pem", "-out", d / "cert.pem"],
+        ["openssl", *args, "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
         check=True,
         capture_output=True,
         timeout=60,
     )
-    return str(d / "cert.pem"), str(d / "key.pem")
 
 
-def call(tls, path: str, body: dict) -> dict:
-    async def go() -> dict:
-        runner = web.AppRunner(webhook_app(QUEUES.get))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_context(*tls))
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        trust = ssl.create_default_context(cafile=tls[0])
-        try:
-            async with (
-                aiohttp.ClientSession() as s,
-                s.post(f"https://127.0.0.1:{port}{path}", json=body, ssl=trust) as resp,
-            ):
-                assert resp.status == 200
-                return await resp.json()
-        finally:
-            await runner.cleanup()
+@pytest.fixture(scope="module")
+def hook(tls):
+    server = WebhookServer(lambda: webhook_app(QUEUES.get, "fairgpu", TRUST), "127.0.0.1", 0, *tls).start()
+    yield server
+    server.stop()
 
-    return asyncio.run(asyncio.wait_for(go(), 20))
+
+def post(server: WebhookServer, path: str, body: dict, cafile: str, timeout: float = 5) -> dict:
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{server.port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=timeout, context=ssl.create_default_context(cafile=cafile)) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def call(hook, tls):
+    return lambda path, body: post(hook, path, body, tls[0])
 
 
 def patched(obj: dict, response: dict) -> dict:
@@ -92,49 +116,296 @@ def patched(obj: dict, response: dict) -> dict:
     return json_patch(obj, json.loads(base64.b64decode(response["patch"])))
 
 
-def test_mutation_sets_scheduler_user_and_hami_defaults(tls):
-    obj = gpu_pod({"nvidia.com/gpu": "2"}, labels={"fairgpu.io/user": "mallory"}, scheduler="default-scheduler")
-    doc = call(tls, "/mutate", review(obj))
+def denied(resp: dict) -> str:
+    assert not resp["allowed"] and resp["status"]["code"] == 403
+    return resp["status"]["message"]
+
+
+def test_mutation_sets_scheduler_user_and_hami_defaults(call):
+    labels = {"fairgpu.io/user": "mallory"}
+    obj = gpu_pod({"nvidia.com/gpu": "2"}, labels=labels, scheduler="default-scheduler")
+    doc = call("/mutate", review(obj))
     assert doc["apiVersion"] == "admission.k8s.io/v1" and doc["kind"] == "AdmissionReview"
     resp = doc["response"]
-    assert resp["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002" and resp["allowed"]
+    assert resp["uid"] == UID and resp["allowed"]
     out = patched(obj, resp)
     assert out["spec"]["schedulerName"] == "fairgpu"
-    assert out["metadata"]["labels"]["fairgpu.io/user"] == "alice_example.com"  # the pod's own label is overwritten
+    # the pod's own label is overwritten, and the full name kept beside it
+    assert (out["metadata"]["labels"], out["metadata"]["annotations"]) == stamped("alice@example.com")
     assert out["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "100"}
     # gpumem alone implies one GPU; no labels map yet
     obj = gpu_pod({"nvidia.com/gpumem": "4000"})
-    out = patched(obj, call(tls, "/mutate", review(obj, user="system:serviceaccount:ml:runner"))["response"])
+    out = patched(obj, call("/mutate", review(obj, user="system:serviceaccount:ml:runner"))["response"])
     assert out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "nvidia.com/gpucores" not in out["spec"]["containers"][0]["resources"]["limits"]
-    assert out["metadata"]["labels"] == {"fairgpu.io/user": "system.serviceaccount.ml.runner"}
+    assert out["metadata"]["labels"]["fairgpu.io/user"].startswith("system.serviceaccount.ml.runner-")
+    assert call("/validate", review(out, user="system:serviceaccount:ml:runner"))["response"]["allowed"]
 
 
-def test_pods_without_gpus_are_left_alone(tls):
+def test_pods_without_gpus_are_left_alone(call):
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}}
-    resp = call(tls, "/mutate", review(obj))["response"]
-    assert resp == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    assert call("/mutate", review(obj))["response"] == {"uid": UID, "allowed": True}
+    web = {**obj, "spec": {**obj["spec"], "nodeName": "n1"}}  # not a GPU pod: not ours to place
+    assert call("/validate", review(web))["response"]["allowed"]
 
 
-def test_validation_rejects_bad_requests_and_foreign_queues(tls):
-    ok = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"})))
-    assert ok["response"]["allowed"]
-    bad = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})))
-    assert not bad["response"]["allowed"] and bad["response"]["status"]["code"] == 403
-    assert "spec.containers[0].resources.nvidia.com/gpumem" in bad["response"]["status"]["message"]
-    pct = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"})))
-    assert "nvidia.com/gpumem-percentage: 150 must be between 0 and 100" in pct["response"]["status"]["message"]
-    clamped = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})))
-    assert clamped["response"]["allowed"]  # HAMi's webhook admits it and its scheduler clamps to 100
-    foreign = review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}), namespace="b")
-    resp = call(tls, "/validate", foreign)["response"]
-    assert not resp["allowed"] and "namespace b may not use queue 'team-a'" in resp["status"]["message"]
-    missing = call(tls, "/validate", review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "nope"})))
-    assert "does not exist" in missing["response"]["status"]["message"]
-    anyone = review(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "open"}), namespace="b")
-    assert call(tls, "/validate", anyone)["response"]["allowed"]
+def test_validation_rejects_bad_requests_and_foreign_queues(call):
+    def admitted(pod: dict, namespace: str = "a", user: str = "alice@example.com") -> dict:
+        out = patched(pod, call("/mutate", review(pod, namespace, user))["response"])
+        return call("/validate", review(out, namespace, user))["response"]
+
+    assert admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}))["allowed"]
+    bad = denied(admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})))
+    assert "spec.containers[0].resources.nvidia.com/gpumem" in bad
+    pct = denied(admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"})))
+    assert "nvidia.com/gpumem-percentage: 150 must be between 0 and 100" in pct
+    # HAMi's webhook admits cores over 100 and its scheduler clamps them to 100
+    assert admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}))["allowed"]
+    foreign = admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}), namespace="b")
+    assert "namespace b may not use queue 'team-a'" in denied(foreign)
+    missing = admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "nope"}))
+    assert "does not exist" in denied(missing)
+    assert admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "open"}), namespace="b")["allowed"]
 
 
-def test_label_value_is_always_a_valid_label():
-    assert label_value("x" * 100 + "@") == "x" * 63
-    assert label_value("-bob-") == "bob"
+# -- finding 2: no bypass -----------------------------------------------------------------------------------
+ALLOCATION = {
+    "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,81920,100:;",
+    "hami.io/vgpu-devices-to-allocate": "GPU-1,NVIDIA,81920,100:;",
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: p["spec"].update(nodeName="node-1"), id="nodeName"),
+        pytest.param(lambda p: p["metadata"]["annotations"].update(ALLOCATION), id="hami-allocation"),
+        pytest.param(lambda p: p["metadata"]["labels"].update({"hami.io/vgpu-node": "node-1"}), id="hami-label"),
+        pytest.param(lambda p: p["metadata"]["annotations"].update({"fairgpu.io/gang-admitted": "true"}), id="gang"),
+        pytest.param(lambda p: p["spec"].update(schedulerName="default-scheduler"), id="other-scheduler"),
+        pytest.param(lambda p: p["metadata"]["labels"].update(stamped("bob")[0]), id="user-label"),
+        pytest.param(lambda p: p["metadata"]["annotations"].update(stamped("bob")[1]), id="user-name"),
+    ],
+)
+def test_a_tenant_cannot_skip_the_queue_or_forge_what_fairgpu_reads(call, change):
+    """Whatever the mutating webhook did, the object the validating one sees after later mutations (or a
+    mutating webhook that was skipped) is refused if it names its node, its GPUs or its gang state, or
+    carries someone else's name. fairgpu itself may write all of it."""
+    labels, annotations = stamped("alice@example.com")
+    pod = gpu_pod({"nvidia.com/gpu": "1"}, labels=dict(labels), scheduler="fairgpu", annotations=dict(annotations))
+    assert call("/validate", review(pod))["response"]["allowed"]
+    change(pod)
+    assert "may not" in denied(call("/validate", review(pod))["response"]) or "scheduled by" in denied(
+        call("/validate", review(pod))["response"]
+    )
+    if pod["spec"].get("schedulerName") == "fairgpu":  # fairgpu's service account, and the trusted, may
+        assert call("/validate", review(pod, user=FAIRGPU_SA))["response"]["allowed"]
+
+
+def test_hami_scheduling_hints_stay_open_to_users(call):
+    labels, annotations = stamped("alice@example.com")
+    annotations = {**annotations, "hami.io/gpu-scheduler-policy": "spread"}
+    pod = gpu_pod({"nvidia.com/gpu": "1"}, labels=labels, scheduler="fairgpu", annotations=annotations)
+    assert call("/validate", review(pod))["response"]["allowed"]
+
+
+# -- findings 5 and 6: UPDATE --------------------------------------------------------------------------------
+def running_pod(queue: str = "gone") -> dict:
+    labels, annotations = stamped("alice@example.com")
+    pod = gpu_pod(
+        {"nvidia.com/gpu": "1"},
+        labels={**labels, "fairgpu.io/queue": queue, "app": "x"},
+        scheduler="fairgpu",
+        annotations={**annotations, **ALLOCATION, "fairgpu.io/gang-admitted": "true"},
+        finalizers=["batch.kubernetes.io/job-tracking"],
+        name="p",
+    )
+    pod["spec"]["nodeName"] = "node-1"
+    return pod
+
+
+def test_updates_that_do_not_touch_scheduling_pass_even_after_the_queue_is_gone(call):
+    """Finding 5: a queue deleted under running pods must not freeze them (the Job controller removes its
+    finalizer; others label them). The queue 'gone' does not exist."""
+    old = running_pod()
+    for change in (
+        lambda p: p["metadata"].pop("finalizers"),
+        lambda p: p["metadata"]["labels"].update(app="y"),
+        lambda p: p["metadata"].setdefault("annotations", {}).update({"example.com/note": "hi"}),
+    ):
+        new = json.loads(json.dumps(old))
+        change(new)
+        resp = call("/validate", review(new, user=JOB_CONTROLLER, operation="UPDATE", old=old))["response"]
+        assert resp["allowed"], resp
+
+
+def test_identity_and_allocation_are_immutable_after_create(call):
+    """Finding 6: the user label cannot be changed on UPDATE (it was read again at the next rebuild)."""
+    old = running_pod("team-a")
+    for field, key, value in (
+        ("labels", "fairgpu.io/user", user_label("bob")),
+        ("annotations", "fairgpu.io/user-name", "bob"),
+        ("labels", "fairgpu.io/queue", "open"),
+        ("annotations", "fairgpu.io/gang-admitted", None),
+        ("annotations", "hami.io/vgpu-devices-allocated", "GPU-2,NVIDIA,81920,100:;"),
+    ):
+        new = json.loads(json.dumps(old))
+        if value is None:
+            new["metadata"][field].pop(key)
+        else:
+            new["metadata"][field][key] = value
+        message = denied(call("/validate", review(new, operation="UPDATE", old=old))["response"])
+        assert f"metadata.{field}[{key}]" in message
+        assert call("/validate", review(new, user=FAIRGPU_SA, operation="UPDATE", old=old))["response"]["allowed"]
+    # HAMi's device plugin (a trusted identity) consumes the allocation
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"]["hami.io/bind-phase"] = "success"
+    device_plugin = "system:serviceaccount:kube-system:hami-device-plugin"
+    assert call("/validate", review(new, user=device_plugin, operation="UPDATE", old=old))["response"]["allowed"]
+
+
+def test_user_labels_never_collide_and_are_always_valid():
+    names = ["a@b.com", "a_b.com", "x" * 70 + "1", "x" * 70 + "2", "-bob-", "system:serviceaccount:ml:runner", "é"]
+    labels = [user_label(n) for n in names]
+    assert len(set(labels)) == len(names)
+    assert all(len(v) <= 63 and LABEL.match(v) for v in labels)
+    assert user_label("a@b.com").startswith("a_b.com-") and user_label("-bob-").startswith("bob-")
+
+
+# -- pods made by controllers ------------------------------------------------------------------------------
+def job(template_labels: dict | None = None) -> dict:
+    template = {"spec": gpu_pod({"nvidia.com/gpu": "1"})["spec"]}
+    if template_labels is not None:
+        template["metadata"] = {"labels": template_labels}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": {"template": template}}
+
+
+JOB = ("batch", "v1", "Job")
+
+
+def test_pods_of_a_job_are_charged_to_whoever_created_the_job(call):
+    """Finding 6: controllers' pods were all the job controller's. The Job's template is stamped with its
+    creator at CREATE (a forged template label overwritten) and keeps it on UPDATE; the pod the job
+    controller makes from it keeps that user; a pod a user makes with someone else's stamp does not."""
+    created = patched(
+        job({"fairgpu.io/user": "mallory"}),
+        call("/mutate", review(job({"fairgpu.io/user": "mallory"}), kind=JOB))["response"],
+    )
+    meta = created["spec"]["template"]["metadata"]
+    assert (meta["labels"], meta["annotations"]) == stamped("alice@example.com")
+    forged = json.loads(json.dumps(created))
+    forged["spec"]["template"]["metadata"]["labels"]["fairgpu.io/user"] = user_label("bob")
+    forged["spec"]["template"]["metadata"]["annotations"]["fairgpu.io/user-name"] = "bob"
+    resp = call("/mutate", review(forged, user="bob", operation="UPDATE", old=created, kind=JOB))["response"]
+    assert patched(forged, resp)["spec"]["template"]["metadata"] == meta
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": json.loads(json.dumps(meta)),
+        "spec": created["spec"]["template"]["spec"],
+    }
+    made = patched(pod, call("/mutate", review(pod, user=JOB_CONTROLLER))["response"])
+    assert (made["metadata"]["labels"], made["metadata"]["annotations"]) == stamped("alice@example.com")
+    assert call("/validate", review(made, user=JOB_CONTROLLER))["response"]["allowed"]
+    by_bob = patched(pod, call("/mutate", review(pod, user="bob"))["response"])
+    assert by_bob["metadata"]["annotations"]["fairgpu.io/user-name"] == "bob"
+    assert "may not" in denied(call("/validate", review(made, user="bob"))["response"])
+
+
+PT, RAY = ("spec", "pytorchReplicaSpecs"), ("spec", "rayClusterSpec")
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "paths"),
+    [
+        (
+            ("batch", "v1", "CronJob"),
+            {"spec": {"jobTemplate": {"spec": {"template": {}}}}},
+            [("spec", "jobTemplate", "spec", "template")],
+        ),
+        (
+            ("kubeflow.org", "v1", "PyTorchJob"),
+            {"spec": {"pytorchReplicaSpecs": {"Master": {"template": {}}, "Worker": {"template": {"metadata": {}}}}}},
+            [
+                ("spec", "pytorchReplicaSpecs", "Master", "template"),
+                ("spec", "pytorchReplicaSpecs", "Worker", "template"),
+            ],
+        ),
+        (
+            ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+            {"spec": {"replicatedJobs": [{"template": {"spec": {"template": {}}}}]}},
+            [("spec", "replicatedJobs", "0", "template", "spec", "template")],
+        ),
+        (
+            ("ray.io", "v1", "RayJob"),
+            {"spec": {"rayClusterSpec": {"headGroupSpec": {"template": {}}, "workerGroupSpecs": [{"template": {}}]}}},
+            [
+                ("spec", "rayClusterSpec", "headGroupSpec", "template"),
+                ("spec", "rayClusterSpec", "workerGroupSpecs", "0", "template"),
+            ],
+        ),
+    ],
+)
+def test_training_job_templates_are_stamped(call, kind, obj, paths):
+    obj = {"apiVersion": f"{kind[0]}/{kind[1]}", "kind": kind[2], "metadata": {"name": "t"}, **obj}
+    out = patched(obj, call("/mutate", review(obj, kind=kind))["response"])
+    for path in paths:
+        node = out
+        for part in path:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert node["metadata"]["annotations"]["fairgpu.io/user-name"] == "alice@example.com"
+
+
+# -- off the scheduling path, certificate rotation ---------------------------------------------------------
+def test_webhook_answers_while_the_scheduling_loop_is_blocked(hook, tls):
+    """Finding 4: a long scheduling cycle delayed admission past its timeout. The server runs on its own
+    thread: with this thread's event loop blocked for 3 s by a synchronous 'cycle', it answers in well
+    under a second."""
+
+    async def cycle_while_admitting() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        body = review(gpu_pod({"nvidia.com/gpu": "1"}))
+        answered = loop.run_in_executor(None, lambda: (post(hook, "/validate", body, tls[0], 2.0), time.monotonic()))
+        time.sleep(3.0)  # a synchronous engine cycle holding this loop
+        _, at = await answered
+        return at - t0
+
+    assert asyncio.run(cycle_while_admitting()) < 1.0
+
+
+def test_certificate_reloads_when_its_files_rotate(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not available")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    make_cert(cert, key, "first")
+    server = WebhookServer(lambda: webhook_app(QUEUES.get), "127.0.0.1", 0, str(cert), str(key), 0.05).start()
+    try:
+
+        def served_cn() -> str:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            import socket
+
+            with socket.create_connection(("127.0.0.1", server.port), 5) as raw, ctx.wrap_socket(raw) as s:
+                der = s.getpeercert(binary_form=True)
+            out = subprocess.run(
+                ["openssl", "x509", "-inform", "DER", "-noout", "-subject"], input=der, capture_output=True, timeout=30
+            )
+            return out.stdout.decode()
+
+        assert "first" in served_cn()
+        new_cert, new_key = tmp_path / "n.crt", tmp_path / "n.key"
+        make_cert(new_cert, new_key, "second")
+        new_key.replace(key)  # the key first: a pair that does not match yet keeps the old certificate
+        time.sleep(0.2)
+        assert "first" in served_cn()
+        new_cert.replace(cert)
+        deadline = time.monotonic() + 5
+        while "second" not in served_cn() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "second" in served_cn() and server.cert.reloads == 1
+        assert post(server, "/validate", review(gpu_pod({"nvidia.com/gpu": "1"})), str(cert))["response"]
+    finally:
+        server.stop()

@@ -13,6 +13,9 @@ two events (a leaf satisfied, a resource exhausted) every rate is constant, so e
 
 from __future__ import annotations
 
+import math
+from typing import overload
+
 import numpy as np
 
 from fairgpu.model.queue import QueueSpec, QueueTree
@@ -163,13 +166,19 @@ def water_fill(
     return entitlements(tree, capacity, np.asarray(demand, dtype=np.float64).reshape(q, -1))
 
 
-def share_ratio(held: np.ndarray | float, entitled: np.ndarray | float) -> np.ndarray:
-    """A queue's share ratio: the dominant share it holds over the dominant share it is entitled to, per
-    queue; inf where a queue is entitled to nothing (any holding is then infinitely above its share). The
-    one definition behind fair ordering, victim order and the no-ping-pong rule."""
-    held, entitled = np.asarray(held, dtype=np.float64), np.asarray(entitled, dtype=np.float64)
+@overload
+def share_ratio(held: float, entitled: float) -> float: ...
+@overload
+def share_ratio(held: np.ndarray, entitled: np.ndarray) -> np.ndarray: ...
+def share_ratio(held: np.ndarray | float, entitled: np.ndarray | float) -> np.ndarray | float:
+    """A queue's share ratio: the dominant share it holds over the dominant share it is entitled to (per
+    queue, for arrays); inf where a queue is entitled to nothing (any holding is then infinitely above its
+    share). The one definition behind fair ordering, victim order and the no-ping-pong rule."""
+    if isinstance(entitled, float):  # one queue (numpy's float64 is a float): on the placement path
+        return float(held) / entitled if entitled > 0 else math.inf
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(entitled > 0, held / entitled, np.inf)
+        ratio: np.ndarray = np.where(entitled > 0, np.asarray(held, dtype=np.float64) / entitled, np.inf)
+    return ratio
 
 
 def dominant_shares(vectors: np.ndarray, capacity: np.ndarray) -> np.ndarray:

@@ -7,8 +7,10 @@ production client can never reach them by accident.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import ssl
 import threading
 import time
 import urllib.request
@@ -16,13 +18,17 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
-from . import patches
+from . import openapi, patches
+from .admission import Admission, Request
+from .auth import Attributes, Authenticator, User, allowed, service_account
 from .errors import ApiError, conflict, not_found, success
+from .faults import Faults
 from .selectors import Selector, label_selector, parse_fields, parse_labels
-from .store import RESOURCES, Resource, Store, clone
+from .store import NAMESPACES, RESOURCES, Resource, Store, clone, default
 
 JSON = "application/json"
 CONTROL_HEADER = "X-Fake-Control"
+USER = web.RequestKey("user", User)
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
@@ -52,14 +58,6 @@ def respond_error(err: ApiError) -> web.Response:
 
 
 @dataclass(slots=True)
-class Fault:
-    code: int
-    count: int
-    verb: str | None = None
-    path_contains: str = ""
-
-
-@dataclass(slots=True)
 class Target:
     res: Resource
     ns: str | None
@@ -70,13 +68,14 @@ class Target:
 @dataclass
 class FakeState:
     store: Store = field(default_factory=Store)
-    faults: list[Fault] = field(default_factory=list)
-    delays: dict[str, float] = field(default_factory=dict)  # verb → seconds
+    faults: Faults = field(default_factory=Faults)
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
     credentials: set[str] = field(default_factory=set)  # Authorization headers seen (tests check clients send them)
     device_plugin: bool = False  # play HAMi's device plugin on every bind (test control)
+    auth: Authenticator = field(default_factory=Authenticator)
+    denied: list[dict] = field(default_factory=list)  # every 401 and 403, for tests to audit
 
 
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -105,6 +104,7 @@ class FakeApi:
         self.app.router.add_route("*", "/_fake/{op}", self.control)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.streams: set[web.StreamResponse] = set()
+        self.admission = Admission(self.state.store)
 
     @property
     def store(self) -> Store:
@@ -115,30 +115,25 @@ class FakeApi:
         self.state.requests += 1
         self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
-            await self._faults(request)
-            return await self._route(request)
+            request[USER] = self.state.auth.user(request.headers.get("Authorization"))
+            await self.state.faults.before(request)
+            return self.state.faults.after(request, await self._route(request))
         except ApiError as err:
+            if err.code in (401, 403):
+                self.state.denied.append({"method": request.method, "path": request.path, "message": err.message})
             return respond_error(err)
 
-    async def _faults(self, request: web.Request) -> None:
-        delay = self.state.delays.get(request.method)
-        if delay:
-            await asyncio.sleep(delay)
-        for f in self.state.faults:
-            if f.count > 0 and (f.verb in (None, request.method)) and f.path_contains in request.path_qs:
-                f.count -= 1
-                reason = {
-                    409: "Conflict",
-                    500: "InternalError",
-                    503: "ServiceUnavailable",
-                    504: "Timeout",
-                    429: "TooManyRequests",
-                }
-                raise ApiError(f.code, reason.get(f.code, "InternalError"), f"injected fault {f.code}")
+    def _authorize(self, request: web.Request, attrs: Attributes) -> User:
+        user: User = request[USER]
+        if not allowed(self.store, user, attrs):
+            raise attrs.forbidden(user.username)
+        return user
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/")
         parts = [p for p in path.split("/") if p]
+        if not _is_resource_path(parts):
+            self._authorize(request, Attributes(request.method.lower(), path=request.path))
         if path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok", content_type="text/plain")
         if path == "/version":
@@ -149,6 +144,13 @@ class FakeApi:
             return respond({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         if path == "/apis":
             return respond(self._groups())
+        if path == "/openapi/v3":
+            return respond(openapi.root())
+        if path.startswith("/openapi/v3/"):
+            doc = openapi.group_version(path[len("/openapi/v3/") :])
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return respond(doc)
         if parts[:2] == ["api", "v1"]:
             if len(parts) == 2:
                 return respond(self._resource_list("", "v1"))
@@ -215,12 +217,25 @@ class FakeApi:
         q = request.query
         store = self.store
         m = request.method
+        verb = _VERBS.get(m, m.lower())
+        if m == "GET":
+            verb = "get" if t.name is not None else ("watch" if go_bool(q, "watch") else "list")
+        user = self._authorize(
+            request, Attributes(verb, t.res.group, t.res.plural, t.sub or "", t.ns or "", t.name or "")
+        )
+        if t.res.plural in ("tokenreviews", "subjectaccessreviews"):
+            if m != "POST" or t.name is not None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            return respond(self._review(t.res, await _json(request)), 201)
         if t.sub in ("binding", "eviction"):
             if m != "POST":
                 raise ApiError(
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
             body = await _json(request)
+            await self.admission.admit(Request("CREATE", t.res, t.sub, t.ns or "", t.name, body, None, user.info()))
             return self._bind(t, body) if t.sub == "binding" else self._evict(t, body)
         if t.name is None:
             selector = Selector(
@@ -247,6 +262,11 @@ class FakeApi:
                 body = await _json(request)
                 if body.get("kind") not in (None, t.res.kind):
                     raise ApiError(400, "BadRequest", f"the body kind {body.get('kind')!r} is not {t.res.kind}")
+                default(t.res, body)
+                self._strict(request, t.res, body)
+                name = (body.get("metadata") or {}).get("name", "")
+                req = Request("CREATE", t.res, "", t.ns or "", name, body, None, user.info())
+                body = await self.admission.admit(req) or body
                 return respond(store.create(t.res, t.ns or "", body), 201)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         ns = t.ns or ""
@@ -254,21 +274,104 @@ class FakeApi:
             return respond(store.get(t.res, ns, t.name))
         if m == "PUT":
             body = await _json(request)
-            return respond(store.update(t.res, ns, t.name, body, t.sub or ""))
+            if t.res.custom and not (body.get("metadata") or {}).get("resourceVersion"):
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'{t.res.kind}.{t.res.group} "{t.name}" is invalid: metadata.resourceVersion: Invalid value: '
+                    "0x0: must be specified for an update",
+                    {
+                        "name": t.name,
+                        "group": t.res.group,
+                        "kind": t.res.kind,
+                        "causes": [
+                            {
+                                "reason": "FieldValueInvalid",
+                                "message": "Invalid value: 0x0: must be specified for an update",
+                                "field": "metadata.resourceVersion",
+                            }
+                        ],
+                    },
+                )
+            self._strict(request, t.res, body)
+            old = store.get(t.res, ns, t.name)
+            body = await self.admission.admit(Request("UPDATE", t.res, t.sub or "", ns, t.name, body, old, user.info()))
+            return respond(store.update(t.res, ns, t.name, body or {}, t.sub or ""))
         if m == "PATCH":
-            current = clone(store.get(t.res, ns, t.name))
+            media = request.headers.get("Content-Type", "")
+            if t.res.custom and media.split(";")[0].strip() == patches.STRATEGIC:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types include: "
+                    f"{patches.JSON_PATCH}, {patches.MERGE}, application/apply-patch+yaml",
+                )
             raw = await request.read()
-            patched = patches.apply(request.headers.get("Content-Type", ""), current, raw)
-            # A resourceVersion carried in the patch is a precondition; otherwise the patch is unconditional.
-            body_rv = _patch_rv(request.headers.get("Content-Type", ""), raw)
-            if body_rv is None:
-                patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-            return respond(store.update(t.res, ns, t.name, patched, t.sub or ""))
+            # A resourceVersion carried in the patch is a precondition; otherwise the patch is unconditional,
+            # and applied again to the newest object when a write lands while admission is asked (as the
+            # apiserver's GuaranteedUpdate does).
+            body_rv = _patch_rv(media, raw)
+            for _ in range(5):
+                current = clone(store.get(t.res, ns, t.name))
+                patched = patches.apply(media, current, raw)
+                self._strict(request, t.res, patched)
+                if body_rv is None:
+                    patched.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+                req = Request("UPDATE", t.res, t.sub or "", ns, t.name, patched, current, user.info())
+                patched = await self.admission.admit(req) or patched
+                try:
+                    return respond(store.update(t.res, ns, t.name, patched, t.sub or ""))
+                except ApiError as err:
+                    if body_rv is not None or err.code != 409:
+                        raise
+            raise conflict(t.res.plural, t.name, "too many concurrent writes")
         if m == "DELETE":
             options = await _json(request) if request.can_read_body else {}
             raw = q.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
-            return respond(store.delete(t.res, ns, t.name, _grace(raw, t.res.plural == "pods")))
+            gone = store.delete(t.res, ns, t.name, _grace(raw, t.res.plural == "pods"))
+            if t.res.plural == "nodes":
+                self._collect_pods_of(t.name)
+            return respond(gone)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _strict(self, request: web.Request, res: Resource, obj: dict) -> None:
+        """`?fieldValidation=Strict` (what kubectl sends once OpenAPI says the server can): unknown fields are
+        a 400 instead of being dropped."""
+        if request.query.get("fieldValidation") == "Strict":
+            openapi.unknown_fields(res, obj, self.store.crd_schema(res) if res.custom else None)
+
+    def _review(self, res: Resource, body: dict) -> dict:
+        """TokenReview and SubjectAccessReview: answered from the fake's tokens and RBAC, never stored."""
+        spec = body.get("spec") or {}
+        out = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {"creationTimestamp": None}, "spec": spec}
+        if res.kind == "TokenReview":
+            user = self.state.auth.review(spec.get("token", ""))
+            out["status"] = {"authenticated": True, "user": user.info()} if user else {"authenticated": False}
+            return out
+        subject = User(spec.get("user", ""), tuple(spec.get("groups") or ()), spec.get("uid", ""))
+        attrs = spec.get("resourceAttributes")
+        if attrs:
+            a = Attributes(
+                attrs.get("verb", ""),
+                attrs.get("group", ""),
+                attrs.get("resource", ""),
+                attrs.get("subresource", ""),
+                attrs.get("namespace", ""),
+                attrs.get("name", ""),
+            )
+        else:
+            nra = spec.get("nonResourceAttributes") or {}
+            a = Attributes(nra.get("verb", ""), path=nra.get("path", ""))
+        ok = allowed(self.store, subject, a)
+        out["status"] = {"allowed": ok, **({} if ok else {"reason": "no RBAC rule allows it"})}
+        return out
+
+    def _collect_pods_of(self, node: str) -> None:
+        """The pod GC controller: pods bound to a node that no longer exists are deleted at once."""
+        pods = _BY_PATH[("", "v1", "pods")]
+        for pod in self.store.list(pods, None, _ALL):
+            if pod["spec"].get("nodeName") == node:
+                self.store.delete(pods, pod["metadata"]["namespace"], pod["metadata"]["name"], 0)
 
     def _bind(self, t: Target, body: dict) -> web.Response:
         """BindingREST.Create (design §5): checks in the apiserver's order; answers a Status, not a Binding."""
@@ -510,14 +613,17 @@ class FakeApi:
             for w in store.watchers:
                 if w.bookmarks:
                     w.push("BOOKMARK", self._bookmark(w.resource))
-        elif op == "fault":
-            st.faults.append(
-                Fault(int(body["code"]), int(body.get("count", 1)), body.get("verb"), body.get("path_contains", ""))
-            )
+        elif op == "token":  # a bearer token for a user, or for a service account
+            if "service_account" in body:
+                ns, name = body["service_account"].split("/")
+                st.auth.tokens[body["token"]] = service_account(ns, name)
+            else:
+                groups = (*(body.get("groups") or ()), "system:authenticated")
+                st.auth.tokens[body["token"]] = User(body["username"], groups, body.get("uid", ""))
+        elif op == "service":  # where a Service that webhooks name answers (no cluster DNS here)
+            self.admission.services[(body["namespace"], body["name"])] = body["address"]
         elif op == "device-plugin":
             st.device_plugin = bool(body.get("enabled", True))
-        elif op == "delay":
-            st.delays[body["verb"]] = float(body["seconds"])
         elif op == "clock":
             from datetime import timedelta
 
@@ -530,19 +636,28 @@ class FakeApi:
             return respond(
                 {
                     "rev": store.rev,
-                    "faults": [asdict(f) for f in st.faults],
+                    "faults": [asdict(f) for f in st.faults.faults],
+                    "injected": st.faults.injected,
                     "bindings": st.bindings,
                     "evictions": st.evictions,
                     "watchers": len(store.watchers),
                     "requests": st.requests,
                 }
             )
-        else:
+        elif op == "requests":
+            return respond({"requests": st.faults.log})
+        elif not st.faults.control(op, body):
             return respond(not_found("control", op).status(), 404)
         return respond({"ok": True, "rev": store.rev})
 
 
 _ALL = Selector([], [], {})
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _is_resource_path(parts: list[str]) -> bool:
+    """/api/v1/... and /apis/GROUP/VERSION/... past discovery: what RBAC knows as resource requests."""
+    return (parts[:2] == ["api", "v1"] and len(parts) > 2) or (parts[:1] == ["apis"] and len(parts) > 3)
 
 
 def _ignores_budgets(pod: dict) -> bool:
@@ -596,8 +711,13 @@ class FakeApiServer:
     """The fake on its own thread and event loop, so sync tests, subprocesses (kubectl) and async clients
     can all use it."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: tuple[str, ...] = (), tls: tuple[str, str] | None = None) -> None:
+        """`namespaces`: tenant namespaces that exist from the start, beside the system ones. `tls`: serve
+        HTTPS with this certificate and key (client-go sends bearer tokens over HTTPS only)."""
         self.api = FakeApi()
+        self.tls = tls
+        for ns in namespaces:
+            self.api.store.create(NAMESPACES, "", {"metadata": {"name": ns}})
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="fakeapi")
         self.port = 0
@@ -605,7 +725,7 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> FakeApiServer:
         self.thread.start()
@@ -615,7 +735,11 @@ class FakeApiServer:
     async def _start(self) -> None:
         self._runner = web.AppRunner(self.api.app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        ctx = None
+        if self.tls is not None:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*self.tls)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -644,15 +768,34 @@ class FakeApiServer:
             headers={CONTROL_HEADER: "yes", "Content-Type": JSON},
             method="POST",
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=self.client_tls()) as resp:
             return json.loads(resp.read())
 
-    def kubeconfig(self, path: str) -> str:
+    def client_tls(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
+
+    def _cluster(self) -> dict:
+        cluster: dict = {"server": self.url}
+        if self.tls is not None:
+            with open(self.tls[0], "rb") as f:
+                cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
+        return cluster
+
+    def token(self, token: str, service_account: str | None = None, **user: object) -> str:
+        """Register a bearer token: for `namespace/name` of a service account, or a user (username, groups)."""
+        if service_account is not None:
+            self.control("token", token=token, service_account=service_account)
+        else:
+            self.control("token", token=token, **user)
+        return token
+
+    def kubeconfig(self, path: str, token: str | None = None) -> str:
+        """A kubeconfig for this server; without a token its requests are the administrator's."""
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "u", "user": {}}],
+            "clusters": [{"name": "fake", "cluster": self._cluster()}],
+            "users": [{"name": "u", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
             "current-context": "fake",
         }

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from . import validation
 from .errors import STALE, ApiError, conflict, not_found
 from .selectors import FieldGetter, Selector, field_getters
 
@@ -33,6 +34,7 @@ class Resource:
     subresources: tuple[str, ...] = ()
     generation: bool = False  # tracks metadata.generation (spec changes)
     short_names: tuple[str, ...] = ()  # discovery's shortNames, as kubectl resolves `get pdb`
+    custom: bool = False  # served from a CustomResourceDefinition (no strategic merge, PUT needs a version)
 
     @property
     def api_version(self) -> str:
@@ -71,8 +73,39 @@ RESOURCES = [
         generation=True,
         short_names=("pdb",),
     ),
-    Resource("fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True),
+    Resource(
+        "fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True, custom=True
+    ),
+    Resource("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",)),
+    Resource("batch", "v1", "Job", "jobs", True, subresources=("status",), generation=True),
+    *(
+        Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced)
+        for kind, plural, namespaced in (
+            ("Role", "roles", True),
+            ("ClusterRole", "clusterroles", False),
+            ("RoleBinding", "rolebindings", True),
+            ("ClusterRoleBinding", "clusterrolebindings", False),
+        )
+    ),
+    *(
+        Resource("admissionregistration.k8s.io", "v1", kind, plural, False, generation=True)
+        for kind, plural in (
+            ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
+            ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+            ("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+            ("ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
+        )
+    ),
+    Resource(
+        "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False, generation=True
+    ),
+    # Reviews are never stored: a create answers the question (server.py).
+    Resource("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False),
+    Resource("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False),
 ]
+BY_KIND = {r.kind: r for r in RESOURCES if r.group != "events.k8s.io"}
+NAMESPACES = BY_KIND["Namespace"]
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # what every cluster has
 
 
 @dataclass(slots=True)
@@ -125,11 +158,14 @@ class Store:
     def __init__(self, window: int = 100_000) -> None:
         self.rev = 1
         self.objects: dict[tuple[str, str, str, str], dict] = {}  # (group, plural, ns, name)
+        self.by_type: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}  # (group, plural) → (ns, name) → obj
         self.log: deque[LogEntry] = deque(maxlen=window)
         self.compacted = 0  # watches/lists from below this revision get 410
         self.watchers: list[Watcher] = []
         self.frozen: list[Watcher] = []  # streams still open that receive nothing (test control)
         self.clock_offset = timedelta()
+        for ns in SYSTEM_NAMESPACES:
+            self.create(NAMESPACES, "", {"metadata": {"name": ns}})
 
     # -- time ---------------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -146,11 +182,11 @@ class Store:
         return obj
 
     def list(self, res: Resource, ns: str | None, selector: Selector) -> list[dict]:
-        return [
-            obj
-            for (g, p, ons, _), obj in sorted(self.objects.items())
-            if g == res.group and p == res.plural and (ns is None or ons == ns) and selector.matches(obj)
-        ]
+        of_type = self.by_type.get((res.group, res.plural), {})
+        return [obj for (ons, _), obj in sorted(of_type.items()) if (ns is None or ons == ns) and selector.matches(obj)]
+
+    def list_all(self, res: Resource) -> list[dict]:
+        return list(self.by_type.get((res.group, res.plural), {}).values())
 
     def check_rv(self, rv: str | None) -> None:
         if rv and rv != "0" and int(rv) < self.compacted:
@@ -162,10 +198,13 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.rev)
         key = (res.group, res.plural, meta.get("namespace", ""), meta["name"])
+        of_type = self.by_type.setdefault(key[:2], {})
         if kind == "DELETED":
             self.objects.pop(key, None)
+            of_type.pop(key[2:], None)
         else:
             self.objects[key] = obj
+            of_type[key[2:]] = obj
         entry = LogEntry(self.rev, res, kind, obj, prev)
         if len(self.log) == self.log.maxlen:
             self.compacted = self.log[0].rev
@@ -174,7 +213,25 @@ class Store:
             w.offer(entry)
         return obj
 
+    def crd_schema(self, res: Resource) -> dict | None:
+        """The openAPIV3Schema of a custom resource's version, from its stored CRD (None without one)."""
+        crd = self.objects.get(("apiextensions.k8s.io", "customresourcedefinitions", "", f"{res.plural}.{res.group}"))
+        for v in ((crd or {}).get("spec") or {}).get("versions") or []:
+            if v.get("name") == res.version:
+                return (v.get("schema") or {}).get("openAPIV3Schema")
+        return None
+
+    def _structural(self, res: Resource, obj: dict) -> dict:
+        schema = self.crd_schema(res) if res.custom else None
+        if schema is None:
+            return obj
+        errs = validation.Invalid()
+        out = validation.structural(obj, schema, "", errs)
+        errs.raise_for(res.kind, (obj.get("metadata") or {}).get("name", ""), res.group)
+        return out  # type: ignore[return-value]
+
     def create(self, res: Resource, ns: str, obj: dict) -> dict:
+        obj = self._structural(res, obj)
         validate(res, obj)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
@@ -188,7 +245,11 @@ class Store:
         if res.namespaced:
             if meta.get("namespace", ns) != ns:
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the request")
+            if ("", "namespaces", "", ns) not in self.objects:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
             meta["namespace"] = ns
+        else:  # BeforeCreate clears it for cluster-scoped kinds (kustomize sets it on kinds it does not know)
+            meta.pop("namespace", None)
         if (res.group, res.plural, ns if res.namespaced else "", name) in self.objects:
             raise ApiError(409, "AlreadyExists", f'{_what(res)} "{name}" already exists', {"name": name})
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
@@ -196,9 +257,7 @@ class Store:
         meta["creationTimestamp"] = self.timestamp()
         if res.generation:
             meta["generation"] = 1
-        if res.plural == "pods":
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
-            obj["spec"].setdefault("schedulerName", "default-scheduler")
+        default(res, obj)
         return self._write(res, "ADDED", obj, None)
 
     def update(
@@ -212,6 +271,10 @@ class Store:
         rv = meta.get("resourceVersion")
         if strict_rv and rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(_what(res), name, STALE)
+        uid = meta.get("uid")
+        if uid and uid != old["metadata"].get("uid"):  # the registry's UID precondition on update and patch
+            why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old['metadata'].get('uid')}"
+            raise conflict(_what(res), name, why)
         if "status" in res.subresources:
             if subresource == "status":  # the status subresource changes status only
                 new = {**clone(old), "status": new.get("status", {})}
@@ -233,6 +296,7 @@ class Store:
         new["apiVersion"], new["kind"] = res.api_version, res.kind
         if res.plural == "pods" and new.get("spec") != old.get("spec"):
             _check_pod_spec_update(old["spec"], new.get("spec", {}), name)
+        new = self._structural(res, new)
         if res.generation and new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         validate(res, new)
@@ -294,6 +358,16 @@ class Store:
     def compact(self) -> None:
         self.compacted = self.rev
         self.log.clear()
+
+
+def default(res: Resource, obj: dict) -> None:
+    """The defaults the apiserver applies when it decodes a new object (before admission sees it)."""
+    if res.plural == "namespaces":  # the apiserver labels every namespace with its name
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
+    if res.plural == "pods" and isinstance(obj.get("spec"), dict):
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+        obj["spec"].setdefault("schedulerName", "default-scheduler")
 
 
 def clone(obj: dict) -> dict:
@@ -359,6 +433,11 @@ def validate(res: Resource, obj: dict) -> None:
         raise _invalid(res, name, "metadata.annotations", "annotation values must be strings")
     if res.plural == "pods" and not (obj.get("spec") or {}).get("containers"):
         raise _invalid(res, name, "spec.containers", "Required value")
+    if res.plural == "pods":
+        validation.quantities(obj)
+    errs = validation.Invalid()
+    validation.metadata(res.kind, obj, errs)
+    errs.raise_for(res.kind, name, res.group)
     if res.plural == "leases":
         spec = obj.get("spec") or {}
         d = spec.get("leaseDurationSeconds")

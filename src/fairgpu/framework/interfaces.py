@@ -12,7 +12,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from fairgpu.fairness import dominant_shares, share_ratio
+from fairgpu.fairness import share_ratio
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, Placement
@@ -36,10 +36,14 @@ class EngineView:
 
     def add_usage(self, queue: int, charge: np.ndarray) -> None:
         """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
-        path = self.tree.paths_of[queue]
-        self.usage[path] += charge
-        self.usage_dom[path] = dominant_shares(self.usage[path], self.capacity)
-        self.share_ratio[path] = share_ratio(self.usage_dom[path] + self.history_dom[path], self.entitled_dom[path])
+        q = queue
+        usable = self.capacity > 0
+        while q >= 0:  # a few levels up the tree: scalar steps beat fancy indexing here
+            self.usage[q] += charge
+            dom = float((self.usage[q, usable] / self.capacity[usable]).max()) if usable.any() else 0.0
+            self.usage_dom[q] = dom
+            self.share_ratio[q] = share_ratio(dom + self.history_dom[q], self.entitled_dom[q])
+            q = int(self.tree.parent[q])
 
 
 @dataclass(slots=True)

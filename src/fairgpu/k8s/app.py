@@ -1,24 +1,37 @@
 """`fairgpu run`: the controller, leader election, the webhook, and the health, metrics and dashboard
-server, wired together."""
+servers, wired together.
+
+Each server has its own port: probes (the kubelet needs them on the pod's address), metrics (Prometheus),
+and the dashboard, which shows every namespace's pods and queues and so listens on 127.0.0.1 unless it is
+put behind Kubernetes authentication and authorization (authn.KubeAuth). The webhook runs on a thread of
+its own (webhook_server.py), off the scheduling path."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+from dataclasses import dataclass
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
+from fairgpu.errors import FairgpuError
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
+from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
+from fairgpu.k8s.identity import Trust
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
-from fairgpu.k8s.webhook import tls_context, webhook_app
+from fairgpu.k8s.webhook import webhook_app
+from fairgpu.k8s.webhook_server import WebhookServer
 from fairgpu.observe.metrics import SchedulingMetrics
 from fairgpu.observe.server import Beside, create_app
 from fairgpu.observe.source import LiveSource
@@ -26,11 +39,33 @@ from fairgpu.observe.source import LiveSource
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class LiveApps:
+    dashboard: Starlette  # the app `simulate --serve` serves: the dashboard, its JSON API, probes and metrics
+    probes: Starlette  # /healthz, /readyz
+    metrics: Starlette  # /metrics
+
+
+@dataclass(slots=True)
+class _Feed:
+    """Each cycle feeds the Prometheus counters and the dashboard's queue history."""
+
+    metrics: SchedulingMetrics
+    source: LiveSource
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        self.metrics.on_cycle(sched, result, now, seconds)
+        self.source.history.sample(now, sched)
+
+
 def dashboard_app(controller: Controller, name: str) -> Starlette:
-    """What `fairgpu run` serves on its health port — the app `simulate --serve` serves, read from the
-    controller's engine as it stands: /healthz (the process answers), /readyz (the caches are synced; a
-    standby is ready too, it is warm), /metrics (docs/metrics.md), the dashboard and its JSON API
-    (docs/dashboard.md). `name` names the cluster in the dashboard."""
+    return live_apps(controller, name).dashboard
+
+
+def live_apps(controller: Controller, name: str) -> LiveApps:
+    """What `fairgpu run` serves, read from the controller's engine as it stands: /healthz (the process
+    answers), /readyz (the caches are synced; a standby is ready too, it is warm), /metrics
+    (docs/metrics.md), the dashboard and its JSON API (docs/dashboard.md). `name` names the cluster."""
     registry = CollectorRegistry()  # private: nothing else in the process shows up on /metrics
     metrics = SchedulingMetrics(registry)
     source = LiveSource(
@@ -42,18 +77,50 @@ def dashboard_app(controller: Controller, name: str) -> Starlette:
         synced=controller.synced,
     )
 
-    def on_cycle(sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
-        metrics.on_cycle(sched, result, now, seconds)
-        source.history.sample(now, sched)
-
-    controller.on_cycle = on_cycle
+    controller.observer = _Feed(metrics, source)
     unaccounted = Gauge(
         "fairgpu_hami_unaccounted_pods",
         "Bound pods whose HAMi allocation record could not be read or did not fit: their cards count as fully used.",
         registry=registry,
     )
     unaccounted.set_function(lambda: len(controller.unaccounted))
-    return create_app(source, registry)
+    dashboard = create_app(source, registry)
+
+    async def metrics_route(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    def ready(_: Request) -> Response:
+        return PlainTextResponse("ok") if source.ready() else PlainTextResponse("not ready", 503)
+
+    probes = Starlette(routes=[Route("/healthz", lambda _: PlainTextResponse("ok")), Route("/readyz", ready)])
+    return LiveApps(dashboard, probes, Starlette(routes=[Route("/metrics", metrics_route)]))
+
+
+@dataclass(slots=True, frozen=True)
+class Listen:
+    """Where `fairgpu run` serves what."""
+
+    health: tuple[str, int] = ("0.0.0.0", 8080)
+    metrics: tuple[str, int] = ("0.0.0.0", 8081)
+    dashboard: tuple[str, int] = ("127.0.0.1", 8082)
+    dashboard_auth: bool = False  # TokenReview + SubjectAccessReview in front of the dashboard
+    metrics_auth: bool = False
+    webhook: tuple[str, int] = ("0.0.0.0", 8443)
+
+    def check(self) -> None:
+        """Refuses to show every namespace's pods to anyone who can reach the pod."""
+        if not self.dashboard_auth and not _loopback(self.dashboard[0]):
+            raise FairgpuError(
+                f"--dashboard-host {self.dashboard[0]} exposes every namespace's pods and queues: "
+                "add --dashboard-auth (Kubernetes TokenReview and SubjectAccessReview) or keep 127.0.0.1"
+            )
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def run(
@@ -63,25 +130,40 @@ async def run(
     identity: str,
     leader_elect: bool,
     lease_namespace: str,
-    health_host: str,
-    health_port: int,
-    webhook_port: int = 8443,
+    listen: Listen,
     tls: tuple[str, str] | None = None,
+    trust: Trust | None = None,
     hami: HamiConfig = DEFAULT_HAMI,
 ) -> None:
+    listen.check()
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
-    leading = elector.leading if elector else None
-    controller = Controller(port, profile, scheduler_name, leading=leading, hami_config=hami)
+    controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
+    apps = live_apps(controller, port.api.configuration.host or "")
+    if listen.dashboard_auth:
+        apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")
+    if listen.metrics_auth:
+        apps.metrics.add_middleware(KubeAuth, port=port, resource="metrics")
     hooks = None
     try:
-        async with Beside(dashboard_app(controller, port.api.configuration.host), health_host, health_port):
-            log.info("fairgpu %s serving health, metrics and dashboard on %s:%d", identity, health_host, health_port)
-            if tls is not None:  # the admission webhook answers on every replica, leader or not
-                queues = lambda name: queue_namespaces(controller, name)  # noqa: E731
-                hooks = web.AppRunner(webhook_app(queues, scheduler_name, hami))
-                await hooks.setup()
-                await web.TCPSite(hooks, health_host, webhook_port, ssl_context=tls_context(*tls)).start()
+        if tls is not None:  # the admission webhook answers on every replica, leader or not, off this loop
+            hooks = WebhookServer(
+                lambda: webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name, trust, hami),
+                *listen.webhook,
+                *tls,
+            ).start()
+        async with (
+            Beside(apps.probes, *listen.health),
+            Beside(apps.metrics, *listen.metrics),
+            Beside(apps.dashboard, *listen.dashboard),
+        ):
+            log.info(
+                "fairgpu %s: probes on %s:%d, metrics on %s:%d, dashboard on %s:%d",
+                identity,
+                *listen.health,
+                *listen.metrics,
+                *listen.dashboard,
+            )
             tasks = [asyncio.create_task(controller.run())]
             if elector is not None:
                 tasks.append(asyncio.create_task(elector.run()))
@@ -93,7 +175,7 @@ async def run(
                 await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         if hooks is not None:
-            await hooks.cleanup()
+            hooks.stop()
         await port.close()
 
 

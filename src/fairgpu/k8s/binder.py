@@ -33,6 +33,7 @@ class Binder:
         node_cache: Callable[[str], dict | None] | None = None,
         pod_cache: Callable[[str], dict | None] | None = None,
         lock_expiry: timedelta = hami.LOCK_EXPIRY,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self.port = port
         self.lock_expiry = lock_expiry  # HAMi's nodeLockExpire (HAMI_NODELOCK_EXPIRE)
@@ -45,6 +46,8 @@ class Binder:
         # node costs one 409, after which the node is read again once its informer has caught up.
         self.node_cache = node_cache
         self.pod_cache = pod_cache
+        # Raises BindError unless this replica still leads with margin: checked right before each Binding.
+        self.fence = fence
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
         # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
         # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
@@ -65,7 +68,7 @@ class Binder:
         await self._patch_pod(
             pod,
             {
-                "labels": {hami.VGPU_NODE: node},
+                "labels": {hami.VGPU_NODE: hami.label_value(node)},
                 "annotations": {
                     hami.VGPU_NODE: node,
                     hami.VGPU_TIME: unix,
@@ -87,12 +90,32 @@ class Binder:
             raise
 
     async def _patch_pod(self, pod: PodInfo, meta: dict) -> None:
-        try:
-            await self.port.patch(PODS, pod.name, {"metadata": meta}, pod.namespace)
-        except KubeError as err:
-            raise BindError(f"annotating pod: {err}") from err
+        """Annotate the pod on condition that it is the version this decision was made from (its
+        resourceVersion), so a record written meanwhile by another scheduler is never overwritten. A stale
+        copy costs one GET: the write goes ahead if the pod is still unbound and the same pod (UID)."""
+        cached = self.pod_cache(pod.key) if self.pod_cache is not None else None
+        rv = (cached or {}).get("metadata", {}).get("resourceVersion")
+        for _ in range(2):
+            try:
+                body = {"metadata": {**meta, "uid": pod.uid, **({"resourceVersion": rv} if rv else {})}}
+                await self.port.patch(PODS, pod.name, body, pod.namespace)
+                return
+            except KubeError as err:
+                if err.code != 409 or rv is None:
+                    raise BindError(f"annotating pod: {err}") from err
+                last = err
+            try:
+                fresh = await self.port.get(PODS, pod.name, pod.namespace)
+            except KubeError as err:
+                raise BindError(f"annotating pod: {err}") from err
+            if fresh["metadata"].get("uid") != pod.uid or (fresh.get("spec") or {}).get("nodeName"):
+                break
+            rv = fresh["metadata"]["resourceVersion"]
+        raise BindError(f"annotating pod: {last}")
 
     async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
+        if self.fence is not None:
+            self.fence()
         try:
             await self.port.bind(pod.namespace, pod.name, pod.uid, node, annotations)
         except KubeError as err:

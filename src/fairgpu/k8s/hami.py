@@ -8,6 +8,7 @@ for each of them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ GPU_POLICY = "hami.io/gpu-scheduler-policy"
 VENDOR = "NVIDIA"  # the type word HAMi's NVIDIA device strings carry
 MIG_MODE = "mig"
 LOCK_EXPIRY = timedelta(minutes=5)  # HAMi's default NodeLockTimeout (HAMI_NODELOCK_EXPIRE)
-
+LABEL_MAX = 63
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _INT = re.compile(r"^[+-]?[0-9]+$")  # Go's strconv.ParseInt / Atoi: no spaces, no underscores
 _GO_BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOL |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -281,3 +283,13 @@ def go_bool(text: str) -> bool | None:
 def uuid_list(value: str) -> tuple[str, ...]:
     """`CheckUUID`/`CheckType` lists: comma-separated, trimmed; an empty value means no constraint."""
     return tuple(u.strip() for u in value.split(",") if u.strip())
+
+
+def label_value(value: str) -> str:
+    """`value` as a valid label value (63 characters at most): unchanged when it is one, else its first
+    characters and a hash of the whole, so distinct node names stay distinct. The annotation keeps it whole."""
+    if len(value) <= LABEL_MAX and _LABEL_VALUE.fullmatch(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    head = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[: LABEL_MAX - len(digest) - 1].strip("-_.")
+    return f"{head}-{digest}" if head else digest

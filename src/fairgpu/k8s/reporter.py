@@ -1,16 +1,22 @@
 """What users see of the scheduler's decisions: Kubernetes Events on pods, the PodScheduled=False condition
 with the engine's explanation, and queue status conditions. Writes run in the background, deduplicated
-(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle."""
+(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle.
+Events are counted, aggregated and rate-limited as client-go's recorder does (events.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
+import numpy as np
+
+from fairgpu import resources as r
 from fairgpu.errors import KubeError
-from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubePort
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s.events import EventRecorder
+from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +34,7 @@ class Reporter:
         self.explained_at: dict[str, float] = {}
         self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        self.events = EventRecorder(port, component)
         self._tasks: set[asyncio.Task] = set()
 
     def wants_explanation(self, key: str, now: float) -> bool:
@@ -88,6 +95,41 @@ class Reporter:
             except KubeError as err:
                 log.info("status of queue %s not written: %s", name, err)
 
+    def report_queues(self, engine: Scheduler) -> None:
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
+        view, tree = engine.view, engine.tree
+        pending, admitted = engine.workload_counts()
+        for q, spec in enumerate(tree.queues):
+            self.queue_status(
+                spec.name,
+                {
+                    "usage": _vector(view.usage[q]),
+                    "fairShare": _vector(view.entitled[q]),
+                    "pending": int(pending[q]),
+                    "admitted": int(admitted[q]),
+                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                },
+            )
+
+    def report_pending(
+        self,
+        engine: Scheduler,
+        members: Callable[[str], tuple[str, ...]],
+        waiting: Callable[[str], bool],
+        uid: Callable[[str], str | None],
+        now: float,
+    ) -> None:
+        """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds)."""
+        for name in (w.name for w in engine.workloads("pending")):
+            pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
+            if not pending or not self.wants_explanation(pending[0], now):
+                continue
+            message = "; ".join(engine.explain(name, now).lines())
+            for key in pending:
+                pod_uid = uid(key)
+                if pod_uid is not None:
+                    self.unschedulable(key, pod_uid, message)
+
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""
         for task in self._tasks:
@@ -102,29 +144,11 @@ class Reporter:
     async def _event(
         self, ns: str, name: str, uid: str, reason: str, message: str, kind: str, involved: str = "Pod"
     ) -> None:
-        ts = _now()
-        obj = {"apiVersion": "v1", "kind": involved, "name": name, "uid": uid}
-        if involved == "Pod":
-            obj["namespace"] = ns
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": obj,
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
+        observed = self.events.observe(ns, name, uid, reason, message, kind, involved)
+        if observed is None:
+            return
         async with self._slots:
-            try:
-                await self.port.create(EVENTS, body, ns)
-            except KubeError as err:
-                log.info("event for %s/%s not recorded: %s", ns, name, err)
+            await self.events.write(*observed)
 
     async def _condition(self, ns: str, name: str, condition: dict) -> None:
         async with self._slots:
@@ -132,3 +156,9 @@ class Reporter:
                 await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
             except KubeError as err:
                 log.info("condition for %s/%s not set: %s", ns, name, err)
+
+
+def _vector(v: np.ndarray) -> dict[str, str]:
+    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
+    gpu, gpumem, cpu, mem = (float(x) for x in v)
+    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

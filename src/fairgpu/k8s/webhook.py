@@ -1,18 +1,21 @@
-"""Admission webhook (admission.k8s.io/v1): GPU pods cannot bypass fairgpu, cannot forge their user, and
-cannot name another tenant's queue.
+"""Admission webhook (admission.k8s.io/v1): tenant GPU pods are scheduled by fairgpu or not at all, carry the
+user who made them, and cannot name another tenant's queue.
 
-Mutating: GPU pods get `schedulerName: fairgpu`, the `fairgpu.io/user` label from the request's userInfo
-(overwriting any the pod carries), and HAMi's defaults written out (gpu alone → gpucores 100; gpucores or
-gpumem alone → gpu 1), since HAMi's own webhook skips pods that name another scheduler.
-Validating: rejects GPU requests fairgpu could never honour and queues the namespace may not use.
+Mutating, at CREATE: GPU pods get `schedulerName: fairgpu`, the user stamp (identity.py) and HAMi's defaults
+written out (gpu alone → gpucores 100; gpucores or gpumem alone → gpu 1), since HAMi's own webhook skips
+pods that name another scheduler. Workloads that make pods (Jobs, training jobs, ...) get the stamp on their
+pod templates at CREATE, and keep it unchanged on UPDATE, so their pods carry their creator's name.
+Validating: what fairgpu reads to place and account a pod (spec.nodeName, HAMi's allocation annotations,
+fairgpu's control labels and annotations) is written by fairgpu alone (and the trusted identities); a GPU
+request fairgpu could never honour and a queue the namespace may not use are refused at CREATE. UPDATE
+checks compare the old and new pod only: they never depend on state that changes (a deleted queue), and
+never block a change that does not touch scheduling (finalizers, status, other labels).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import re
-import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +26,25 @@ from fairgpu import resources as r
 from fairgpu.errors import RequestError
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
-from fairgpu.k8s.translate import QUEUE_LABEL, USER_LABEL, pod_info
+from fairgpu.k8s.identity import (
+    QUEUE_LABEL,
+    TEMPLATE_KINDS,
+    USER_ANNOTATION,
+    USER_LABEL,
+    Trust,
+    at,
+    is_control_key,
+    pod_templates,
+    user_label,
+)
+from fairgpu.k8s.translate import pod_info
 from fairgpu.model import gpu_request
-from fairgpu.model.pod import webhook_defaults
+from fairgpu.model.pod import DEFAULT_RULES, GpuRules, webhook_defaults
 
 GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist
 QueueLookup = Callable[[str], tuple[str, ...] | None]
+Stamp = dict[str, dict[str, str | None]]  # metadata field (labels, annotations) → key → value (None: absent)
 
 
 class UserInfo(BaseModel):
@@ -45,6 +60,7 @@ class AdmissionRequest(BaseModel):
     operation: str
     user_info: UserInfo = Field(default_factory=UserInfo, alias="userInfo")
     object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = Field(default=None, alias="oldObject")
 
 
 class AdmissionReview(BaseModel):
@@ -52,13 +68,6 @@ class AdmissionReview(BaseModel):
     api_version: str = Field(alias="apiVersion")
     kind: str
     request: AdmissionRequest
-
-
-def label_value(user: str) -> str:
-    """A username as a label value: [A-Za-z0-9_.-], at most 63 characters, alphanumeric at both ends
-    (`system:serviceaccount:ml:runner` → `system.serviceaccount.ml.runner`; `a@b.com` → `a_b.com`)."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", lambda m: "." if m.group() == ":" else "_", user)[:63]
-    return value.strip("_.-")
 
 
 def _escape(key: str) -> str:
@@ -78,17 +87,64 @@ def wants_gpu(pod: dict, names: tuple[str, ...] = GPU_RESOURCES) -> bool:
     return False
 
 
-def mutate(pod: dict, user: str, scheduler_name: str, config: HamiConfig = DEFAULT_HAMI) -> list[dict]:
-    """JSON patch operations for a pod; none for a pod that asks for no GPU."""
+def stamp(meta: dict, requester: str, trust: Trust) -> Stamp:
+    """The user an object created by `requester` is charged to: the requester, unless a controller (or a
+    trusted identity) creates it from a template that carries a user already. These are the control keys the
+    mutating webhook writes at CREATE, and so the only ones check_create accepts from a tenant: a control key
+    injected at CREATE by another function of this module must be returned here too."""
+    carried = (meta.get("annotations") or {}).get(USER_ANNOTATION)
+    user = carried if carried and trust.keeps_stamp(requester) else requester
+    return {"labels": {USER_LABEL: user_label(user)}, "annotations": {USER_ANNOTATION: user}}
+
+
+def _sync(obj: dict, base: tuple[str, ...], want: Stamp) -> list[dict]:
+    """JSON patch operations that make the metadata at `base` carry `want` (None: remove the key)."""
+    node = at(obj, base)
+    if not isinstance(node, dict):
+        return []
+    prefix = "".join(f"/{_escape(p)}" for p in base) + "/metadata"
+    ops: list[dict] = []
+    meta = node.get("metadata")
+    if not isinstance(meta, dict):
+        if not any(v is not None for values in want.values() for v in values.values()):
+            return []
+        ops.append({"op": "add", "path": prefix, "value": {}})
+        meta = {}
+    for field, values in want.items():
+        have = meta.get(field)
+        for key, value in values.items():
+            current = have.get(key) if isinstance(have, dict) else None
+            if current == value:
+                continue
+            if value is None:
+                ops.append({"op": "remove", "path": f"{prefix}/{field}/{_escape(key)}"})
+                continue
+            if not isinstance(have, dict):
+                ops.append({"op": "add", "path": f"{prefix}/{field}", "value": {}})
+                have = {}
+            ops.append({"op": "add", "path": f"{prefix}/{field}/{_escape(key)}", "value": value})
+    return ops
+
+
+def mutate(
+    pod: dict, user: str, scheduler_name: str, trust: Trust | None = None, config: HamiConfig = DEFAULT_HAMI
+) -> list[dict]:
+    """JSON patch operations for a pod at CREATE; none for a pod that neither asks for a GPU nor names fairgpu.
+    GPU requests use HAMi's configured resource names; its webhook defaults and injections are applied."""
     rules = config.rules()
-    if not wants_gpu(pod, rules.names):
+    gpu = wants_gpu(pod, rules.names)
+    if not gpu and (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
         return []
     ops: list[dict] = []
-    if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
+    if gpu and (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
-    if "labels" not in (pod.get("metadata") or {}) or pod["metadata"]["labels"] is None:
-        ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
-    ops.append({"op": "add", "path": f"/metadata/labels/{_escape(USER_LABEL)}", "value": label_value(user)})
+    ops += _sync(pod, (), stamp(pod.get("metadata") or {}, user, trust or Trust()))
+    ops += _hami_defaults(pod, rules)
+    return ops + hami_injections(pod, config)
+
+
+def _hami_defaults(pod: dict, rules: GpuRules) -> list[dict]:
+    ops: list[dict] = []
     spec = pod.get("spec") or {}
     for field in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(field) or []):
@@ -104,7 +160,7 @@ def mutate(pod: dict, user: str, scheduler_name: str, config: HamiConfig = DEFAU
             if add and "limits" not in res:
                 ops.append({"op": "add", "path": f"{base}/limits", "value": {}})
             ops += [{"op": "add", "path": f"{base}/limits/{_escape(k)}", "value": v} for k, v in add.items()]
-    return ops + hami_injections(pod, config)
+    return ops
 
 
 def hami_injections(pod: dict, config: HamiConfig) -> list[dict]:
@@ -134,13 +190,18 @@ def hami_injections(pod: dict, config: HamiConfig) -> list[dict]:
                 ops.append({"op": "add", "path": base, "value": env})
             else:
                 ops += [{"op": "add", "path": f"{base}/-", "value": e} for e in env]
-    gpu = any(
-        gpu_request(_container_resources(c), rules) is not None
-        for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
-    )
+    gpu = any(_asks_gpu(c, rules) for c in _containers(pod))
     if gpu and config.runtime_class_name and spec.get("runtimeClassName") is None:
         ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": config.runtime_class_name})
     return ops
+
+
+def _asks_gpu(c: dict, rules: GpuRules) -> bool:
+    """The container asks for a GPU; a request that does not read is none here (validation refuses it)."""
+    try:
+        return gpu_request(_container_resources(c), rules) is not None
+    except (RequestError, ValueError):
+        return False
 
 
 def _container_resources(c: dict) -> dict:
@@ -148,23 +209,50 @@ def _container_resources(c: dict) -> dict:
     return {**(res.get("requests") or {}), **(res.get("limits") or {})}
 
 
-def validate(pod: dict, namespace: str, queues: QueueLookup) -> str | None:
-    """Why the pod must be rejected; None to admit it."""
+def mutate_workload(req: AdmissionRequest, trust: Trust) -> list[dict]:
+    """A workload's pod templates carry its creator at CREATE (whatever the user wrote there); at UPDATE
+    they keep what they had, so the stamp can neither be forged nor moved to someone else later."""
+    obj, group, kind = req.object or {}, req.kind.get("group", ""), req.kind.get("kind", "")
+    ops: list[dict] = []
+    for path in pod_templates(group, kind, obj):
+        if req.operation == "CREATE":
+            meta = at(obj, (*path, "metadata"))
+            want: Stamp = stamp(meta if isinstance(meta, dict) else {}, req.user_info.username, trust)
+        else:
+            old = at(req.old_object or {}, (*path, "metadata"))
+            old = old if isinstance(old, dict) else {}
+            want = {
+                f: {k: (old.get(f) or {}).get(k)} for f, k in (("labels", USER_LABEL), ("annotations", USER_ANNOTATION))
+            }
+        ops += _sync(obj, path, want)
+    return ops
+
+
+def concerns(pod: dict, scheduler_name: str, rules: GpuRules = DEFAULT_RULES) -> bool:
+    """Pods fairgpu reads: GPU pods, pods naming it, and pods carrying its or HAMi's control keys (a forged
+    allocation on any pod would book a GPU)."""
+    meta = pod.get("metadata") or {}
+    keys = list(meta.get("labels") or {}) + list(meta.get("annotations") or {})
+    named = (pod.get("spec") or {}).get("schedulerName") == scheduler_name
+    return wants_gpu(pod, rules.names) or named or any(is_control_key(k) for k in keys)
+
+
+def validate(pod: dict, namespace: str, queues: QueueLookup, rules: GpuRules = DEFAULT_RULES) -> str | None:
+    """Why a new pod's GPU request or queue must be refused; None to admit it."""
     pod = {**pod, "metadata": {"name": "pending-name", **(pod.get("metadata") or {}), "namespace": namespace}}
     try:
-        problem = pod_info(pod).problem
+        problem = pod_info(pod, rules).problem
         if problem is not None:
             return problem
+        pct_name = rules.names[2]
         for c in _containers(pod):  # HAMi's webhook refuses what its scheduler would clamp
-            pct = _container_resources(c).get(r.GPUMEM_PCT)
+            pct = _container_resources(c).get(pct_name)
             if pct is not None and not 0 <= r.parse_quantity(pct) <= 100:
-                return f"{r.GPUMEM_PCT}: {pct} must be between 0 and 100 (container {c.get('name')})"
-    except RequestError as err:
-        return str(err)
-    except ValueError as err:
+                return f"{pct_name}: {pct} must be between 0 and 100 (container {c.get('name')})"
+    except (RequestError, ValueError) as err:
         return str(err)
     queue = ((pod.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    if queue is not None and wants_gpu(pod):
+    if queue is not None and wants_gpu(pod, rules.names):
         allowed = queues(queue)
         if allowed is None:
             return f"metadata.labels[{QUEUE_LABEL}]: queue {queue!r} does not exist"
@@ -173,9 +261,61 @@ def validate(pod: dict, namespace: str, queues: QueueLookup) -> str | None:
     return None
 
 
+def check_create(
+    pod: dict,
+    namespace: str,
+    user: str,
+    trust: Trust,
+    queues: QueueLookup,
+    scheduler: str,
+    rules: GpuRules = DEFAULT_RULES,
+) -> str | None:
+    problem = validate(pod, namespace, queues, rules)
+    if problem is not None or trust.full(user) or not concerns(pod, scheduler, rules):
+        return problem
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    gpu = wants_gpu(pod, rules.names)
+    if gpu:
+        if spec.get("nodeName"):
+            return f"spec.nodeName: GPU pods are placed by {scheduler}; {user} may not choose the node"
+        if spec.get("schedulerName") != scheduler:
+            return f"spec.schedulerName: GPU pods are scheduled by {scheduler}, not {spec.get('schedulerName')!r}"
+    named = gpu or spec.get("schedulerName") == scheduler
+    want = stamp(meta, user, trust) if named else {"labels": {}, "annotations": {}}
+    for field in ("labels", "annotations"):
+        have = meta.get(field) or {}
+        for key in sorted(set(have) | set(want[field])):
+            if (is_control_key(key) or key in want[field]) and have.get(key) != want[field].get(key):
+                return f"metadata.{field}[{key}]: set by {scheduler} only; {user} may not write it"
+    return None
+
+
+def check_update(old: dict, new: dict, user: str, trust: Trust, scheduler: str) -> str | None:
+    """Only what fairgpu reads to place and account a pod is protected; everything else may change."""
+    if trust.full(user):
+        return None
+    for field in ("labels", "annotations"):
+        before = (old.get("metadata") or {}).get(field) or {}
+        after = (new.get("metadata") or {}).get(field) or {}
+        for key in sorted(set(before) | set(after)):
+            protected = is_control_key(key) or (field == "labels" and key == QUEUE_LABEL)
+            if protected and before.get(key) != after.get(key):
+                return f"metadata.{field}[{key}]: changed by {scheduler} only; {user} may not change it"
+    if (old.get("spec") or {}).get("nodeName") != (new.get("spec") or {}).get("nodeName"):
+        return f"spec.nodeName: set by {scheduler} only"
+    return None
+
+
 def _review(req: AdmissionRequest, response: dict) -> web.Response:
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": req.uid, **response}}
     return web.json_response(body)
+
+
+def _patched(req: AdmissionRequest, ops: list[dict]) -> web.Response:
+    if not ops:
+        return _review(req, {"allowed": True})
+    patch = base64.b64encode(json.dumps(ops).encode()).decode()
+    return _review(req, {"allowed": True, "patchType": "JSONPatch", "patch": patch})
 
 
 async def _parse(request: web.Request) -> AdmissionReview | web.Response:
@@ -186,29 +326,37 @@ async def _parse(request: web.Request) -> AdmissionReview | web.Response:
 
 
 def webhook_app(
-    queues: QueueLookup, scheduler_name: str = "fairgpu", config: HamiConfig = DEFAULT_HAMI
+    queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Trust | None = None, config: HamiConfig = DEFAULT_HAMI
 ) -> web.Application:
+    trust = trust or Trust()
+    rules = config.rules()
+
     async def mutate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
         if isinstance(review, web.Response):
             return review
         req = review.request
-        if req.kind.get("kind") != "Pod" or req.object is None or req.operation != "CREATE":
+        if req.object is None:
             return _review(req, {"allowed": True})
-        ops = mutate(req.object, req.user_info.username, scheduler_name, config)
-        if not ops:
+        workload = (req.kind.get("group", ""), req.kind.get("kind")) in TEMPLATE_KINDS
+        if workload and req.operation in ("CREATE", "UPDATE"):
+            return _patched(req, mutate_workload(req, trust))
+        if req.kind.get("kind") != "Pod" or req.operation != "CREATE":
             return _review(req, {"allowed": True})
-        patch = base64.b64encode(json.dumps(ops).encode()).decode()
-        return _review(req, {"allowed": True, "patchType": "JSONPatch", "patch": patch})
+        return _patched(req, mutate(req.object, req.user_info.username, scheduler_name, trust, config))
 
     async def validate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
         if isinstance(review, web.Response):
             return review
         req = review.request
-        if req.kind.get("kind") != "Pod" or req.object is None or req.operation not in ("CREATE", "UPDATE"):
-            return _review(req, {"allowed": True})
-        problem = validate(req.object, req.namespace, queues)
+        problem = None
+        if req.kind.get("kind") == "Pod" and req.object is not None:
+            user = req.user_info.username
+            if req.operation == "CREATE":
+                problem = check_create(req.object, req.namespace, user, trust, queues, scheduler_name, rules)
+            elif req.operation == "UPDATE" and req.old_object is not None:
+                problem = check_update(req.old_object, req.object, user, trust, scheduler_name)
         if problem is None:
             return _review(req, {"allowed": True})
         return _review(req, {"allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": problem}})
@@ -217,9 +365,3 @@ def webhook_app(
     app.router.add_post("/mutate", mutate_handler)
     app.router.add_post("/validate", validate_handler)
     return app
-
-
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cert_file, key_file)
-    return ctx

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from fairgpu import hamiconfig
 from fairgpu import resources as r
-from fairgpu.errors import ScenarioError
+from fairgpu.errors import QuantityError, RequestError, ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
 from fairgpu.model.constraints import (
     MatchExpression,
@@ -28,8 +28,23 @@ from fairgpu.model.constraints import (
     gpu_policy_chain,
 )
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
-from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
+from fairgpu.spec import (
+    Quantity,
+    QueueDoc,
+    Strict,
+    load_yaml,
+    parse_duration,
+    require_memory_unit,
+    validation_message,
+)
 from fairgpu.state import ClusterState
+
+# Past these a scenario is a typo, not a cluster: refuse it with a line instead of running out of memory.
+MAX_NODES = 100_000
+MAX_WORKLOADS = 1_000_000
+MAX_PODS_PER_WORKLOAD = 10_000
+# Kubernetes PriorityClass values are 32-bit; user classes stop at one billion
+PRIORITY_RANGE = (-(2**31), 1_000_000_000)
 
 
 class TaintDoc(Strict):
@@ -71,7 +86,7 @@ class TolerationDoc(Strict):
 
 
 class NodeGroup(Strict):
-    count: int = Field(default=1, ge=0)
+    count: int = Field(default=1, ge=0, le=MAX_NODES)
     name: str = ""  # prefix of node names; defaults to the group's index
     gpus: int = Field(default=0, ge=0)
     gpu_model: str = ""
@@ -86,7 +101,9 @@ class NodeGroup(Strict):
 
     @field_validator("cpu", "memory", "gpu_memory")
     @classmethod
-    def _quantity(cls, v: Quantity) -> Quantity:
+    def _quantity(cls, v: Quantity, info: ValidationInfo) -> Quantity:
+        if info.field_name != "cpu":
+            require_memory_unit(v)
         if r.parse_quantity(v) < 0:
             raise ValueError(f"{v!r} must not be negative")
         return v
@@ -108,10 +125,10 @@ class WorkloadGroup(Strict):
     queue: str
     name: str = ""  # prefix of workload names; defaults to "<queue>-<index>"
     at: Quantity = 0
-    count: int = Field(default=1, ge=0)
+    count: int = Field(default=1, ge=0, le=MAX_WORKLOADS)
     every: Quantity = 0
-    pods: int = Field(default=1, ge=1)
-    priority: int = 0
+    pods: int = Field(default=1, ge=1, le=MAX_PODS_PER_WORKLOAD)
+    priority: int = Field(default=0, ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1])
     duration: Quantity
     duration_max: Quantity | None = None  # durations drawn uniformly in [duration, duration_max]
     user: str = ""
@@ -149,6 +166,11 @@ class WorkloadGroup(Strict):
         unknown = sorted(set(v) - set(r.POD_RESOURCES))
         if unknown:
             raise ValueError(f"unknown resource {unknown[0]!r} (expected one of {', '.join(r.POD_RESOURCES)})")
+        if r.MEMORY in v:
+            try:
+                require_memory_unit(v[r.MEMORY])
+            except QuantityError as err:
+                raise RequestError(str(err), r.MEMORY) from None
         pod_from_requests(v)
         return v
 
@@ -248,6 +270,12 @@ def build(doc: dict[str, Any]) -> Scenario:
     except ValidationError as err:
         raise ScenarioError(validation_message(err)) from err
 
+    total_nodes = sum(g.count for g in sd.cluster.nodes)
+    if total_nodes > MAX_NODES:
+        raise ScenarioError(f"cluster.nodes: {total_nodes:,} nodes in all; at most {MAX_NODES:,} are supported")
+    total_workloads = sum(g.count for g in sd.workloads)
+    if total_workloads > MAX_WORKLOADS:
+        raise ScenarioError(f"workloads: {total_workloads:,} in all; at most {MAX_WORKLOADS:,} are supported")
     hami = hamiconfig.from_mapping(sd.hami, "hami")
     nodes: list[NodeSpec] = []
     for gi, grp in enumerate(sd.cluster.nodes):
@@ -283,6 +311,7 @@ def build(doc: dict[str, Any]) -> Scenario:
         if q.parent is not None and q.parent not in names:
             raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
         queues.append(q.to_spec())
+    _check_guarantees(sd.queues, queues, nodes)
     try:
         tree = QueueTree(queues)
     except ValueError as err:
@@ -325,6 +354,29 @@ def build(doc: dict[str, Any]) -> Scenario:
     return Scenario(sd.name, parse_duration(sd.horizon), nodes, queues, workloads, sd.description)
 
 
+def _check_guarantees(docs: list[QueueDoc], queues: list[QueueSpec], nodes: list[NodeSpec]) -> None:
+    """A guarantee larger than the whole cluster can never be honoured: say so rather than run."""
+    capacity = ClusterState(nodes).capacity_vector() if nodes else r.zeros()
+    for qi, (doc, spec) in enumerate(zip(docs, queues, strict=True)):
+        for key in doc.guaranteed:
+            dim, unit, scale = _GUARANTEE_DIMS[key]
+            if spec.guaranteed[dim] > capacity[dim] + 1e-9:
+                raise ScenarioError(
+                    f"queues[{qi}].guaranteed.{key}: {doc.guaranteed[key]} is more than the whole cluster has "
+                    f"({capacity[dim] * scale:g} {unit})"
+                )
+
+
+# quota resource → (fair dimension, unit of the message, factor from the dimension's unit)
+_GUARANTEE_DIMS = {
+    r.GPU: (r.DIM_GPU, "GPUs", 1.0),
+    r.GPUCORES: (r.DIM_GPU, "GPUs", 1.0),
+    r.GPUMEM: (r.DIM_GPUMEM, "MiB of GPU memory", 1.0),
+    r.CPU: (r.DIM_CPU, "CPUs", 1e-3),
+    r.MEMORY: (r.DIM_MEMORY, "MiB of memory", 1.0),
+}
+
+
 def builtin_scenarios() -> dict[str, str]:
     """Built-in scenario name → description."""
     folder = pkg_resources.files("fairgpu") / "sim" / "scenarios"
@@ -345,11 +397,15 @@ def load(name_or_path: str) -> Scenario:
         if not path.is_file():
             known = ", ".join(builtin_scenarios())
             raise ScenarioError(f"scenario {name_or_path!r}: no such file or built-in scenario ({known})")
-        text = path.read_text()
+        text = read_text(path)
+    return build(load_yaml(text, f"scenario {name_or_path}"))
+
+
+def read_text(path: Path) -> str:
+    """A user's text file; a binary or unreadable one is a ScenarioError naming it."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ScenarioError(f"scenario {name_or_path}: not valid YAML{line}") from err
-    return build(doc)
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as err:
+        raise ScenarioError(f"{path}: {err.strerror}") from None

@@ -1,0 +1,132 @@
+"""Who submitted a pod, as fairgpu records it, and who may write what fairgpu reads.
+
+The user is stamped at CREATE from the request's authenticated user: a label the engine groups users by and
+the full name in an annotation. The label is a readable prefix plus a hash of the whole name, so two names
+never share a label (`a@b.com` and `a_b.com` both read `a_b.com` once escaped) and a long name is never cut
+into someone else's. Pods made by a controller (a Job's pods, a Deployment's ReplicaSet) inherit the stamp
+their owner's pod template got when the user created it, as YuniKorn's admission controller does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+USER_LABEL = "fairgpu.io/user"  # translate.USER_LABEL: what the engine reads
+USER_ANNOTATION = "fairgpu.io/user-name"  # the full, unescaped name
+GANG_ADMITTED = "fairgpu.io/gang-admitted"  # the controller's mark on a gang that started binding
+QUEUE_LABEL = "fairgpu.io/queue"
+# HAMi keys a user may set: scheduling hints its own webhook documents. Every other hami.io/ key records an
+# allocation (devices, node, bind phase) that only the scheduler that placed the pod may write.
+HAMI_USER_KEYS = frozenset({"hami.io/gpu-scheduler-policy", "hami.io/node-scheduler-policy"})
+FAIRGPU_SA = "system:serviceaccount:fairgpu-system:fairgpu"
+# The identities that create pods (and ReplicaSets, Jobs) from a template some user wrote: the objects they
+# create keep the stamp the template carries. Their pods are still checked for everything else.
+DEFAULT_CONTROLLERS = (
+    "system:kube-controller-manager",
+    *(
+        f"system:serviceaccount:kube-system:{c}"
+        for c in (
+            "job-controller",
+            "cronjob-controller",
+            "replicaset-controller",
+            "deployment-controller",
+            "statefulset-controller",
+            "daemon-set-controller",
+        )
+    ),
+)
+_HASH = 10  # hex digits of sha256: 40 bits, collisions need ~10^6 names
+_PREFIX = 63 - _HASH - 1
+
+
+def user_label(username: str) -> str:
+    """A valid label value that names this user and no other: `system:serviceaccount:ml:runner` →
+    `system.serviceaccount.ml.runner-<hash>`, `a@b.com` → `a_b.com-<hash>`."""
+    digest = hashlib.sha256(username.encode()).hexdigest()[:_HASH]
+    readable = re.sub(r"[^A-Za-z0-9_.-]", lambda m: "." if m.group() == ":" else "_", username)[:_PREFIX]
+    readable = readable.strip("_.-")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def is_control_key(key: str) -> bool:
+    """A label or annotation only fairgpu (or a trusted identity) may set or change on a pod."""
+    if key.startswith("hami.io/"):
+        return key not in HAMI_USER_KEYS
+    return key in (USER_LABEL, USER_ANNOTATION, GANG_ADMITTED)
+
+
+@dataclass(slots=True, frozen=True)
+class Trust:
+    """`fairgpu` and `trusted` may write anything fairgpu reads (an operator's break-glass identity, say);
+    `controllers` create objects from templates and keep the user stamped on them."""
+
+    fairgpu: str = FAIRGPU_SA
+    trusted: frozenset[str] = frozenset()
+    controllers: frozenset[str] = frozenset(DEFAULT_CONTROLLERS)
+
+    @classmethod
+    def of(cls, fairgpu: str, trusted: Iterable[str] = (), controllers: Iterable[str] = DEFAULT_CONTROLLERS) -> Trust:
+        return cls(fairgpu, frozenset(trusted), frozenset(controllers))
+
+    def full(self, user: str) -> bool:
+        return user == self.fairgpu or user in self.trusted
+
+    def keeps_stamp(self, user: str) -> bool:
+        return self.full(user) or user in self.controllers
+
+
+# -- pod templates of the workload kinds that make pods ---------------------------------------------------
+TEMPLATE_KINDS = {
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("kubeflow.org", "PyTorchJob"),
+    ("kubeflow.org", "TFJob"),
+    ("kubeflow.org", "MPIJob"),
+    ("kubeflow.org", "XGBoostJob"),
+    ("kubeflow.org", "PaddleJob"),
+    ("kubeflow.org", "JAXJob"),
+    ("jobset.x-k8s.io", "JobSet"),
+    ("ray.io", "RayJob"),
+    ("ray.io", "RayCluster"),
+}
+
+
+def pod_templates(group: str, kind: str, obj: dict) -> Iterator[tuple[str, ...]]:
+    """Paths (JSON pointer segments) of every pod template in a workload of one of TEMPLATE_KINDS."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        yield ("spec", "jobTemplate", "spec", "template")
+    elif group in ("batch", "apps"):
+        yield ("spec", "template")
+    elif group == "kubeflow.org":  # spec.<kind>ReplicaSpecs.<role>.template (Master, Worker, Launcher, ...)
+        for field, roles in spec.items():
+            if field.endswith("ReplicaSpecs") and isinstance(roles, dict):
+                yield from (("spec", field, role, "template") for role in roles)
+    elif kind == "JobSet":
+        for i, _ in enumerate(spec.get("replicatedJobs") or []):
+            yield ("spec", "replicatedJobs", str(i), "template", "spec", "template")
+    elif group == "ray.io":
+        base = ("spec", "rayClusterSpec") if kind == "RayJob" else ("spec",)
+        cluster = spec.get("rayClusterSpec") or {} if kind == "RayJob" else spec
+        if "headGroupSpec" in cluster:
+            yield (*base, "headGroupSpec", "template")
+        for i, _ in enumerate(cluster.get("workerGroupSpecs") or []):
+            yield (*base, "workerGroupSpecs", str(i), "template")
+
+
+def at(obj: object, path: tuple[str, ...]) -> object:
+    for part in path:
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
+            return None
+    return obj
