@@ -33,6 +33,7 @@ tools:
 test: $(STAMP) tools
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -328,8 +328,8 @@ class Controller:
                     return
                 self._rebuild(node_specs, tree, shape)
             self._inputs_changed = False
-        engine = self.engine
-        assert engine is not None
+        engine, book = self.engine, self.book
+        assert engine is not None and book is not None
         self._settle()
         parsed = self._pods
         keys = set(self.pods.cache) | set(parsed.infos) | set(parsed.bad) if self._all_dirty else self._dirty
@@ -344,12 +344,12 @@ class Controller:
                 self._attempts.pop(key, None)
             gone = p is None or p.terminal
             if gone and key in self.fixed:
-                self.book.unhold(key)
+                book.unhold(key)
             if gone and key in self.owned:
                 name = self.owned[key]
                 if name in self._failed or any(k in self.inflight for k in self.members[name]):
                     self._dirty.add(key)  # look again once the workload's binds have finished
-                elif not self.book.shrunk(self.owned[key], pods):
+                elif not book.shrunk(self.owned[key], pods):
                     self._drop(self.owned[key], pods)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
@@ -360,9 +360,9 @@ class Controller:
                 if p.scheduler == self.scheduler_name:
                     found.setdefault(f"{p.namespace}/group:{p.group}" if p.group else key, []).append(p)
                 else:
-                    self.book.pin(p)
+                    book.pin(p)
         for name, members in found.items():
-            self.book.adopt(name, members)
+            book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:

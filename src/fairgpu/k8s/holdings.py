@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 from fairgpu.errors import RequestError, StateError
 from fairgpu.framework.scheduler import Scheduler
@@ -141,7 +142,7 @@ class Holdings:
             self.changed()
         return True
 
-    def drop(self, name: str, pods: dict[str, PodInfo], elsewhere: set[str] | frozenset = frozenset()) -> None:
+    def drop(self, name: str, pods: dict[str, PodInfo], elsewhere: AbstractSet[str] = frozenset()) -> None:
         """Take a workload out of the engine; members that run (or whose bind landed, even if the cache has
         not shown it yet) stay on as a workload of their own where we put them, pending ones get resubmitted.
         Members bound `elsewhere` than we decided are found at the next pass and accounted where they run."""

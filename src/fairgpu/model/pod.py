@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fairgpu import resources as r
-from fairgpu.errors import RequestError
+from fairgpu.errors import QuantityError, RequestError
 from fairgpu.model.constraints import POLICIES, MatchExpression, Toleration
 from fairgpu.model.node import GPU_CORES
 
 T = TypeVar("T")
 
 
-def parse_request(name: str, raw: object, parse: Callable[[object], T]) -> T:
+def parse_request(name: str, raw: object, parse: Callable[[Any], T]) -> T:
     """One resource value, with a RequestError naming the resource if it is not a valid quantity."""
     try:
         return parse(raw)
-    except r.QuantityError as err:
+    except QuantityError as err:
         raise RequestError(str(err), name) from err
 
 
@@ -186,7 +186,7 @@ class PodSpec:
         """HAMi's nvidia.com/vgpu-mode (`checkType`): the card's mode must be a substring of the annotation."""
         return self.gpu_mode is None or mode in self.gpu_mode
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """Identical keys fit the same places: the scheduler caches failures by it within a cycle."""
         return (
             self.cpu_m,

@@ -5,7 +5,7 @@ sharing mode (nvidia.com/vgpu-mode: the card's mode must be a substring of it, a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,14 +24,14 @@ def _constrained(pod: PodSpec) -> bool:
 class GpuType:
     NAME: ClassVar[str] = "GpuType"
     # (state, constraints) → slot mask; node inventories change rarely, pod shapes repeat.
-    _cache: dict[tuple, np.ndarray] = field(default_factory=dict)
+    _cache: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         if _constrained(pod):
             mask.restrict_slots(self._slots(view.state, pod))
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
-        if not _constrained(pod):
+        if not _constrained(pod) or pod.gpu is None:
             return []
         st, count = view.state, pod.gpu.count
         by_model = self._slots(st, pod, uuids=False) & st.gpu_usable

@@ -320,33 +320,33 @@ def build(doc: dict[str, Any]) -> Scenario:
     empty = ClusterState(nodes)
     rng = np.random.default_rng(sd.seed)
     workloads: list[Workload] = []
-    for wi, grp in enumerate(sd.workloads):
+    for wi, wg in enumerate(sd.workloads):
         where = f"workloads[{wi}]"
-        qi = tree.index.get(grp.queue)
-        if qi is None:
-            raise ScenarioError(f"{where}.queue: {grp.queue!r} is not a queue (known: {', '.join(names)})")
-        if not tree.is_leaf[qi]:
-            raise ScenarioError(f"{where}.queue: {grp.queue!r} has child queues; workloads go to leaf queues")
-        pod = grp.pod_spec(hami.rules())
+        leaf = tree.index.get(wg.queue)
+        if leaf is None:
+            raise ScenarioError(f"{where}.queue: {wg.queue!r} is not a queue (known: {', '.join(names)})")
+        if not tree.is_leaf[leaf]:
+            raise ScenarioError(f"{where}.queue: {wg.queue!r} has child queues; workloads go to leaf queues")
+        pod = wg.pod_spec(hami.rules())
         problem = empty.unplaceable_reason(pod)
         if problem:
             raise ScenarioError(f"{where}.requests: {problem}")
-        at, every = parse_duration(grp.at), parse_duration(grp.every)
-        lo = parse_duration(grp.duration)
-        hi = parse_duration(grp.duration_max) if grp.duration_max is not None else lo
-        prefix = grp.name or f"{grp.queue}-{wi}"
-        for k in range(grp.count):
+        at, every = parse_duration(wg.at), parse_duration(wg.every)
+        lo = parse_duration(wg.duration)
+        hi = parse_duration(wg.duration_max) if wg.duration_max is not None else lo
+        prefix = wg.name or f"{wg.queue}-{wi}"
+        for k in range(wg.count):
             workloads.append(
                 Workload(
                     name=f"{prefix}-{k}",
-                    queue=grp.queue,
-                    pods=(pod,) * grp.pods,
+                    queue=wg.queue,
+                    pods=(pod,) * wg.pods,
                     submit_time=at + k * every,
-                    priority=grp.priority,
+                    priority=wg.priority,
                     duration=float(rng.uniform(lo, hi)) if hi > lo else lo,
-                    user=grp.user,
-                    min_pods=grp.min_pods,
-                    preemptible=grp.preemptible,
+                    user=wg.user,
+                    min_pods=wg.min_pods,
+                    preemptible=wg.preemptible,
                 )
             )
     if len({w.name for w in workloads}) != len(workloads):
