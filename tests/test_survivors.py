@@ -25,7 +25,7 @@ def test_a_gang_that_fits_but_for_a_reservation_is_told_so_not_that_it_is_incomp
     s.submit(job("late", "stream", whole(1), pods=2, t=2))
     s.cycle(2)
     assert "late" in s.pending
-    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=60s"]
+    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=1m"]
 
 
 def test_a_share_of_a_gpu_is_explained_by_the_cores_its_healthy_gpus_lack():
