@@ -31,7 +31,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
-from fairgpu.k8s.port import NODES, QUEUES
+from fairgpu.k8s.port import NODES, QUEUES, Kind
 from fakeapi.server import _BY_PATH, FakeApiServer
 from fakeapi.store import clone
 
@@ -41,6 +41,7 @@ REGISTER = "hami.io/node-nvidia-register"
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 GROUP, MIN = "fairgpu.io/pod-group", "fairgpu.io/min-members"
 POD_RES = _BY_PATH[("", "v1", "pods")]
+NAMESPACE = Kind("", "v1", "namespaces", False)
 NODE_RES = _BY_PATH[("", "v1", "nodes")]
 GPU_MEM, SPLIT = 40960, 4
 
@@ -264,6 +265,8 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     for i in range(c.nodes):
         await port.create(NODES, chaos_node(i, c.gpus))
     tenants = [f"t{k}" for k in range(c.tenants)]
+    for t in tenants:  # the fake, like a real apiserver, creates no pod in a namespace that does not exist
+        await port.create(NAMESPACE, {"metadata": {"name": t}})
     limits = {tenants[0]: float(c.gpus * 2)}  # one tenant is capped
     for k, t in enumerate(tenants):
         spec: dict = {"namespaces": [t], "weight": 1 + k % 2}
