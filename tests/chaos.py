@@ -42,6 +42,7 @@ ALLOCATED = "hami.io/vgpu-devices-allocated"
 GROUP, MIN = "fairgpu.io/pod-group", "fairgpu.io/min-members"
 POD_RES = _BY_PATH[("", "v1", "pods")]
 NAMESPACE = Kind("", "v1", "namespaces", False)
+LEASE_NAMESPACE = "fairgpu-system"
 NODE_RES = _BY_PATH[("", "v1", "nodes")]
 GPU_MEM, SPLIT = 40960, 4
 
@@ -219,7 +220,7 @@ async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float])
     port = await KubeClient.connect(kubeconfig)
     port.api.user_agent = f"fairgpu/{ident}"
     duration, renew, retry = lease
-    elector = LeaderElector(port, "fairgpu-system", "fairgpu", ident, duration, retry, renew)
+    elector = LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew)
     ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
     ctl.retry_every = 0.5
     tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
@@ -265,8 +266,11 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     for i in range(c.nodes):
         await port.create(NODES, chaos_node(i, c.gpus))
     tenants = [f"t{k}" for k in range(c.tenants)]
-    for t in tenants:  # the fake, like a real apiserver, creates no pod in a namespace that does not exist
-        await port.create(NAMESPACE, {"metadata": {"name": t}})
+    # The fake, like a real apiserver, creates nothing in a namespace that does not exist: the tenants' and the
+    # Lease's namespaces come first (a fake started by the tests' fixture has some of them already).
+    for ns in (*tenants, LEASE_NAMESPACE):
+        if not await on_fake(fake, lambda ns=ns: ("", "namespaces", "", ns) in fake.api.store.objects):
+            await port.create(NAMESPACE, {"metadata": {"name": ns}})
     limits = {tenants[0]: float(c.gpus * 2)}  # one tenant is capped
     for k, t in enumerate(tenants):
         spec: dict = {"namespaces": [t], "weight": 1 + k % 2}
