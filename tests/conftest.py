@@ -79,3 +79,19 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"FAIRGPU_REQUIRE_ALL=1 and a prerequisite is missing: {reason}"
+
+
+def starving_gang_beside_a_stream():
+    """Two 2-GPU nodes full of a stream queue's 1-GPU jobs; a 2-pod gang of a queue that starves at once
+    arrives at t=1 and, after its cycle, holds nodes as they free."""
+    from fairgpu.catalog import load_profile
+    from fairgpu.framework.scheduler import Scheduler
+
+    queues = QueueTree([QueueSpec("stream"), QueueSpec("train", starvation_after=0)])
+    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
+    for i in range(4):
+        s.submit(job(f"s{i}", "stream", whole(1), t=0))
+    s.cycle(0)
+    s.submit(job("gang", "train", whole(2), pods=2, t=1))
+    s.cycle(1)
+    return s

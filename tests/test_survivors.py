@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import fraction, gpu_node, job, whole
+from conftest import fraction, gpu_node, job, starving_gang_beside_a_stream, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.placement import filter_breakdown, place_pod
 from fairgpu.framework.scheduler import Scheduler
@@ -13,13 +13,7 @@ from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree
 
 
 def test_a_gang_that_fits_but_for_a_reservation_is_told_so_not_that_it_is_incomplete():
-    queues = QueueTree([QueueSpec("stream"), QueueSpec("train", starvation_after=0)])
-    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
-    for i in range(4):
-        s.submit(job(f"s{i}", "stream", whole(1), t=0))
-    s.cycle(0)
-    s.submit(job("gang", "train", whole(2), pods=2, t=1))
-    s.cycle(1)
+    s = starving_gang_beside_a_stream()
     s.remove("s0")
     s.remove("s1")  # two GPUs free, both held for the starving gang
     s.submit(job("late", "stream", whole(1), pods=2, t=2))
