@@ -185,7 +185,8 @@ def test_selection_annotations_in_kubernetes_mode():
     bad = {**ann, hami.GPU_POLICY: "fastest", hami.NUMA_BIND: "true"}
     obj = {"metadata": {"name": "p", "namespace": "n", "annotations": bad}, "spec": {"containers": [_c("a", gpus)]}}
     problem = pod_info(obj).problem
-    assert "hami.io/gpu-scheduler-policy" in problem and "nvidia.com/numa-bind" in problem
+    assert "hami.io/gpu-scheduler-policy" in problem and "nvidia.com/numa-bind" not in problem
+    assert pod_info(obj).spec.numa_bind  # scheduled with HAMi's NUMA rule (framework/cardfit.py)
 
 
 def test_register_decoding_is_as_strict_as_hamis_and_encodes_in_gos_order():
