@@ -287,6 +287,9 @@ def test_scenario_hami_key_registers_nodes_as_hamis_device_plugin_would():
     assert sc.nodes[0].split_count == 3 and sc.nodes[0].gpus[0].memory_mib == 32768
     p = sc.workloads[0].pods[0]
     assert (p.gpu.mem_mib, p.gpu.cores, p.gpu_mutex) == (1000, 10, True)
+    doc["hami"] = {"deviceCoreScaling": 2}  # devcore 200, as HAMi's device plugin registers it (old: refused)
+    sc = scenario_mod.build(doc)
+    assert sc.nodes[0].gpus[0].cores == 200 and ClusterState(sc.nodes).capacity_vector()[0] == 4.0
     doc["hami"] = {"deviceSplitCount": 0}
     with pytest.raises(Exception, match=r"hami"):
         scenario_mod.build(doc)

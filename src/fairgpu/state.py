@@ -214,9 +214,10 @@ class ClusterState:
         return float(self.gpu_mem_cap.sum() / max(1, self.total_gpus))
 
     def capacity_vector(self) -> np.ndarray:
-        """Cluster capacity over the fair dimensions (gpu, gpumem, cpu, memory)."""
+        """Cluster capacity over the fair dimensions (gpu, gpumem, cpu, memory). GPUs count in the unit pods are
+        charged in, GPU-equivalents of 100 cores: a card of devcore 200 (deviceCoreScaling 2) holds two."""
         return np.array(
-            [self.total_gpus, self.gpu_mem_cap.sum(), self.cpu_cap.sum(), self.mem_cap.sum()],
+            [self.gpu_cores_cap.sum() / GPU_CORES, self.gpu_mem_cap.sum(), self.cpu_cap.sum(), self.mem_cap.sum()],
             dtype=np.float64,
         )
 
