@@ -191,3 +191,8 @@ def test_queue_cr_maps_scenario_keys_and_names_bad_fields():
         queue_from_cr({"metadata": {"name": "x"}, "spec": {"weight": 0}})
     with pytest.raises(ValueError, match=r"^spec.colour"):
         queue_from_cr({"metadata": {"name": "x"}, "spec": {"colour": "red"}})
+    # A bare memory number would be bytes: a 512-byte limit would block the queue outright.
+    with pytest.raises(ValueError, match=r"^spec.limit: .*needs a unit"):
+        queue_from_cr({"metadata": {"name": "x"}, "spec": {"limit": {"memory": 512}}})
+    ok = queue_from_cr({"metadata": {"name": "x"}, "spec": {"limit": {"memory": "512Gi"}}})
+    assert ok.spec.limit[3] == 512 * 1024  # MiB

@@ -83,6 +83,7 @@ class Preempting:
         if entry.workload.name in self.reservations or shape in hopeless:
             return False
         may = self.profile.preempt and self.tree.queues[entry.queue].preemption.enabled
+        result.searches += bool(may)
         if may and self._preempt(entry, now, result):
             return True
         hopeless.add(shape)
