@@ -158,7 +158,9 @@ def test_pod_problems_name_the_field_and_do_not_stop_translation():
     p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})]))
     assert p.problem.startswith("spec.containers[0].resources.nvidia.com/gpumem:")
     p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1"}), _c("b", {"nvidia.com/gpu": "1"})]))
-    assert "2 containers ask for GPUs" in p.problem and p.gpu_containers == (0, 1)
+    assert p.problem is None and p.gpu_containers == (0, 1)  # several GPU app containers: scheduled
+    p = pod_info(_pod([_c("b", {"nvidia.com/gpu": "1"})], init=[_c("i", {"nvidia.com/gpu": "1"})]))
+    assert "2 containers ask for GPUs, one of them an init container" in p.problem
     with pytest.raises(RequestError, match=r"spec.containers\[0\].resources.cpu"):
         pod_info(_pod([_c("a", requests={"cpu": "lots"})]))
 
