@@ -215,8 +215,11 @@ class Controller:
                     self._built_from = None
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
-                with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
-                    await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
+                # Waiting work is retried without news, too. asyncio.timeout, not wait_for: in Python 3.11
+                # wait_for loses a cancellation that meets the wake, and a stopped controller ran on.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.retry_every if waiting else None):
+                        await self.wake.wait()
                 self.wake.clear()
                 if self.leading.is_set():
                     await self.step()
