@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
@@ -37,6 +37,9 @@ from fairgpu.model import NodeSpec, QueueTree
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
 CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
+# Seconds of explaining pending workloads per pass; those not reached are explained at the next passes. Each
+# explanation replays the queue ahead of it: a thousand at once held the loop for tens of seconds.
+REPORT_BUDGET = 0.1
 
 
 class Controller:
@@ -223,25 +226,21 @@ class Controller:
         engine = self.engine
         result = CycleResult()
         started = time.perf_counter()
-        slice_end = started + CYCLE_SLICE
-        for _ in engine.steps(now, result):
-            if time.perf_counter() > slice_end:
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + CYCLE_SLICE
+        await _in_slices(engine.steps(now, result))
         if engine is not self.engine or not self.leading.is_set():
             return  # the lease was lost meanwhile: nothing of this cycle is carried out
         if self.observer is not None:
             self.observer.on_cycle(engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
         self.carry.start(result)
-        self._report(now)
+        await self._report(now)
 
     def _lost(self) -> None:
         """The lease is gone: nothing of this term is carried out any more (carryout.CarryOut.lost)."""
         self.carry.lost()
         self.wake.set()
 
-    def _report(self, now: float) -> None:
+    async def _report(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
 
@@ -249,9 +248,12 @@ class Controller:
             obj = self.pods.cache.get(key)
             return None if obj is None else obj["metadata"].get("uid", "")
 
-        self.reporter.report_pending(
+        explaining = self.reporter.report_pending(
             engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
         )
+        await _in_slices(explaining, REPORT_BUDGET)
+        if engine is not self.engine or not self.leading.is_set():
+            return
         if now - self._status_at >= self.status_every:
             self._status_at = now
             self.reporter.report_queues(engine)
@@ -363,3 +365,17 @@ class Controller:
                 self.reporter.unschedulable(m.key, m.uid, why)
             return
         book.submitted(batch)
+
+
+async def _in_slices(steps: Iterator[object], budget: float = math.inf) -> None:
+    """Drive `steps` with the event loop free at least every CYCLE_SLICE seconds, so lease renewal, informers
+    and binds on the same loop are never held up; stop after `budget` seconds."""
+    started = time.perf_counter()
+    slice_end = started + CYCLE_SLICE
+    for _ in steps:
+        now = time.perf_counter()
+        if now - started > budget:
+            return
+        if now > slice_end:
+            await asyncio.sleep(0)
+            slice_end = time.perf_counter() + CYCLE_SLICE
