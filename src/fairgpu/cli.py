@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sys
+from dataclasses import replace
 from importlib import metadata
 from importlib import resources as pkg_resources
 from pathlib import Path
@@ -23,14 +24,16 @@ from fairgpu.errors import FairgpuError, InputError, ScenarioError
 from fairgpu.framework.explain import Explanation
 from fairgpu.framework.placement import UNPLACED_CAUSES
 from fairgpu.k8s.identity import FAIRGPU_SA
-from fairgpu.sim import export, fill, traces
+from fairgpu.sim import export, fill, traces, twin
 from fairgpu.sim import report as report_mod
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim import serve as serve_mod
 from fairgpu.sim.progress import replay_with_progress, status
+from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Scenario
 from fairgpu.spec import format_duration, load_yaml, load_yaml_all, parse_duration
+from fairgpu.twin.writer import TraceWriter
 
 app = typer.Typer(
     add_completion=False,
@@ -85,7 +88,9 @@ def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpu
         if gpus is None:
             raise ScenarioError("--trace philly:FILE.csv needs --gpus N")
         return traces.load_philly(Path(path), gpus)
-    raise ScenarioError(f"--trace: {trace!r} must be openb:PODS.csv or philly:FILE.csv")
+    if kind == "fairgpu":
+        return traces.load_fairgpu(Path(path))
+    raise ScenarioError(f"--trace: {trace!r} must be openb:PODS.csv, philly:FILE.csv or fairgpu:TRACE.jsonl")
 
 
 @app.command("simulate")
@@ -97,7 +102,12 @@ def simulate_cmd(
         list[str] | None,
         typer.Option(help="Profile name or YAML file; repeat to compare.", show_default="kube-default, fairgpu"),
     ] = None,
-    trace: Annotated[str | None, typer.Option(help="openb:PODS.csv or philly:FILE.csv")] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="openb:PODS.csv, philly:FILE.csv, or fairgpu:TRACE.jsonl (recorded).")
+    ] = None,
+    queues: Annotated[
+        Path | None, typer.Option(help="With a fairgpu trace: replay it under these queues too (YAML).")
+    ] = None,
     nodes: Annotated[Path | None, typer.Option(help="Node CSV for an openb trace.")] = None,
     gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs for a philly trace.")] = None,
     horizon: Annotated[
@@ -120,7 +130,15 @@ def simulate_cmd(
     port: Annotated[int, typer.Option(help="Dashboard port, with --serve.")] = 8080,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
+    if trace is not None and trace.startswith("fairgpu:"):
+        args = (trace.partition(":")[2], queues, profile or [], horizon, report, as_json)
+        if scenario or nodes or gpus or explain or workloads or serve:
+            raise _fail("--trace fairgpu:FILE goes with --queues, --profile, --horizon, --report and --json only")
+        _replay_recorded(*args)
+        return
     try:
+        if queues is not None:
+            raise ScenarioError("--queues goes with --trace fairgpu:FILE")
         with status("loading trace" if trace else "loading scenario"):
             sc = _load_input(scenario, trace, nodes, gpus)
         h = _option_duration("--horizon", horizon) if horizon is not None else None
@@ -163,6 +181,42 @@ def simulate_cmd(
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     _print_comparison(sc, results)
+
+
+def _replay_recorded(
+    path: str, queues: Path | None, profiles: list[str], horizon: str | None, report: Path | None, as_json: bool
+) -> None:
+    """A recorded trace: the cluster's own run beside the replays (twin.plan), per queue."""
+    try:
+        with status("loading trace"):
+            trace = read_fairgpu(Path(path))
+        if trace.profile not in builtin_profiles() and not profiles:
+            raise ScenarioError(f"--profile: the trace's profile {trace.profile!r} is not a built-in; name one")
+        base = load_profile(trace.profile if trace.profile in builtin_profiles() else profiles[0])
+        plans = twin.plan(trace, base, [load_profile(p) for p in profiles], queues)
+        h = _option_duration("--horizon", horizon) if horizon is not None else trace.scenario.horizon
+        if h <= 0:
+            raise ScenarioError("--horizon: must be positive")
+        if report is not None:
+            _check_output("--report", report, ())
+    except InputError as err:
+        raise _fail(str(err)) from None
+    for note in trace.notes:
+        _note(f"note: {note}")
+    results = [replay_with_progress(Simulation(p.scenario, p.profile, horizon=h)) for p in plans]
+    results = [replace(res, profile=p.label) for res, p in zip(results, plans, strict=True)]
+    if report is not None:
+        report_mod.write(report, trace.scenario, results)
+        _note(f"report written to {report.resolve()}")
+    columns = [twin.recorded(trace, h), *(twin.replayed(r.profile, r) for r in results)]
+    if as_json:
+        doc = {"trace": path, "columns": [{"label": c.label, "queues": c.queues, "evictions": c.evictions,
+               "utilization": c.utilization} for c in columns], "runs": [r.to_json() for r in results]}  # fmt: skip
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    console = Console() if Console().is_terminal else Console(width=140)
+    console.print(f"[bold]{escape(trace.scenario.name)}[/] — {escape(trace.scenario.description)}")
+    console.print(twin.table(columns, h))
 
 
 def _trace_horizon(sc: Scenario) -> float:
@@ -466,6 +520,11 @@ def run_cmd(
         str | None,
         typer.Option(help="HAMi's device config (device-config.yaml or its ConfigMap): names, defaults, lock expiry."),
     ] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Record what the engine sees and decides to this trace (docs/twin.md).")
+    ] = None,
+    record_max_mb: Annotated[float, typer.Option(help="Rotate the trace past this size.")] = 100.0,
+    record_keep: Annotated[int, typer.Option(help="Rotated traces kept (FILE.1 … FILE.N).")] = 3,
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
@@ -503,10 +562,14 @@ def run_cmd(
     except FairgpuError as err:
         raise _fail(str(err)) from err
     trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    try:
+        writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
+    except InputError as err:
+        raise _fail(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, listen, tls, trust, hami))
+        asyncio.run(live.run(*args, listen, tls, trust, hami, writer))
     except KeyboardInterrupt:
         pass
     except Exception as err:
