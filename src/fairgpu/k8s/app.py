@@ -30,6 +30,7 @@ from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.identity import Trust
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
+from fairgpu.k8s.recording import PodTimes
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
 from fairgpu.observe.metrics import SchedulingMetrics
@@ -145,7 +146,11 @@ async def run(
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
-    recorder = () if record is None else (EngineRecorder(Recorder(record, "run", scheduler_name, profile.name)),)
+    recorder: tuple[EngineRecorder, ...] = ()
+    if record is not None:
+        times = PodTimes(controller.clock, scheduler_name)
+        times.attach(controller.pods)
+        recorder = (EngineRecorder(Recorder(record, "run", scheduler_name, profile.name), times.run_length),)
     apps = live_apps(controller, port.api.configuration.host or "", recorder)
     if listen.dashboard_auth:
         apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")

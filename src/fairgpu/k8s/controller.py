@@ -342,7 +342,7 @@ class Controller:
             if p is None or p.node:  # the cache is the truth about it again
                 self._landed.discard(key)
                 self._attempts.pop(key, None)
-            gone = p is None or p.terminal
+            gone = p is None or p.terminal or book.replaced(p)
             if gone and key in self.fixed:
                 book.unhold(key)
             if gone and key in self.owned:

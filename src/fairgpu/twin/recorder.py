@@ -31,6 +31,9 @@ class Seen:
     placed_on: Callable[[str], list[str]]  # node of each placed pod of a running workload
     started_at: Callable[[str], float]  # when a running workload started
     evictions: Sequence[Evict] = ()  # decided at this instant
+    # How long the pods of a workload that stopped ran, where the driver can tell (the controller: from the
+    # kubelet's start to the pods' exit); else a run lasts from its start to its end record.
+    ran: Callable[[Sequence[str]], float | None] | None = None
 
 
 class Recorder:
@@ -62,7 +65,11 @@ class Recorder:
         for name in sorted(((self._pending | was_running) - held) | (was_running & pending)):
             ran = name in was_running
             outcome = "evicted" if name in self._evicting else "finished" if ran else "withdrawn"
-            out.append({"kind": "end", "t": t, "workload": name, "outcome": outcome})
+            end: dict[str, Any] = {"kind": "end", "t": t, "workload": name, "outcome": outcome}
+            length = seen.ran(self._submits[name]["pod_names"]) if seen.ran is not None and ran else None
+            if length is not None:
+                end["ran"] = length
+            out.append(end)
             self._forget(name)
         new = held - self._pending - self._running
         # In the driver's order (those started at once, then those waiting): the replay breaks FIFO ties by it.
@@ -143,8 +150,9 @@ class Recorder:
 class EngineRecorder:
     """A CycleObserver that records what the engine it observes holds and decides."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, ran: Callable[[Sequence[str]], float | None] | None = None) -> None:
         self.recorder = recorder
+        self.ran = ran
 
     def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
         def placed_on(name: str) -> list[str]:
@@ -156,5 +164,5 @@ class EngineRecorder:
 
         pending, running = sched.names()
         seen = Seen(sched.state.nodes, sched.tree.queues, pending, running, sched.workload, placed_on, started_at)
-        seen.evictions = result.evictions
+        seen.evictions, seen.ran = result.evictions, self.ran
         self.recorder.observe(now, seen)

@@ -180,6 +180,7 @@ class End(Strict):
     t: float
     workload: str = Field(min_length=1)
     outcome: Literal["finished", "evicted", "withdrawn"]
+    ran: float | None = Field(default=None, ge=0)  # how long its pods ran, when the driver saw them run (seconds)
 
 
 Record = Header | Nodes | Queues | Submit | Start | Evict | End
