@@ -40,9 +40,11 @@ class PodTimes:
         phase = (obj.get("status") or {}).get("phase")
         if kind == "DELETED" or phase in TERMINAL:
             since = self._since.pop(key, None)
-            told = _terminated(obj) if phase in TERMINAL else None
-            if told is not None or (since is not None and since[0] == uid):
-                self._ran[key] = told if told is not None else self.clock() - since[1]  # type: ignore[index]  # since checked
+            ran = _terminated(obj) if phase in TERMINAL else None
+            if ran is None and since is not None and since[0] == uid:
+                ran = self.clock() - since[1]  # no container times: as long as this watch saw it run
+            if ran is not None:
+                self._ran[key] = ran
                 if len(self._ran) > MAX_TRACKED:
                     del self._ran[next(iter(self._ran))]
         elif phase == "Running" and self._since.get(key, ("",))[0] != uid:
