@@ -1,5 +1,7 @@
-"""A trace file bounded in size: past `max_bytes` it is rotated (FILE → FILE.1 → … → FILE.<keep>, the oldest
-dropped) and the recorder starts the new file with a snapshot, so that every file replays on its own."""
+"""A trace file bounded in size: once it holds `max_bytes` of records past its opening snapshot it is rotated
+(FILE → FILE.1 → … → FILE.<keep>, the oldest dropped) and the recorder starts the new file with a snapshot
+(inventory, queues, what is held), so that every file replays on its own. A file is thus at most its snapshot
+plus `max_bytes` plus one cycle's records; at most keep + 1 files exist."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ class TraceWriter:
             self._shift()
         self._fh: TextIO = path.open("w", encoding="utf-8")
         self._size = 0
-        self._floor = 0  # bytes of the snapshot that opens this file: rotation needs more than that
+        self._floor = 0  # bytes of the snapshot that opens this file: not counted against max_bytes
 
     def write(self, records: Iterable[dict[str, Any]]) -> None:
         text = "".join(dumps(rec) + "\n" for rec in records)
@@ -44,7 +46,7 @@ class TraceWriter:
         self._floor = self._size
 
     def full(self) -> bool:
-        return self._size >= self.max_bytes and self._size > self._floor
+        return self._size - self._floor >= self.max_bytes
 
     def rotate(self) -> None:
         self._fh.close()
