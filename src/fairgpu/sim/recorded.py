@@ -24,6 +24,8 @@ class Run:
     gpus: float  # GPU-equivalents its placed pods held
     end: float | None = None
     evicted: bool = False
+    ran: float | None = None  # how long its pods ran, where the driver could tell (less than end − start by
+    # the time the cluster took to bind them and to notice they stopped)
 
 
 @dataclass(slots=True)
@@ -109,7 +111,7 @@ def read_fairgpu(path: Path) -> FairgpuTrace:
             ended[name] = rec.outcome
             run = open_runs.pop(name, None)
             if run is not None:
-                run.end, run.evicted = t, rec.outcome == "evicted"
+                run.end, run.evicted, run.ran = t, rec.outcome == "evicted", rec.ran
                 if rec.outcome == "finished":
                     observed = t - run.start if rec.ran is None else rec.ran
                     finished[name] = _run_length(observed, subs[name][1].duration)

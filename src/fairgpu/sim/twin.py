@@ -38,18 +38,20 @@ def recorded(trace: FairgpuTrace, horizon: float) -> Column:
     sc = trace.scenario
     gpu_s = {q.name: 0.0 for q in sc.queues}
     evicted = {q.name: 0 for q in sc.queues}
-    first: dict[str, float] = {}
+    last: dict[str, float] = {}  # its last start: a requeued workload waits until it runs again (as SimResult)
     for run in trace.runs:
         end = horizon if run.end is None else min(run.end, horizon)
+        if run.ran is not None and run.end is not None and run.end <= horizon:
+            end = run.start + run.ran
         gpu_s[run.queue] += run.gpus * max(0.0, end - run.start)
         evicted[run.queue] += run.evicted
-        first[run.workload] = min(first.get(run.workload, run.start), run.start)
+        last[run.workload] = max(last.get(run.workload, run.start), run.start)
     waits: dict[str, list[float]] = {q.name: [] for q in sc.queues}
     for wl in sc.workloads:
         if wl.submit_time > horizon:
             continue
-        waits[wl.queue].append(first.get(wl.name, horizon) - wl.submit_time)
-    started = {q.name: sum(1 for wl in sc.workloads if wl.queue == q.name and wl.name in first) for q in sc.queues}
+        waits[wl.queue].append(last.get(wl.name, horizon) - wl.submit_time)
+    started = {q.name: sum(1 for wl in sc.workloads if wl.queue == q.name and wl.name in last) for q in sc.queues}
     queues = {
         name: {
             "gpu_hours": gpu_s[name] / HOUR,
