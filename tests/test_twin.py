@@ -212,7 +212,7 @@ def test_record_refuses_a_bad_destination_before_connecting(tmp_path):
                 "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
                 "users": [{"name": "u", "user": {}}],
             }
-        )  # fmt: skip
+        )
     )
     result = runner.invoke(app, ["record", str(tmp_path / "nope" / "t.jsonl"), "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 2 and "--record: folder" in result.output
