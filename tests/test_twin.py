@@ -215,4 +215,4 @@ def test_record_refuses_a_bad_destination_before_connecting(tmp_path):
         )
     )
     result = runner.invoke(app, ["record", str(tmp_path / "nope" / "t.jsonl"), "--kubeconfig", str(kubeconfig)])
-    assert result.exit_code == 2 and "--record: folder" in result.output
+    assert result.exit_code == 2 and "OUT: folder" in result.output

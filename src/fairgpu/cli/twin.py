@@ -42,7 +42,7 @@ def record_cmd(
 
     try:
         check_kubeconfig(kubeconfig)
-        writer = TraceWriter(out, int(record_max_mb * (1 << 20)), record_keep)
+        writer = TraceWriter(out, int(record_max_mb * (1 << 20)), record_keep, "OUT")
     except InputError as err:
         raise fail(str(err)) from err
 
