@@ -161,10 +161,11 @@ class Watcher:
         running, evictions = [], []
         for name, pods in members.items():
             queue, _ = queue_for(pods[0], self._namespaces)
-            if queue is None:
-                continue
+            bound = any(m.node for m in pods)
+            if queue is None or (not bound and len(pods) < max(m.min_members for m in pods)):
+                continue  # no queue, or a gang not whole yet: the controller waits for it too
             workloads[name] = workload_of(name, queue, sorted(pods, key=lambda m: m.name))
-            if any(m.node for m in pods):
+            if bound:
                 running.append(name)
                 if any(m.deleting for m in pods) and name not in self._leaving:
                     self._leaving.add(name)
