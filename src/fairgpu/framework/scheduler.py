@@ -332,6 +332,7 @@ class Scheduler:
             yield
 
     def _try_place(self, entry: Entry, result: CycleResult, exclude: np.ndarray | None) -> bool:
+        result.evaluated += 1
         wl = entry.workload
         first_new = len(entry.placed)
         todo = range(first_new, len(wl.pods))
