@@ -273,9 +273,9 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
     tests = sorted(
         str(p.relative_to(scratch)) for p in (scratch / "tests").glob("test_*.py") if p.name not in SKIP_TESTS
     )
-    data, junit, rc = scratch / ".mutate-coverage", scratch / ".mutate-junit.xml", scratch / ".mutate-coveragerc"
-    rc.write_text("[run]\ndynamic_context = test_function\ninclude =\n" + "".join(f"    {f}\n" for f in files))
-    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={data}", "-m", "pytest"]
+    data, junit = scratch / ".mutate-coverage", scratch / ".mutate-junit.xml"
+    included = ",".join(str(scratch / f) for f in files)
+    cmd = [sys.executable, str(scratch / "bench" / "mutate_coverage.py"), str(data), included]
     cmd += ["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={junit}", *tests]
     cmd += [f"--deselect={t}" for t in NOT_TRACED]
     with (state / "coverage.log").open("w") as log:  # pytest's progress dots, to follow the slow traced run
@@ -284,13 +284,10 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
 
     cov = CoverageData(basename=str(data))
     cov.read()
-    stems = {Path(t).stem: t for t in tests}
     lines: dict[str, list[str]] = {}
     for rel in files:
         for line, contexts in (cov.contexts_by_lineno(str(scratch / rel)) or {}).items():
-            # context "test_x.test_name" (module.function) → node id "tests/test_x.py::test_name"
-            split = (c.partition(".") for c in contexts)
-            ids = sorted({f"{stems[mod]}::{func}" for mod, _, func in split if mod in stems and func})
+            ids = sorted({c.split("[")[0] for c in contexts if c})  # a test's parameters run together
             if ids:
                 lines[f"{rel}:{line}"] = ids
     seconds: dict[str, float] = {}
