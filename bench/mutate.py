@@ -279,7 +279,9 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
     cmd += ["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={junit}", *tests]
     cmd += [f"--deselect={t}" for t in NOT_TRACED]
     with (state / "coverage.log").open("w") as log:  # pytest's progress dots, to follow the slow traced run
-        subprocess.run(cmd, cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(cmd, cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:  # every mutant would be measured against a suite that already fails
+        sys.exit(f"the unmutated suite failed under coverage: see {state / 'coverage.log'}")
     from coverage import CoverageData
 
     cov = CoverageData(basename=str(data))

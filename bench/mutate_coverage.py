@@ -15,6 +15,7 @@ import pytest
 
 
 def main() -> None:
+    sys.path.insert(0, "")  # as `python -m pytest` has it: the tests import `tests.conftest`
     data, include, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
     cov = coverage.Coverage(data_file=data, include=include)
 
