@@ -44,9 +44,13 @@ TARGETS = (
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
 SKIP_TESTS = ("test_dashboard.py", "test_live_dashboard.py", "test_grafana.py", "test_deploy.py")
 UNDECIDED = ("survived", "uncovered", "capped", "error")  # each wants a test or an argument
-# Left out of the coverage run: its policy code runs in a process pool, whose coverage is lost, so tracing
-# only slows it (by tens of minutes); the fill harness's other tests cover the same code in-process.
-NOT_TRACED = ("tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",)
+# Left out of the coverage run, so no mutant runs them. The full fill's policy code runs in a process pool,
+# whose coverage is lost, so tracing only slows it (by tens of minutes); the docs' commands replay real
+# traces through the CLI, minutes each when traced, over engine code the scenario and trace tests run too.
+NOT_TRACED = (
+    "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
+    "tests/test_docs.py::test_doc_command_runs",
+)
 OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error")
 
 FLIP: dict[type, type] = {
