@@ -298,7 +298,7 @@ class Controller:
             p = pods.get(key)
             if p is None or p.node:  # the cache is the truth about it again
                 self.carry.seen(key)
-            gone = p is None or p.terminal
+            gone = p is None or p.terminal or book.replaced(p)
             if gone and key in self.fixed:
                 book.unhold(key)
             if gone and key in self.owned:
