@@ -25,7 +25,7 @@ from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder, device_string
+from fairgpu.k8s.binder import Binder, device_string, mig_string
 from fairgpu.k8s.holdings import Holdings
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
@@ -455,7 +455,7 @@ class Controller:
             await asyncio.sleep(delay)
             if p is None:
                 raise BindError("pod disappeared before its bind")
-            await self.binder.bind(p, node, devices, placement.segments)
+            await self.binder.bind(p, node, devices, placement.segments, mig_string(p, placement, gpus))
             self._landed.add(key)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
