@@ -16,6 +16,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model.mig import MigTemplate
 from fairgpu.state import ClusterState
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
 from test_live_scheduling import until
@@ -97,13 +98,13 @@ def test_devcore_other_than_100_follows_hamis_fit() -> None:
     assert place_pod(PodSpec(gpu=_req(1, 50, 10)), half.view, half.profile) is not None
 
 
-def _place_many(sched: Scheduler, pod: PodSpec, n: int) -> list:
+def _place_many(sched: Scheduler, pod: PodSpec, n: int, prefix: str = "p") -> list:
     out = []
     for i in range(n):
         p = place_pod(pod, sched.view, sched.profile)
         if p is None:
             break
-        sched.state.assign(f"p{i}", p)
+        sched.state.assign(f"{prefix}{i}", p)
         out.append(p)
     return out
 
@@ -259,3 +260,20 @@ def test_live_mig_cards_get_hamis_profiles_and_reservations_in_a_mixed_cluster(f
             await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_mig_profiles_are_picked_and_booked_within_the_card() -> None:
+    """Engine level: HAMi's candidate order, each request booked at its profile, slices never shared; a request
+    whose profile would book more memory than the card has left is refused (HAMi checks only the request's
+    own memory and would over-book: a deliberate, safe difference), and the state stays consistent."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+    sched = _engine((GpuDevice("NVIDIA A100", 12000, "g", split=7, mode="mig", mig=mig),))
+    placed = _place_many(sched, PodSpec(gpu=_req(1, 0, 5000)), 1)
+    assert [(p.mem_mib, p.cores, p.mig) for p in placed] == [((5120,), (14,), (0,))]  # 1g.5gb at the top slice
+    assert sched.state.mig_busy[0, 0] == 1 << 6
+    assert place_pod(PodSpec(gpu=_req(1, 0, 6000)), sched.view, sched.profile) is None  # 2g would book 10240
+    more = _place_many(sched, PodSpec(gpu=_req(1, 0, 1000)), 3, "q")
+    assert [p.mem_mib for p in more] == [(5120,)]  # one more 1g.5gb fits in the memory left, then none
+    sched.state.check_invariants()
+    sched.state.release("q0")
+    assert sched.state.mig_busy[0, 0] == 1 << 6  # the first pod's slice stays held, the released one is free

@@ -48,7 +48,12 @@ def card_ok(st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage
     if g.cores == 0:
         ok &= (cores_free > 0) | (st.gpu_cores_cap[rows] == 0)
     if st.has_mig:
-        ok &= ~st.gpu_mig[rows] | (st.mig.pick(rows, need, st.mig_busy[rows] if u is None else u.mig_busy) >= 0)
+        pick = st.mig.pick(rows, need, st.mig_busy[rows] if u is None else u.mig_busy)
+        at = np.maximum(pick, 0)[..., None]
+        mem = np.take_along_axis(st.mig_mem[rows], at, axis=2)[..., 0]
+        cores = np.take_along_axis(st.mig_cores[rows], at, axis=2)[..., 0]
+        # HAMi books the profile's memory and cores even past what is free; fairgpu keeps within the card
+        ok &= ~st.gpu_mig[rows] | ((pick >= 0) & (mem <= mem_free) & (cores <= cores_free))
     return ok
 
 
