@@ -147,8 +147,10 @@ class ClusterState:
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
-        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed.
+        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed;
+        # `version` on every one anywhere, so they see in one comparison that nothing did.
         self.node_version = np.zeros(n, dtype=np.int64)
+        self.version = 0
         self._ledger: dict[str, Placement] = {}
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
@@ -160,6 +162,7 @@ class ClusterState:
         for name in _SHARED:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
+        new.version = self.version
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
@@ -239,10 +242,9 @@ class ClusterState:
         slots = tuple(int(s) for s in slots)
         if pod.gpu is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
-        cap = self.gpu_mem_cap[node, list(slots)]
         # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
-        mem = tuple(int(m) for m in np.broadcast_to(pod.gpu.mem_for(cap), cap.shape))
+        mem = tuple(int(pod.gpu.mem_for(int(self.gpu_mem_cap[node, s]))) for s in slots)
         return Placement(node, slots, pod.gpu.cores, mem, pod.cpu_m, pod.memory_mib)
 
     def assign(self, key: str, p: Placement) -> None:
@@ -288,20 +290,23 @@ class ClusterState:
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
         self.node_version[i] += 1
+        self.version += 1
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
             return
-        s = list(p.slots)
-        self.gpu_cores_free[i, s] += sign * p.cores
-        self.node_cores_free[i] += sign * p.cores * len(s)
-        self.gpu_mem_free[i, s] += sign * np.asarray(p.mem_mib, dtype=np.int64)
-        self.gpu_tasks[i, s] -= sign
-        if p.cores >= GPU_CORES:
-            self.gpu_exclusive[i, s] = sign < 0
-        idle = (self.gpu_tasks[i, s] == 0) & self.gpu_healthy[i, s]
-        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, s].sum())
-        self.gpu_idle[i, s] = idle
+        self.node_cores_free[i] += sign * p.cores * len(p.slots)
+        idle = int(self.node_idle_gpus[i])
+        for s, mem in zip(p.slots, p.mem_mib, strict=True):  # a pod takes a few slots: scalar steps are cheaper
+            self.gpu_cores_free[i, s] += sign * p.cores
+            self.gpu_mem_free[i, s] += sign * mem
+            self.gpu_tasks[i, s] -= sign
+            if p.cores >= GPU_CORES:
+                self.gpu_exclusive[i, s] = sign < 0
+            now = bool(self.gpu_tasks[i, s] == 0 and self.gpu_healthy[i, s])
+            idle += int(now) - int(self.gpu_idle[i, s])
+            self.gpu_idle[i, s] = now
+        self.node_idle_gpus[i] = idle
 
     # -- checks -------------------------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -17,30 +17,31 @@ class Resources:
     NAME: ClassVar[str] = "Resources"
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        st = view.state
-        mask.restrict_nodes(st.schedulable & (st.cpu_free >= pod.cpu_m) & (st.mem_free >= pod.memory_mib))
+        st, r = view.state, mask.rows
+        mask.restrict_nodes(st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib))
         g = pod.gpu
         if g is None:
             return
         if g.exclusive:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
-                mask.restrict_slots(st.gpu_idle & (st.gpu_mem_cap >= g.mem_mib))
+                mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
             else:
-                mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
+                mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         else:
-            need = memory_need(g, st)
+            need = memory_need(g, st, r)
+            cores_free = st.gpu_cores_free[r]
             ok = (
-                st.gpu_usable
-                & ~st.gpu_exclusive
-                & (st.gpu_tasks < st.gpu_split)
-                & (st.gpu_cores_free >= g.cores)
-                & (st.gpu_mem_free >= need)
+                st.gpu_usable[r]
+                & ~st.gpu_exclusive[r]
+                & (st.gpu_tasks[r] < st.gpu_split[r])
+                & (cores_free >= g.cores)
+                & (st.gpu_mem_free[r] >= need)
             )
             if g.cores == 0:
-                ok &= st.gpu_cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
+                ok &= cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
             if pod.gpu_mutex:
-                ok &= st.gpu_tasks == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
+                ok &= st.gpu_tasks[r] == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
 
@@ -69,6 +70,7 @@ class Resources:
         return out
 
 
-def memory_need(g: GpuRequest, st: ClusterState) -> np.ndarray | int:
-    """MiB a shared-GPU request needs on each card: its gpumem, else its percentage of each card's memory."""
-    return g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
+def memory_need(g: GpuRequest, st: ClusterState, rows: np.ndarray | slice = slice(None)) -> np.ndarray | int:
+    """MiB a shared-GPU request needs on each card (of these nodes): its gpumem, else its percentage of
+    each card's memory."""
+    return g.mem_mib if g.mem_mib else st.gpu_mem_cap[rows] * g.mem_pct // 100
