@@ -172,7 +172,12 @@ class FakeNodes:
         if kind != "DELETED" and obj["spec"].get("nodeName") and waiting:
             self.todo.put_nowait(key)
 
-    def audit(self, node: str) -> None:
+    def audit(self, n: dict) -> None:
+        """Every card fairgpu put a pod on holds no more than its registered cores (devcore), memory and task
+        count, and a cores-100 task on a 100-core card is alone (HAMi's Fit)."""
+        node = n["metadata"]["name"]
+        register = (n["metadata"].get("annotations") or {}).get(hami.NODE_REGISTER)
+        caps = {d.uuid: (d.cores, d.memory_mib, d.count) for d in hami.decode_register(register)} if register else {}
         cores: dict[str, int] = defaultdict(int)
         mem: dict[str, int] = defaultdict(int)
         tasks: dict[str, int] = defaultdict(int)
@@ -196,8 +201,9 @@ class FakeNodes:
                     if d.cores >= 100:
                         exclusive.add(d.uuid)
         for uuid in tasks.keys() & ours:
-            shared_whole = uuid in exclusive and tasks[uuid] > 1
-            if cores[uuid] > 100 or mem[uuid] > GPU_MEM or tasks[uuid] > SPLIT or shared_whole:
+            cap_cores, cap_mem, split = caps.get(uuid, (100, GPU_MEM, SPLIT))
+            shared_whole = uuid in exclusive and tasks[uuid] > 1 and cap_cores == 100
+            if cores[uuid] > cap_cores or mem[uuid] > cap_mem or tasks[uuid] > split or shared_whole:
                 self.violations.append(f"{node} {uuid}: cores {cores[uuid]} mem {mem[uuid]} tasks {tasks[uuid]}")
 
     async def run(self) -> None:
@@ -244,8 +250,8 @@ class FakeNodes:
     async def _allocate(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
         node = obj["spec"]["nodeName"]
-        self.audit(node)
         try:
+            self.audit(await self.port.get(NODES, node))
             if any(r.GPU in _limits(c) for c in _containers(obj)):  # the kubelet calls HAMi's Allocate
                 await self._device_plugin(key, obj, node)
             running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}

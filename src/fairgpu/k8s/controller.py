@@ -447,22 +447,26 @@ class Controller:
         node = engine.state.node_names[placement.node]
         gpus = engine.state.nodes[placement.node].gpus
         devices = [
-            hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-            for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+            hami.DeviceUse(gpus[s].uuid, hami.VENDOR, m, c)
+            for s, c, m in zip(placement.slots, placement.cores, placement.mem_mib, strict=True)
         ]
         self._attempts[key] = self._attempts.get(key, 0) + 1
         try:
             await asyncio.sleep(delay)
             if p is None:
                 raise BindError("pod disappeared before its bind")
-            await self.binder.bind(p, node, devices)
+            await self.binder.bind(p, node, devices, placement.segments)
             self._landed.add(key)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
         except (BindError, KubeError, RequestError) as err:
             self.stats.bind_failures += 1
-            outcome = GONE if p is None else await self._outcome(p, node, device_string(p, devices) if devices else "")
+            outcome = (
+                GONE
+                if p is None
+                else await self._outcome(p, node, device_string(p, devices, placement.segments) if devices else "")
+            )
             log.warning("bind %s failed (%s): %s", key, outcome, err)
             if outcome == LANDED:
                 self._landed.add(key)

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.state import ClusterState
@@ -22,28 +23,37 @@ class Resources:
         g = pod.gpu
         if g is None:
             return
-        if g.exclusive:
+        if pod.per_container:
+            self._per_container(pod, st, mask)
+            return
+        if g.exclusive and st.uniform_cores:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
                 mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
             else:
                 mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         else:
-            need = memory_need(g, st, r)
-            cores_free = st.gpu_cores_free[r]
-            ok = (
-                st.gpu_usable[r]
-                & ~st.gpu_exclusive[r]
-                & (st.gpu_tasks[r] < st.gpu_split[r])
-                & (cores_free >= g.cores)
-                & (st.gpu_mem_free[r] >= need)
-            )
-            if g.cores == 0:
-                ok &= cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
+            ok = card_ok(st, g, r)
             if pod.gpu_mutex:
                 ok &= st.gpu_tasks[r] == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
+
+    @staticmethod
+    def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:
+        """Nodes where HAMi's Fit finds every GPU container its cards in turn; the cards it picks stay in the
+        mask, so placing the pod on any kept node picks them again (framework/cardfit.py)."""
+        local = np.flatnonzero(mask.nodes)  # positions in the mask's rows
+        rows = np.arange(st.num_nodes)[mask.rows][local]
+        fits, picks = fit_containers(st, pod, rows, None if mask.slots is None else mask.slots[local])
+        kept = local[fits]
+        nodes = np.zeros(len(mask.nodes), dtype=bool)
+        nodes[kept] = True
+        slots = np.zeros((len(mask.nodes), st.gpu_valid.shape[1]), dtype=bool)
+        for p in picks:
+            slots[kept[:, None], p[fits]] = True
+        mask.restrict_nodes(nodes)
+        mask.restrict_slots(slots)
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
         """Each way a node can fail this filter, for explanations (a node counts under the first)."""
@@ -57,7 +67,7 @@ class Resources:
         if g is None:
             return out
         out.append(("too few GPUs", st.gpu_usable.sum(axis=1) < g.count))
-        if g.exclusive:
+        if g.exclusive and st.uniform_cores:
             out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
             return out
         need = memory_need(g, st)
@@ -70,7 +80,6 @@ class Resources:
         return out
 
 
-def memory_need(g: GpuRequest, st: ClusterState, rows: np.ndarray | slice = slice(None)) -> np.ndarray | int:
-    """MiB a shared-GPU request needs on each card (of these nodes): its gpumem, else its percentage of
-    each card's memory."""
-    return g.mem_mib if g.mem_mib else st.gpu_mem_cap[rows] * g.mem_pct // 100
+def memory_need(g: GpuRequest, st: ClusterState) -> np.ndarray | int:
+    """MiB a shared-GPU request needs on each card: its gpumem, else its percentage of each card's memory."""
+    return g.mem_mib if g.mem_mib else st.gpu_mem_cap * g.mem_pct // 100
