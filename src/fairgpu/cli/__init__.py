@@ -1,6 +1,6 @@
 """The `fairgpu` command: one module per command group, each registering on the app in base.py."""
 
-from fairgpu.cli import builtins, fill_experiment, imports, run, simulate  # noqa: F401  (they register commands)
+from fairgpu.cli import builtins, fill_experiment, imports, run, simulate, twin  # noqa: F401  (they register commands)
 from fairgpu.cli.base import app
 from fairgpu.k8s import kubectl
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +11,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.cli.base import app, fail
 from fairgpu.errors import FairgpuError, InputError
 from fairgpu.k8s.identity import FAIRGPU_SA
+from fairgpu.twin.writer import TraceWriter
 
 
 @app.command("run")
@@ -54,6 +56,11 @@ def run_cmd(
         str | None,
         typer.Option(help="HAMi's device config (device-config.yaml or its ConfigMap): names, defaults, lock expiry."),
     ] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Record what the engine sees and decides to this trace (docs/twin.md).")
+    ] = None,
+    record_max_mb: Annotated[float, typer.Option(help="Rotate the trace past this size.")] = 100.0,
+    record_keep: Annotated[int, typer.Option(help="Rotated traces kept (FILE.1 … FILE.N).")] = 3,
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
@@ -91,10 +98,14 @@ def run_cmd(
     except FairgpuError as err:
         raise fail(str(err)) from err
     trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    try:
+        writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
+    except InputError as err:
+        raise fail(str(err)) from err
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, listen, tls, trust, hami))
+        asyncio.run(live.run(*args, listen, tls, trust, hami, writer))
     except KeyboardInterrupt:
         pass
     except Exception as err:

@@ -24,6 +24,7 @@ from fairgpu.cli.base import (
     option_duration,
 )
 from fairgpu.cli.tables import print_comparison
+from fairgpu.cli.twin import replay_recorded
 from fairgpu.errors import InputError, ScenarioError
 from fairgpu.framework.explain import Explanation
 from fairgpu.sim import export, traces
@@ -52,7 +53,9 @@ def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpu
         if gpus is None:
             raise ScenarioError("--trace philly:FILE.csv needs --gpus N")
         return traces.load_philly(Path(path), gpus)
-    raise ScenarioError(f"--trace: {trace!r} must be openb:PODS.csv or philly:FILE.csv")
+    if kind == "fairgpu":
+        return traces.load_fairgpu(Path(path))
+    raise ScenarioError(f"--trace: {trace!r} must be openb:PODS.csv, philly:FILE.csv or fairgpu:TRACE.jsonl")
 
 
 @app.command("simulate")
@@ -64,7 +67,12 @@ def simulate_cmd(
         list[str] | None,
         typer.Option(help="Profile name or YAML file; repeat to compare.", show_default="kube-default, fairgpu"),
     ] = None,
-    trace: Annotated[str | None, typer.Option(help="openb:PODS.csv or philly:FILE.csv")] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="openb:PODS.csv, philly:FILE.csv, or fairgpu:TRACE.jsonl (recorded).")
+    ] = None,
+    queues: Annotated[
+        Path | None, typer.Option(help="With a fairgpu trace: replay it under these queues too (YAML).")
+    ] = None,
     nodes: Annotated[Path | None, typer.Option(help="Node CSV for an openb trace.")] = None,
     gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs for a philly trace.")] = None,
     horizon: Annotated[
@@ -87,7 +95,14 @@ def simulate_cmd(
     port: Annotated[int, typer.Option(help="Dashboard port, with --serve.")] = 8080,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
+    if trace is not None and trace.startswith("fairgpu:"):
+        if scenario or nodes or gpus or explain or workloads or serve:
+            raise fail("--trace fairgpu:FILE goes with --queues, --profile, --horizon, --report and --json only")
+        replay_recorded(trace.partition(":")[2], queues, profile or [], horizon, report, as_json)
+        return
     try:
+        if queues is not None:
+            raise ScenarioError("--queues goes with --trace fairgpu:FILE")
         with status("loading trace" if trace else "loading scenario"):
             sc = _load_input(scenario, trace, nodes, gpus)
         h = option_duration("--horizon", horizon) if horizon is not None else None

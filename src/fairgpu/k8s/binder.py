@@ -165,7 +165,8 @@ class Binder:
                 await asyncio.sleep(pause)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), pause)
+                    async with asyncio.timeout(pause):  # not wait_for: it can lose a cancellation (3.11)
+                        await changed.wait()
                     news = True
             pause = min(1.0, pause * 2)
 
