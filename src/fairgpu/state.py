@@ -121,8 +121,10 @@ class ClusterState:
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
-        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed.
+        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed;
+        # `version` on every one anywhere, so they see in one comparison that nothing did.
         self.node_version = np.zeros(n, dtype=np.int64)
+        self.version = 0
         self._ledger: dict[str, Placement] = {}
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
@@ -134,6 +136,7 @@ class ClusterState:
         for name in _SHARED:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
+        new.version = self.version
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
@@ -341,28 +344,29 @@ class ClusterState:
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
         self.node_version[i] += 1
+        self.version += 1
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
             return
-        s = np.asarray(p.slots, dtype=np.intp)
-        cores = np.asarray(p.cores, dtype=np.int64)
-        rows = np.full(len(s), i, dtype=np.intp)
-        np.add.at(self.gpu_cores_free, (rows, s), sign * cores)
-        self.node_cores_free[i] += sign * int(cores.sum())
-        np.add.at(self.gpu_mem_free, (rows, s), sign * np.asarray(p.mem_mib, dtype=np.int64))
-        np.add.at(self.gpu_tasks, (rows, s), -sign)
-        whole = (cores >= GPU_CORES) & self.gpu_whole[i, s]
-        self.gpu_exclusive[i, s[whole]] = sign < 0
+        idle = int(self.node_idle_gpus[i])
+        # a pod takes a few cards (one card may hold several of its containers): scalar steps are cheaper
+        for s, cores, mem in zip(p.slots, p.cores, p.mem_mib, strict=True):
+            self.gpu_cores_free[i, s] += sign * cores
+            self.node_cores_free[i] += sign * cores
+            self.gpu_mem_free[i, s] += sign * mem
+            self.gpu_tasks[i, s] -= sign
+            if cores >= GPU_CORES and self.gpu_whole[i, s]:
+                self.gpu_exclusive[i, s] = sign < 0
+            now = bool(self.gpu_tasks[i, s] == 0 and self.gpu_healthy[i, s])
+            idle += int(now) - int(self.gpu_idle[i, s])
+            self.gpu_idle[i, s] = now
+        self.node_idle_gpus[i] = idle
         for slot, c in zip(p.slots, p.mig, strict=False):
             if c != -1 and sign < 0:
                 self.mig_busy[i, slot] |= self.mig_slices(i, slot, c)
             elif c != -1:  # the slices the rest of the ledger still holds (a MIG_WHOLE entry overlaps others)
                 self.mig_busy[i, slot] = self._mig_held(i, slot)
-        u = np.unique(s)
-        idle = (self.gpu_tasks[i, u] == 0) & self.gpu_healthy[i, u]
-        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, u].sum())
-        self.gpu_idle[i, u] = idle
 
     # -- checks -------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
