@@ -228,7 +228,7 @@ def test_live_mig_cards_get_hamis_profiles_and_reservations_in_a_mixed_cluster(f
             "status": {"phase": "Running"},
         }  # fmt: skip
         await port.create(PODS, foreign, "a")
-        for name, mib in (("ten", "10000"), ("five", "5000"), ("twenty", "20000")):
+        for name, mib in (("ten", "10000"), ("five", "5000")):
             await port.create(PODS, _pod(name, "GPU-mig", [{gpu: "1", mem: mib}]), "a")
         await port.create(PODS, _pod("plain", "GPU-p0", [{gpu: "1", mem: "1000"}]), "a")
         kubelet_nodes = FakeNodes(port)
@@ -237,7 +237,11 @@ def test_live_mig_cards_get_hamis_profiles_and_reservations_in_a_mixed_cluster(f
         run = asyncio.create_task(ctl.run())
         try:
             await until(lambda: {"a/ten", "a/five", "a/plain"} <= set(kubelet_nodes.allocations), 30, "three pods")
-            await asyncio.sleep(0.5)  # the 20000 MiB pod stays pending
+            # created only now, so the order is certain: on an empty card a 3g.20gb fits at 0 and is legal; beside
+            # the 2g at 0 and the 1g at 3, with the HAMi pod's 3g at 4, no 3g placement is free and it stays pending
+            await port.create(PODS, _pod("twenty", "GPU-mig", [{gpu: "1", mem: "20000"}]), "a")
+            await until(lambda: "a/twenty" in ctl.pods.cache, 10, "the 20000 MiB pod to be seen")
+            await asyncio.sleep(1.5)  # a few passes of the controller's loop, which the new pod woke
             assert not kubelet_nodes.violations, kubelet_nodes.violations
             got = {o["metadata"]["name"]: o for o in (await port.list(PODS, "a"))[0]}
             assert not got["twenty"]["spec"].get("nodeName")
