@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
+from fairgpu.model.pod import Workload
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
@@ -62,8 +63,13 @@ def _percentile(values: list[float], q: float) -> float | None:
 class Simulation:
     """One scenario under one profile, advanced event by event."""
 
-    def __init__(self, scenario: Scenario, profile: Profile, horizon: float | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, profile: Profile, horizon: float | None = None, declared_durations: bool = True
+    ) -> None:
+        """`declared_durations` False: the engine is not told how long workloads run (as on a cluster whose
+        pods carry no expected-runtime annotation) and learns it per queue; they still end when they end."""
         self.scenario = scenario
+        self.declared_durations = declared_durations
         self.profile = profile
         self.horizon = scenario.horizon if horizon is None else horizon
         self.tree = scenario.tree()
@@ -107,10 +113,10 @@ class Simulation:
             while events and events[0][0] == now:
                 _, kind, _, name, payload = heapq.heappop(events)
                 if kind == _SUBMIT:
-                    sched.submit(self.by_name[name])
+                    sched.submit(self._declared(name))
                 elif kind == _FINISH:
                     if sched.state_of(name) == "running" and payload == self._run[name]:
-                        sched.remove(name)
+                        sched.remove(name, finished_at=now)
                         self.completed[self.by_name[name].queue] += 1
                 else:
                     self._evicted(now, name, payload)
@@ -148,7 +154,12 @@ class Simulation:
         self.lost_gpu_seconds[wl.queue] += held * (now - self.starts[name])  # no checkpoint: all of it
         self.sched.remove(name)
         self.starts.pop(name, None)
-        self.sched.submit(wl)
+        self.sched.submit(self._declared(name))
+
+    def _declared(self, name: str) -> Workload:
+        """The workload as the engine is told of it."""
+        wl = self.by_name[name]
+        return wl if self.declared_durations else replace(wl, duration=None)
 
     def run(self) -> SimResult:
         """Run to the horizon and report."""
@@ -233,5 +244,7 @@ class Simulation:
         return rows
 
 
-def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
-    return Simulation(scenario, profile, horizon).run()
+def simulate(
+    scenario: Scenario, profile: Profile, horizon: float | None = None, declared_durations: bool = True
+) -> SimResult:
+    return Simulation(scenario, profile, horizon, declared_durations).run()
