@@ -167,10 +167,12 @@ class Controller:
         self._engine_changed = True
         self.wake.set()
 
-    def _drop(self, name: str, pods: dict[str, PodInfo], elsewhere: Set[str] = frozenset()) -> None:
+    def _drop(
+        self, name: str, pods: dict[str, PodInfo], elsewhere: Set[str] = frozenset(), finished_at: float | None = None
+    ) -> None:
         assert self.book is not None
         self._undoing.discard(name)
-        self.book.drop(name, pods, elsewhere)
+        self.book.drop(name, pods, elsewhere, finished_at)
 
     def _fence(self) -> None:
         """Raise unless this replica still leads for long enough to send a Binding."""
@@ -350,7 +352,9 @@ class Controller:
                 if name in self._failed or any(k in self.inflight for k in self.members[name]):
                     self._dirty.add(key)  # look again once the workload's binds have finished
                 elif not book.shrunk(self.owned[key], pods):
-                    self._drop(self.owned[key], pods)
+                    # A member that succeeded ends the run: its length teaches the queue's duration estimate.
+                    done = self.clock() if p is not None and p.phase == "Succeeded" else None
+                    self._drop(self.owned[key], pods, finished_at=done)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
         found: dict[str, list[PodInfo]] = {}
