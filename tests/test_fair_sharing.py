@@ -146,3 +146,12 @@ def test_gang_starts_in_time_on_learned_estimates_when_no_duration_is_declared()
     longest = max(w.duration or 0.0 for w in sc.workloads if w.queue == "stream")
     assert gang.submit_time < res.starts[gang.name] <= gang.submit_time + longest
     assert res.evictions == 0  # the pessimistic estimate let nothing backfill that then overran
+
+
+def test_gang_starvation_jain_covers_only_the_gangs_wait():
+    # Both queues are backlogged together only while the gang waits for its nodes to drain, holding nothing:
+    # Jain's index there is exactly 0.5 for any scheduler that does not evict, and says nothing else.
+    sc, res = run("gang-starvation", "fairgpu")
+    gang = next(w for w in sc.workloads if w.queue == "training")
+    assert res.jain_window_s == pytest.approx(res.starts[gang.name] - gang.submit_time)
+    assert res.jain_index == pytest.approx(0.5)

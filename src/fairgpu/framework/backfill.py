@@ -37,7 +37,8 @@ def settle_due(
             if entry.terminating or not res.exclude[[p.node for p in entry.placed]].any():
                 continue
             if res.workload not in entry.backfilled:
-                draining = True
+                # the plan counted on it having left by now
+                draining |= not res.fit.waits_for.isdisjoint(entry.workload.pod_names[: len(entry.placed)])
                 continue
             held = preempting.accounting.charge_of(entry.workload.pods[: len(entry.placed)])
             reason = f"backfilled past its expected end into the nodes reserved for {res.workload}"

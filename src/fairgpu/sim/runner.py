@@ -30,6 +30,7 @@ class SimResult:
     utilization: float
     fairness_error: float
     jain_index: float | None
+    jain_window_s: float  # the time jain_index averages over: at least two leaf queues backlogged
     evictions: int
     time_to_fair_share_s: dict[str, Any]
     queues: dict[str, dict[str, Any]]
@@ -48,6 +49,7 @@ class SimResult:
             "utilization": self.utilization,
             "fairness_error": self.fairness_error,
             "jain_index": self.jain_index,
+            "jain_window_s": self.jain_window_s,
             "evictions": self.evictions,
             "idle_gpu_hours": self.idle_gpu_hours,
             "time_to_fair_share_s": self.time_to_fair_share_s,
@@ -214,6 +216,7 @@ class Simulation:
             utilization=float(rec.allocated_gpu_seconds / capacity) if capacity else 0.0,
             fairness_error=float(rec.error_seconds / horizon),
             jain_index=float(rec.jain_seconds / rec.jain_time) if rec.jain_time else None,
+            jain_window_s=float(rec.jain_time),
             evictions=sum(self.preempted.values()),
             time_to_fair_share_s=rec.time_to_fair_share(),
             queues=queues,
