@@ -93,6 +93,13 @@ def simulate_cmd(
     serve: Annotated[bool, typer.Option("--serve", help="Replay into the web dashboard (first profile).")] = False,
     host: Annotated[str, typer.Option(help="Dashboard address, with --serve.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Dashboard port, with --serve.")] = 8080,
+    undeclared_durations: Annotated[
+        bool,
+        typer.Option(
+            "--undeclared-durations",
+            help="Do not tell the engine how long workloads run: it learns an estimate per queue.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
     if trace is not None and trace.startswith("fairgpu:"):
@@ -126,7 +133,8 @@ def simulate_cmd(
         # one cluster in the dashboard: the profile asked for first, else the fair one
         serve_mod.serve(sc, profiles[0] if profile else load_profile("fairgpu"), h, host, port)
         return
-    results = [replay_with_progress(Simulation(sc, p, horizon=h)) for p in profiles]
+    declared = not undeclared_durations
+    results = [replay_with_progress(Simulation(sc, p, horizon=h, declared_durations=declared)) for p in profiles]
     if report is not None:
         report_mod.write(report, sc, results)
         note(f"report written to {report.resolve()}")

@@ -146,9 +146,15 @@ class CarryOut:
         p = self.parsed.infos.get(key)
         return key in self._landed or (p is not None and p.node is not None and not p.terminal)
 
-    def drop(self, name: str, pods: dict[str, PodInfo], elsewhere: AbstractSet[str] = frozenset()) -> None:
+    def drop(
+        self,
+        name: str,
+        pods: dict[str, PodInfo],
+        elsewhere: AbstractSet[str] = frozenset(),
+        finished_at: float | None = None,
+    ) -> None:
         self._undoing.discard(name)
-        self._book().drop(name, pods, elsewhere)
+        self._book().drop(name, pods, elsewhere, finished_at)
 
     def _book(self) -> Holdings:
         assert self.book is not None
