@@ -13,7 +13,7 @@ from fairgpu import resources as r
 from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, gpu_request
-from fairgpu.model.constraints import POLICIES, gpu_policy_chain
+from fairgpu.model.constraints import POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration, gpu_policy_chain
 from fairgpu.model.node import MigTemplate
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
 from fairgpu.spec import parse_duration
@@ -40,6 +40,7 @@ class NodeInputs:
     cordon: str
     labels: dict
     unschedulable: bool
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of spec.taints
 
     @classmethod
     def of(cls, node: dict) -> NodeInputs:
@@ -52,6 +53,11 @@ class NodeInputs:
             annotations.get(hami.DEVICE_CORDON, ""),
             meta.get("labels") or {},
             bool((node.get("spec") or {}).get("unschedulable", False)),
+            tuple(
+                (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+                for t in (node.get("spec") or {}).get("taints") or []
+                if t.get("key") and t.get("effect") in TAINT_EFFECTS
+            ),
         )
 
 
@@ -95,6 +101,7 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
         labels=labels,
         split_count=max(1, split),
         schedulable=not inputs.unschedulable,
+        taints=tuple(Taint(k, v, e) for k, v, e in inputs.taints),
     )
 
 
@@ -202,6 +209,9 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         )
     selection, why = _selection(annotations)
     problems += why
+    constraints, why = _placement_rules(spec)
+    selection.update(constraints)
+    problems += why
     group = labels.get(POD_GROUP) or labels.get(SIG_POD_GROUP)
     try:
         min_members = int(labels.get(MIN_MEMBERS) or annotations.get(MIN_MEMBERS) or 1)
@@ -269,6 +279,51 @@ def _selection(annotations: dict[str, str]) -> tuple[dict, list[str]]:
     except ValueError as err:
         problems.append(f"metadata.annotations[{hami.GPU_POLICY}]: {err}")
     fields["numa_bind"] = hami.go_bool(annotations.get(hami.NUMA_BIND, "")) is True  # HAMi's assertNuma
+    return fields, problems
+
+
+def _placement_rules(spec: dict) -> tuple[dict, list[str]]:
+    """Where kube-scheduler would let the pod run: spec.nodeSelector, the required node affinity terms and
+    spec.tolerations, as PodSpec fields; what cannot be honoured is a problem (the pod is not scheduled),
+    never ignored: ignoring it could bind the pod where its owner excluded it."""
+    problems: list[str] = []
+    fields: dict = {}
+    selector = spec.get("nodeSelector") or {}
+    if isinstance(selector, dict):
+        fields["node_selector"] = tuple(sorted((str(k), str(v)) for k, v in selector.items()))
+    else:
+        problems.append("spec.nodeSelector: must be a map of label keys to values")
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = []
+    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+        at = f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+        if term.get("matchFields"):
+            problems.append(f"{at}.matchFields: not supported by fairgpu (use matchExpressions on node labels)")
+            continue
+        try:
+            terms.append(
+                tuple(
+                    MatchExpression(
+                        str(e.get("key", "")), str(e.get("operator", "")), tuple(map(str, e.get("values") or ()))
+                    )
+                    for e in term.get("matchExpressions") or []
+                )
+            )
+        except ValueError as err:
+            problems.append(f"{at}.matchExpressions: {err}")
+    fields["affinity"] = tuple(terms)
+    tolerations = []
+    for i, t in enumerate(spec.get("tolerations") or []):
+        try:
+            tolerations.append(
+                Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                           str(t.get("effect") or ""))
+            )  # fmt: skip
+        except ValueError as err:
+            problems.append(f"spec.tolerations[{i}]: {err}")
+    fields["tolerations"] = tuple(tolerations)
     return fields, problems
 
 
