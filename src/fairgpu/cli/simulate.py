@@ -19,8 +19,6 @@ from fairgpu.cli.base import (
     app,
     check_output,
     check_port,
-    fail,
-    note,
     option_duration,
 )
 from fairgpu.cli.tables import print_comparison
@@ -35,6 +33,7 @@ from fairgpu.sim.progress import replay_with_progress, status
 from fairgpu.sim.runner import Simulation
 from fairgpu.sim.scenario import Scenario
 from fairgpu.spec import format_duration, parse_duration
+from fairgpu.terminal import fail, note
 
 
 def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpus: int | None) -> Scenario:
