@@ -53,8 +53,10 @@ def test_duplicate_key_inside_a_flow_mapping(tmp_path: Path) -> None:
         (lambda d: d["cluster"]["nodes"][0].__setitem__("memory", 512), "cluster.nodes[0].memory: 512 needs a unit"),
         (lambda d: d["cluster"]["nodes"][0].__setitem__("gpu_memory", "80"), "cluster.nodes[0].gpu_memory: '80'"),
         (lambda d: d["workloads"][0]["requests"].__setitem__("memory", 512), "workloads[0].requests.memory: 512"),
+        (lambda d: d["queues"][0].__setitem__("guaranteed", {"memory": 512}), "queues[0].guaranteed: 512"),
+        (lambda d: d["queues"][1].__setitem__("limit", {"memory": "64"}), "queues[1].limit: '64'"),
     ],
-    ids=["node-memory", "gpu-memory", "request-memory"],
+    ids=["node-memory", "gpu-memory", "request-memory", "queue-guarantee", "queue-limit"],
 )
 def test_bare_memory_number_needs_a_unit(tmp_path: Path, where, needle: str) -> None:
     doc = small_doc()
