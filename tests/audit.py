@@ -3,10 +3,11 @@ fake apiserver's store history (every committed write, in order), its request lo
 and counts violations of what users rely on:
 - overcommit: at some moment the pods bound to a GPU (read from their HAMi records) exceed its cores,
   memory or task count;
-- partial_gangs: at the end, a gang runs with fewer than its minimum members (gangs the chaos itself cut,
-  by deleting a node under them, are not counted);
+- partial_gangs: at the end (after the run settled), a gang runs with fewer than its minimum members (gangs
+  the chaos itself cut, by deleting a node under them, are not counted);
 - non_leader_binds: a Binding written by a replica that was not the lease's holder at that moment;
-- lost_pods: at the end, a pod neither bound nor pending with a PodScheduled=False reason;
+- lost_pods: at the end (after the run settled), a pod neither bound nor pending with a PodScheduled=False
+  reason;
 - over_limit: at some moment a tenant's bound GPUs exceed its queue's limit;
 - unchecked_pods: a pod stored without every named admission webhook having allowed it and without the
   mutating webhook's user stamp (admitted while the webhook was down, say);
@@ -107,7 +108,23 @@ def audit(
         limit = limits.get(meta["namespace"])
         if limit is not None and tenant_gpus[meta["namespace"]] > limit + 1e-9:
             out.over_limit.append(f"rev {entry.rev}: {meta['namespace']} holds {tenant_gpus[meta['namespace']]:g}")
-    # The end state.
+    out.lost_pods, out.partial_gangs = end_state(store, cut_gangs)
+    # Bindings against the lease's holder at their moment (both from the request log, in commit order).
+    holder = None
+    for r in sorted(requests, key=lambda r: r["t"]):
+        if r["code"] >= 300:
+            continue
+        if "/leases" in r["path"] and r["verb"] in ("PUT", "POST"):
+            holder = r["agent"]
+        elif r["path"].endswith("/binding") and r["verb"] == "POST" and r["agent"] != holder:
+            out.non_leader_binds.append(f"{r['path']} by {r['agent']!r} while {holder!r} held the lease")
+    return out
+
+
+def end_state(store, cut_gangs: set[str]) -> tuple[list[str], list[str]]:
+    """(lost pods, partial gangs) in the store as it is now."""
+    lost: list[str] = []
+    partial: list[str] = []
     groups: dict[str, list[dict]] = defaultdict(list)
     for (_, plural, ns, _name), obj in store.objects.items():
         if plural != "pods":
@@ -119,19 +136,10 @@ def audit(
             continue
         conds = (obj.get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") for c in conds):
-            out.lost_pods.append(f"{ns}/{obj['metadata']['name']}")
+            lost.append(f"{ns}/{obj['metadata']['name']}")
     for gid, members in groups.items():
         need = int((members[0]["metadata"]["labels"]).get(MIN, "1"))
         running = sum(1 for m in members if _running(m))
         if 0 < running < need and gid not in cut_gangs:
-            out.partial_gangs.append(f"{gid}: {running} of {need} run")
-    # Bindings against the lease's holder at their moment (both from the request log, in commit order).
-    holder = None
-    for r in sorted(requests, key=lambda r: r["t"]):
-        if r["code"] >= 300:
-            continue
-        if "/leases" in r["path"] and r["verb"] in ("PUT", "POST"):
-            holder = r["agent"]
-        elif r["path"].endswith("/binding") and r["verb"] == "POST" and r["agent"] != holder:
-            out.non_leader_binds.append(f"{r['path']} by {r['agent']!r} while {holder!r} held the lease")
-    return out
+            partial.append(f"{gid}: {running} of {need} run")
+    return lost, partial

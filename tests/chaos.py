@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from audit import GROUP, MIN, REGISTER, audit
+from audit import GROUP, MIN, REGISTER, audit, end_state
 from chaos_webhook import POD_WEBHOOKS, ChaosWebhook
 from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
@@ -90,6 +90,7 @@ def workload(rng: random.Random, tenant: str, i: int) -> list[dict]:
 # -- the run --------------------------------------------------------------------------------------------
 STOP_S = 5.0  # a cancelled replica has stopped within this long, or is reported stuck
 RETRY_S = 0.5  # a pod refused while the webhook is down is created again after this long
+SETTLE_S = 30.0  # after the run, without faults, the replicas finish what is under way for at most this long
 
 
 @dataclass
@@ -324,8 +325,19 @@ class Run:
             await asyncio.sleep(0.1)
         return time.monotonic() - started
 
-    async def teardown(self) -> None:
+    async def settle(self) -> None:
+        """Arrivals and faults stop, and the replicas get up to SETTLE_S to finish what is under way (a gang is
+        bound member by member; a new pod waits for its first explanation) before the end state is judged, as
+        a run cut at its limit may be caught mid-way. What is still wrong after that is a violation."""
         self.fake.control("clear-faults")
+        end = time.monotonic() + SETTLE_S
+        while time.monotonic() < end:
+            lost, partial = await on_fake(self.fake, lambda: end_state(self.store, self.cut_gangs))
+            if not lost and not partial:
+                return
+            await asyncio.sleep(0.5)
+
+    async def teardown(self) -> None:
         for r in self.replicas:
             await _stop(r, self.stuck)
         if self.restarting is not None:
@@ -359,12 +371,13 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     run = Run(fake, kubeconfig, c, port, hook)
     elapsed, finished = c.limit_s, False
     try:
-        # The loop bounds itself; this bounds an await inside it that would not end.
-        async with asyncio.timeout(c.limit_s + 30):
-            elapsed = await run.drive()
-            finished = elapsed < c.limit_s
-    except TimeoutError:
-        run.stuck.append("the driver's loop overran its limit by 30 s")
+        try:  # the loop bounds itself; this bounds an await inside it that would not end
+            async with asyncio.timeout(c.limit_s + 30):
+                elapsed = await run.drive()
+                finished = elapsed < c.limit_s
+        except TimeoutError:
+            run.stuck.append("the driver's loop overran its limit by 30 s")
+        await run.settle()
     finally:
         await run.teardown()
         await asyncio.to_thread(hook.stop)

@@ -46,7 +46,8 @@ def test_a_pod_made_again_under_its_name_is_scheduled_afresh(fake_api, tmp_path)
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, *ctl._tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await ctl.carry.close()
             await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))

@@ -198,3 +198,21 @@ def test_queue_resources_as_kubectl_prints_them_are_accepted(trace, tmp_path):
     queues.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     result = runner.invoke(app, ["simulate", "--trace", f"fairgpu:{trace}", "--queues", str(queues), "--json"])
     assert result.exit_code == 0, result.output
+
+
+def test_record_refuses_a_bad_destination_before_connecting(tmp_path):
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
+    result = runner.invoke(app, ["record", str(tmp_path / "nope" / "t.jsonl"), "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2 and "OUT: folder" in result.output

@@ -20,7 +20,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, QUEUES
-from fairgpu.k8s.recording import PodTimes
+from fairgpu.k8s.recording import PodTimes, Watcher
 from fairgpu.k8s.translate import EXPECTED_RUNTIME, MIN_MEMBERS, POD_GROUP, node_spec, pod_info
 from fairgpu.model import Workload
 from fairgpu.sim.recorded import read_fairgpu
@@ -138,8 +138,9 @@ class Requeue:
             task.add_done_callback(self.tasks.discard)
 
 
-def run_live(fake_api, tmp_path: Path) -> tuple[Figures, Path]:
-    trace = tmp_path / "trace.jsonl"
+def run_live(fake_api, tmp_path: Path) -> tuple[Figures, Path, Path]:
+    """The live run: (figures, the trace `run --record` wrote, the one `fairgpu record` wrote beside it)."""
+    trace, watched = tmp_path / "trace.jsonl", tmp_path / "watched.jsonl"
     manifests = {f"{m['metadata']['namespace']}/{m['metadata']['name']}": m for j in JOBS for m in j.manifests()}
     workload_of = {key: j.workload for j in JOBS for key in manifests if key.startswith(f"{j.ns}/{j.name}")}
 
@@ -159,7 +160,10 @@ def run_live(fake_api, tmp_path: Path) -> tuple[Figures, Path]:
         times = PodTimes(clock, "fairgpu")  # wired as `fairgpu run --record` wires it (k8s/app.py)
         times.attach(ctl.pods)
         ctl.observer = EngineRecorder(Recorder(writer, "run", "fairgpu", "fairgpu"), times.run_length)
-        tasks = [asyncio.create_task(t) for t in (kubelet.run(), requeue.informer.run(), ctl.run())]
+        outside = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc2")))  # a workstation's
+        watcher = Watcher(outside, TraceWriter(watched), clock=clock)
+        runs = (kubelet.run(), requeue.informer.run(), ctl.run(), watcher.run())
+        tasks = [asyncio.create_task(t) for t in runs]
         try:
             await until(lambda: ctl.stats.cycles > 0, 10, "the controller's first cycle")
             t0 = clock()
@@ -180,7 +184,9 @@ def run_live(fake_api, tmp_path: Path) -> tuple[Figures, Path]:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             writer.close()
+            watcher.recorder.close()
             await port.close()
+            await outside.close()
         hours: dict[str, float] = {f"team-{ns}": 0.0 for ns in "abc"}
         for key, runs in kubelet.runs.items():
             gpus = pod_info(manifests[key]).spec.gpu.count
@@ -192,27 +198,32 @@ def run_live(fake_api, tmp_path: Path) -> tuple[Figures, Path]:
                 gang_start[j.workload] = max(members)
         return Figures(hours, evicted, sorted(gang_start, key=gang_start.get))
 
-    return asyncio.run(asyncio.wait_for(go(), 60)), trace
+    return asyncio.run(asyncio.wait_for(go(), 60)), trace, watched
 
 
 def test_live_simulated_and_replayed_runs_agree(fake_api, tmp_path):
     profile = load_profile("fairgpu")
     sim = Simulation(scenario(), profile).run()
     simulated = sim_figures(sim)
-    live, trace = run_live(fake_api, tmp_path)
+    live, trace, watched = run_live(fake_api, tmp_path)
     recorded = read_fairgpu(trace)
     replay = sim_figures(Simulation(recorded.scenario, profile, horizon=6 * 3600.0).run())
+    passive = read_fairgpu(watched)  # `fairgpu record` names no profile: the replay is told which
+    assert passive.profile == "" and len(passive.scenario.workloads) == len(JOBS)
+    rewatched = sim_figures(Simulation(passive.scenario, profile, horizon=6 * 3600.0).run())
 
-    print(f"\n{'queue':8} {'live':>8} {'simulated':>10} {'replayed':>9}  GPU-hours")
+    runs = {"live": live, "simulated": simulated, "replayed": replay, "replayed (record)": rewatched}
+    print("\nGPU-hours " + "".join(f"{k:>19}" for k in runs))
     for q in simulated.gpu_hours:
-        print(f"{q:8} {live.gpu_hours[q]:8.3f} {simulated.gpu_hours[q]:10.3f} {replay.gpu_hours[q]:9.3f}")
-    print(f"preempted: {sorted(live.preempted)} | {sorted(simulated.preempted)} | {sorted(replay.preempted)}")
-    print(f"gangs: {live.gang_order} | {simulated.gang_order} | {replay.gang_order}")
+        print(f"{q:10}" + "".join(f"{f.gpu_hours[q]:19.3f}" for f in runs.values()))
+    for k, f in runs.items():
+        print(f"{k}: preempted {sorted(f.preempted)}, gangs in order {f.gang_order}")
 
     assert all(v["completed"] == v["submitted"] for v in sim.queues.values())  # the scenario runs to its end
     assert simulated.preempted, "the scenario must preempt, or the check proves nothing"
     for q, hours in simulated.gpu_hours.items():
         assert abs(live.gpu_hours[q] - hours) <= TOLERANCE * hours, (q, live.gpu_hours[q], hours)
-        assert abs(replay.gpu_hours[q] - live.gpu_hours[q]) <= TOLERANCE * live.gpu_hours[q], q
-    assert live.preempted == simulated.preempted == replay.preempted
-    assert live.gang_order == simulated.gang_order == replay.gang_order
+        for again in (replay, rewatched):
+            assert abs(again.gpu_hours[q] - live.gpu_hours[q]) <= TOLERANCE * live.gpu_hours[q], q
+    assert live.preempted == simulated.preempted == replay.preempted == rewatched.preempted
+    assert live.gang_order == simulated.gang_order == replay.gang_order == rewatched.gang_order

@@ -1,5 +1,5 @@
-"""The digital twin's commands: replaying a recorded trace beside what the cluster did (`simulate --trace
-fairgpu:FILE` lands here)."""
+"""The digital twin's commands: `record` (a trace of the cluster from a workstation), and replaying a recorded
+trace beside what the cluster did (`simulate --trace fairgpu:FILE` lands here)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,61 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 
 from fairgpu.catalog import builtin_profiles, load_profile
-from fairgpu.cli.base import check_output, fail, note, option_duration
+from fairgpu.cli.base import app, check_output, fail, note, option_duration
 from fairgpu.errors import InputError, ScenarioError
 from fairgpu.sim import report as report_mod
 from fairgpu.sim import twin
 from fairgpu.sim.progress import replay_with_progress, status
 from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import Simulation
+from fairgpu.twin.writer import TraceWriter
+
+
+@app.command("record")
+def record_cmd(
+    out: Annotated[Path, typer.Argument(help="The trace file (JSON lines, docs/twin.md).")],
+    kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig file; without it, the in-cluster account.")] = None,
+    scheduler_name: Annotated[str, typer.Option(help="Record the pods with this spec.schedulerName.")] = "fairgpu",
+    record_max_mb: Annotated[float, typer.Option(help="Rotate the trace past this size.")] = 100.0,
+    record_keep: Annotated[int, typer.Option(help="Rotated traces kept (FILE.1 … FILE.N).")] = 3,
+) -> None:
+    """Record what the cluster's scheduler sees (nodes, queues, arrivals, starts, ends) to a trace, scheduling
+    nothing, until interrupted; replay it with `simulate --trace fairgpu:FILE --profile P`."""
+    import asyncio
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.kubeconfig import check_kubeconfig
+    from fairgpu.k8s.recording import Watcher
+
+    try:
+        check_kubeconfig(kubeconfig)
+        writer = TraceWriter(out, int(record_max_mb * (1 << 20)), record_keep, "OUT")
+    except InputError as err:
+        raise fail(str(err)) from err
+
+    async def go() -> None:
+        port = await KubeClient.connect(kubeconfig)
+        try:
+            await Watcher(port, writer, scheduler_name).run()
+        finally:
+            await port.close()
+
+    note(f"recording to {out.resolve()}; Ctrl-C stops")
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:
+        raise fail(f"{type(err).__name__}: {err}") from err
+    finally:
+        writer.close()
 
 
 def replay_recorded(

@@ -10,7 +10,8 @@ from collections.abc import Set as AbstractSet
 
 from fairgpu.errors import RequestError, StateError
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.k8s.translate import PodInfo, hold, holdings
+from fairgpu.k8s.records import hold, holdings
+from fairgpu.k8s.translate import PodInfo
 from fairgpu.k8s.workloads import Batch, queue_for, workload_of
 from fairgpu.state import Placement
 

@@ -269,7 +269,9 @@ def load_philly(path: Path, gpus: int) -> Scenario:
         raise ScenarioError(f"{path}: no jobs")
     _unique(path, "vc, job_seq", names)
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
-    horizon = max(w.submit_time for w in workloads)
+    # up to the last arrival (the trace's span); a trace whose jobs all arrive at once runs until the
+    # longest would end alone, not for no time at all
+    horizon = max(w.submit_time for w in workloads) or max(w.duration or 0.0 for w in workloads)
     return Scenario(f"philly:{path.name}", horizon, nodes, queues, workloads, f"Philly VC trace on {gpus} GPUs")
 
 

@@ -34,6 +34,7 @@ class Seen:
     # How long the pods of a workload that stopped ran, where the driver can tell (the controller: from the
     # kubelet's start to the pods' exit); else a run lasts from its start to its end record.
     ran: Callable[[Sequence[str]], float | None] | None = None
+    deleted: Collection[str] = ()  # gone while running because their pods were deleted, not because they exited
 
 
 class Recorder:
@@ -64,7 +65,8 @@ class Recorder:
         # Gone, or back to pending (evicted and resubmitted under the same name between two instants).
         for name in sorted(((self._pending | was_running) - held) | (was_running & pending)):
             ran = name in was_running
-            outcome = "evicted" if name in self._evicting else "finished" if ran else "withdrawn"
+            evicted = name in self._evicting or name in seen.deleted
+            outcome = "evicted" if evicted else "finished" if ran else "withdrawn"
             end: dict[str, Any] = {"kind": "end", "t": t, "workload": name, "outcome": outcome}
             length = seen.ran(self._submits[name]["pod_names"]) if seen.ran is not None and ran else None
             if length is not None:

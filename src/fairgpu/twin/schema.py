@@ -26,7 +26,6 @@ from fairgpu.spec import QueueDoc, Strict, validation_message
 
 SCHEMA = "fairgpu-trace"
 VERSION = 1
-OUTCOMES = ("finished", "evicted", "withdrawn")
 
 
 class GpuDoc(Strict):

@@ -16,16 +16,17 @@ MIN_BYTES = 64 * 1024  # smaller than a snapshot of a big cluster, a file would 
 
 
 class TraceWriter:
-    def __init__(self, path: Path, max_bytes: int = 100 << 20, keep: int = 3) -> None:
+    def __init__(self, path: Path, max_bytes: int = 100 << 20, keep: int = 3, option: str = "--record") -> None:
+        """`option` names the path in errors (the command-line option or argument it came from)."""
         if max_bytes < MIN_BYTES:
             raise InputError(f"--record-max-mb: at least {MIN_BYTES / (1 << 20):g} MB")
         if keep < 0:
             raise InputError("--record-keep: must not be negative")
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
-            raise InputError(f"--record: folder {folder} does not exist")
+            raise InputError(f"{option}: folder {folder} does not exist")
         if path.is_dir():
-            raise InputError(f"--record: {path} is a folder; give a file name")
+            raise InputError(f"{option}: {path} is a folder; give a file name")
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
         self.rotations = 0
         if path.exists():  # an earlier run's trace is kept, not appended to: each file has one header
