@@ -5,6 +5,7 @@ and the longest wait of a gang (a workload of more than one pod). `--table` prin
 
     .venv/bin/python bench/fair_full.py --table
     .venv/bin/python bench/fair_full.py --scenario demo --scenario philly
+    .venv/bin/python bench/fair_full.py --undeclared-durations   # the engine learns run times per queue
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ def scenario(name: str) -> tuple[Scenario, float | None]:
     return load(name), None
 
 
-def row(name: str, profile: str) -> dict[str, object]:
+def row(name: str, profile: str, declared: bool = True) -> dict[str, object]:
     sc, horizon = scenario(name)
-    res = simulate(sc, load_profile(profile), horizon)
+    res = simulate(sc, load_profile(profile), horizon, declared_durations=declared)
     gangs = [w for w in sc.workloads if len(w.pods) > 1 and w.submit_time <= res.horizon_s]
     waits = [res.starts.get(w.name, res.horizon_s) - w.submit_time for w in gangs]
     return {
@@ -39,6 +40,7 @@ def row(name: str, profile: str) -> dict[str, object]:
         "utilization": round(res.utilization, 4),
         "fairness_error": round(res.fairness_error, 4),
         "jain_index": None if res.jain_index is None else round(res.jain_index, 4),
+        "jain_window_s": round(res.jain_window_s),
         "evictions": res.evictions,
         "gang_wait_max_s": round(max(waits), 1) if waits else None,
         "idle_gpu_hours": {k: round(v, 2) for k, v in res.idle_gpu_hours.items() if v >= 0.005},
@@ -49,12 +51,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", action="append", help="built-in name or 'philly' (default: all of them)")
     ap.add_argument("--table", action="store_true", help="one Markdown table instead of JSON lines")
+    ap.add_argument("--undeclared-durations", action="store_true", help="the engine is told no run times")
     args = ap.parse_args()
     names = args.scenario or [*sorted(builtin_scenarios()), "philly"]
     rows = []
     for name in names:
         for profile in PROFILES:
-            rows.append(row(name, profile))
+            rows.append(row(name, profile, not args.undeclared_durations))
             if not args.table:
                 print(json.dumps(rows[-1]), flush=True)
     if args.table:
