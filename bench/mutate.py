@@ -43,7 +43,8 @@ TARGETS = (
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
 SKIP_TESTS = ("test_dashboard.py", "test_live_dashboard.py", "test_grafana.py", "test_deploy.py")
-UNDECIDED = ("survived", "uncovered", "capped", "error")  # each wants a test or an argument
+# each wants a test or an argument; "pending" survived its fast tests and waits for the slow pass
+UNDECIDED = ("survived", "uncovered", "capped", "error", "pending")
 # Left out of the coverage run, so no mutant runs them. The full fill's policy code runs in a process pool,
 # whose coverage is lost, so tracing only slows it (by tens of minutes); the docs' commands replay real
 # traces through the CLI, minutes each when traced, over engine code the scenario and trace tests run too.
@@ -51,7 +52,7 @@ NOT_TRACED = (
     "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
     "tests/test_docs.py::test_doc_command_runs",
 )
-OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error")
+OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error", "pending")
 
 FLIP: dict[type, type] = {
     ast.Add: ast.Sub,
@@ -357,6 +358,38 @@ def summarize(results: list[dict[str, object]], total: int) -> dict[str, object]
     }
 
 
+def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
+    """One mutant against these tests (fastest first, stopping at the first failure)."""
+    # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop slower is
+    # not killed by the clock alone.
+    wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
+    answer = worker.run(m, tests, min(wanted, cap))
+    if answer["outcome"] == "timeout" and wanted > cap:
+        answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
+    return answer
+
+
+def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
+    """--mutant FILE:INDEX: run that mutant of the working tree against --test (default: the tests that cover
+    it, by the cached coverage run) and print the outcome; nothing is recorded. To check that a new test kills
+    a survivor."""
+    file, _, index = args.mutant.rpartition(":")
+    m = next((m for m in every if m.file == file and m.index == int(index)), None)
+    if m is None:
+        sys.exit(f"--mutant: no mutant {args.mutant} (see --survivors for FILE:INDEX)")
+    scratch = scratch_copy(REPO)
+    tests = args.test
+    if not tests:
+        all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
+        lines, seconds = coverage_map(scratch, all_files, args.state)
+        tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+    worker = Worker(scratch)
+    answer = worker.run(m, tests, args.cap)
+    worker.close()
+    shutil.rmtree(scratch)
+    print(json.dumps({"mutant": f"{m.file}:{m.line} [{m.index}] {m.what}", "tests": len(tests), **answer}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", default=[], help="modules whose path contains this (repeatable)")
@@ -365,6 +398,16 @@ def main() -> None:
     ap.add_argument("--state", type=Path, default=REPO / "out" / "mutate", help="coverage cache and results")
     ap.add_argument("--survivors", action="store_true", help="list the survivors recorded so far and stop")
     ap.add_argument("--cap", type=float, default=900, help="at most this many seconds per mutant")
+    ap.add_argument(
+        "--slow",
+        type=float,
+        default=2.0,
+        help="a test that took longer than this in the coverage run is slow: every mutant's fast tests run "
+        "first, the slow ones only for the mutants that survive those, in a second pass",
+    )
+    ap.add_argument("--fast-only", action="store_true", help="stop after the first pass (resume later)")
+    ap.add_argument("--mutant", help="FILE:INDEX: run this one mutant of the working tree and print the outcome")
+    ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
     files = sorted(
         str(p.relative_to(REPO))
@@ -382,12 +425,15 @@ def main() -> None:
         print(json.dumps({"total": len(every), "per_module": counts}))
         return
     args.state.mkdir(parents=True, exist_ok=True)
+    if args.mutant:
+        _one(args, every)
+        return
     log = args.state / "results.jsonl"
     done = {}
     if log.exists():
         for line in log.read_text().splitlines():
             r = json.loads(line)
-            done[r["key"]] = r
+            done[r["key"]] = r  # a later line (the slow pass) supersedes an earlier one
     if args.survivors:
         for m in every:
             r = done.get(m.key)
@@ -398,36 +444,55 @@ def main() -> None:
     scratch = scratch_copy(REPO)
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
     lines, seconds = coverage_map(scratch, all_files, args.state)
-    todo = [m for m in every if m.key not in done]
-    print(f"{len(every)} mutants, {len(every) - len(todo)} already done", file=sys.stderr, flush=True)
-    worker = Worker(scratch) if todo else None
-    began = time.monotonic()
+    fresh = [m for m in every if m.key not in done]
+    pending = [] if args.fast_only else [m for m in every if done.get(m.key, {}).get("outcome") == "pending"]
+    print(
+        f"{len(every)} mutants: {len(fresh)} to run, then the slow tests of those pending ({len(pending)} now)",
+        file=sys.stderr,
+        flush=True,
+    )
+    worker = Worker(scratch)
     with log.open("a") as out:
-        for n, m in enumerate(todo, 1):
-            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
-            if not tests:
-                answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
-            else:
-                # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop
-                # slower is not killed by the clock alone.
-                wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
-                assert worker is not None
-                answer = worker.run(m, tests, min(wanted, args.cap))
-                if answer["outcome"] == "timeout" and wanted > args.cap:
-                    answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
-            r = {**asdict(m), "key": m.key, "tests": len(tests), **answer}
+
+        def record(m: Mutant, stage: str, tests: list[str], answer: dict[str, object]) -> None:
+            r = {**asdict(m), "key": m.key, "stage": stage, "slow_after": args.slow, "tests": len(tests), **answer}
             done[m.key] = r
             out.write(json.dumps(r) + "\n")
             out.flush()
-            eta = (time.monotonic() - began) / n * (len(todo) - n) / 60
+
+        def progress(stage: str, n: int, todo: int, began: float, m: Mutant, r: dict[str, object]) -> None:
+            eta = (time.monotonic() - began) / n * (todo - n) / 60
             print(
-                f"[{n}/{len(todo)} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s {len(tests):4} tests "
+                f"[{stage} {n}/{todo} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s {r['tests']:4} tests "
                 f"{r['mode']} {m.file}:{m.line} {m.what}",
                 file=sys.stderr,
                 flush=True,
             )
-    if worker is not None:
-        worker.close()
+
+        began = time.monotonic()
+        for n, m in enumerate(fresh, 1):
+            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+            fast = [t for t in tests if seconds.get(t, 60.0) <= args.slow]
+            if not tests:
+                answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
+            elif not fast:
+                answer = {"outcome": "pending", "seconds": 0.0, "mode": "-"}
+            else:
+                answer = _run(worker, m, fast, seconds, args.cap)
+                if answer["outcome"] == "survived" and len(fast) < len(tests):
+                    answer["outcome"] = "pending"
+            record(m, "fast", fast, answer)
+            progress("fast", n, len(fresh), began, m, done[m.key])
+            if answer["outcome"] == "pending" and not args.fast_only:
+                pending.append(m)
+        began = time.monotonic()
+        for n, m in enumerate(pending, 1):
+            slow_after = float(done[m.key].get("slow_after", args.slow))
+            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+            slow = [t for t in tests if seconds.get(t, 60.0) > slow_after]
+            record(m, "slow", slow, _run(worker, m, slow, seconds, args.cap))
+            progress("slow", n, len(pending), began, m, done[m.key])
+    worker.close()
     shutil.rmtree(scratch)
     print(json.dumps(summarize([done[m.key] for m in every], len(every))))
 
