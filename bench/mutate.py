@@ -23,6 +23,7 @@ import argparse
 import ast
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -369,6 +370,11 @@ def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float],
     return answer
 
 
+def _ran_upto(r: dict[str, object]) -> float:
+    """The bound up to which a pending mutant's tests have run."""
+    return float(r.get("ran_upto", r.get("slow_after", 0.0)))  # type: ignore[arg-type]
+
+
 def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
     """--mutant FILE:INDEX: run that mutant of the working tree against --test (default: the tests that cover
     it, by the cached coverage run) and print the outcome; nothing is recorded. To check that a new test kills
@@ -399,13 +405,12 @@ def main() -> None:
     ap.add_argument("--survivors", action="store_true", help="list the survivors recorded so far and stop")
     ap.add_argument("--cap", type=float, default=900, help="at most this many seconds per mutant")
     ap.add_argument(
-        "--slow",
-        type=float,
-        default=2.0,
-        help="a test that took longer than this in the coverage run is slow: every mutant's fast tests run "
-        "first, the slow ones only for the mutants that survive those, in a second pass",
+        "--tiers",
+        default="0.5,5",
+        help="passes, by each test's time in the coverage run (s): every mutant runs its tests up to the first "
+        "bound, then the survivors their tests up to the next, ..., then the rest",
     )
-    ap.add_argument("--fast-only", action="store_true", help="stop after the first pass (resume later)")
+    ap.add_argument("--upto", type=float, default=math.inf, help="stop after the pass with this bound (resume later)")
     ap.add_argument("--mutant", help="FILE:INDEX: run this one mutant of the working tree and print the outcome")
     ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
@@ -444,54 +449,46 @@ def main() -> None:
     scratch = scratch_copy(REPO)
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
     lines, seconds = coverage_map(scratch, all_files, args.state)
-    fresh = [m for m in every if m.key not in done]
-    pending = [] if args.fast_only else [m for m in every if done.get(m.key, {}).get("outcome") == "pending"]
+    bounds = [*(float(b) for b in args.tiers.split(",")), math.inf]
+    bounds = [b for b in bounds if b <= args.upto] or [args.upto]
+    # What each mutant has run so far: none, or its tests up to a bound ("pending"); a final outcome ends it.
+    ran = {m.key: -1.0 for m in every if m.key not in done}
+    ran.update((m.key, _ran_upto(done[m.key])) for m in every if done.get(m.key, {}).get("outcome") == "pending")
     print(
-        f"{len(every)} mutants: {len(fresh)} to run, then the slow tests of those pending ({len(pending)} now)",
+        f"{len(every)} mutants, {len(ran)} to run (of them {sum(v >= 0 for v in ran.values())} pending)",
         file=sys.stderr,
-        flush=True,
     )
     worker = Worker(scratch)
     with log.open("a") as out:
-
-        def record(m: Mutant, stage: str, tests: list[str], answer: dict[str, object]) -> None:
-            r = {**asdict(m), "key": m.key, "stage": stage, "slow_after": args.slow, "tests": len(tests), **answer}
-            done[m.key] = r
-            out.write(json.dumps(r) + "\n")
-            out.flush()
-
-        def progress(stage: str, n: int, todo: int, began: float, m: Mutant, r: dict[str, object]) -> None:
-            eta = (time.monotonic() - began) / n * (todo - n) / 60
-            print(
-                f"[{stage} {n}/{todo} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s {r['tests']:4} tests "
-                f"{r['mode']} {m.file}:{m.line} {m.what}",
-                file=sys.stderr,
-                flush=True,
-            )
-
-        began = time.monotonic()
-        for n, m in enumerate(fresh, 1):
-            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
-            fast = [t for t in tests if seconds.get(t, 60.0) <= args.slow]
-            if not tests:
-                answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
-            elif not fast:
-                answer = {"outcome": "pending", "seconds": 0.0, "mode": "-"}
-            else:
-                answer = _run(worker, m, fast, seconds, args.cap)
-                if answer["outcome"] == "survived" and len(fast) < len(tests):
-                    answer["outcome"] = "pending"
-            record(m, "fast", fast, answer)
-            progress("fast", n, len(fresh), began, m, done[m.key])
-            if answer["outcome"] == "pending" and not args.fast_only:
-                pending.append(m)
-        began = time.monotonic()
-        for n, m in enumerate(pending, 1):
-            slow_after = float(done[m.key].get("slow_after", args.slow))
-            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
-            slow = [t for t in tests if seconds.get(t, 60.0) > slow_after]
-            record(m, "slow", slow, _run(worker, m, slow, seconds, args.cap))
-            progress("slow", n, len(pending), began, m, done[m.key])
+        for bound in bounds:
+            todo = [m for m in every if m.key in ran and ran[m.key] < bound]
+            began = time.monotonic()
+            for n, m in enumerate(todo, 1):
+                tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+                these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
+                later = [t for t in tests if seconds.get(t, 60.0) > bound]
+                if not tests:
+                    answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
+                elif these:
+                    answer = _run(worker, m, these, seconds, args.cap)
+                else:
+                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-"}
+                if answer["outcome"] == "survived" and later:
+                    answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
+                    ran[m.key] = bound
+                else:
+                    del ran[m.key]
+                r = {**asdict(m), "key": m.key, "ran_upto": bound if later else None, "tests": len(these), **answer}
+                done[m.key] = r
+                out.write(json.dumps(r) + "\n")
+                out.flush()
+                eta = (time.monotonic() - began) / n * (len(todo) - n) / 60
+                print(
+                    f"[≤{bound:g}s {n}/{len(todo)} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s "
+                    f"{len(these):4} tests {r['mode']} {m.file}:{m.line} {m.what}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     worker.close()
     shutil.rmtree(scratch)
     print(json.dumps(summarize([done[m.key] for m in every], len(every))))
