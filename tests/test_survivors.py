@@ -90,3 +90,28 @@ def test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
     view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
     _fill(view, profile, [whole(1, cpu_m=16_000)] * 4, node=2)
     assert place_pod(whole(1, cpu_m=1000), view, profile).node == 1
+
+
+# -- fairness.py ---------------------------------------------------------------------------------------------------
+
+
+def _entitled_gpus(capacity: np.ndarray, queues: list[QueueSpec], demand: dict[str, np.ndarray]) -> dict[str, float]:
+    from fairgpu.fairness import entitlements
+
+    t = QueueTree(queues)
+    d = np.zeros((len(t), len(capacity)))
+    for name, v in demand.items():
+        d[t.index[name]] = v
+    ent = entitlements(t, capacity, d)
+    return {name: round(float(ent[t.index[name], 0]), 6) for name in demand}
+
+
+def _v(gpu: float, cpu: float = 0.0) -> np.ndarray:
+    return np.array([gpu, 0.0, cpu, 0.0])
+
+
+def test_a_guarantee_below_the_fair_share_is_a_floor_not_a_claim_on_the_whole_cluster():
+    """a (weight 1) is guaranteed 2 of 10 GPUs, b (weight 3) nothing; both want everything. a gets its 2
+    first, the other 8 go 1:3: a 4, b 6 — not a's whole demand because it holds a guarantee."""
+    queues = [QueueSpec("a", 1.0, _v(2, np.inf)), QueueSpec("b", 3.0)]
+    assert _entitled_gpus(_v(10, 100), queues, {"a": _v(10, 10), "b": _v(10, 50)}) == {"a": 4.0, "b": 6.0}
