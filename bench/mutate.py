@@ -376,24 +376,27 @@ def _ran_upto(r: dict[str, object]) -> float:
 
 
 def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
-    """--mutant FILE:INDEX: run that mutant of the working tree against --test (default: the tests that cover
-    it, by the cached coverage run) and print the outcome; nothing is recorded. To check that a new test kills
-    a survivor."""
-    file, _, index = args.mutant.rpartition(":")
-    m = next((m for m in every if m.file == file and m.index == int(index)), None)
-    if m is None:
-        sys.exit(f"--mutant: no mutant {args.mutant} (see --survivors for FILE:INDEX)")
+    """--mutant FILE:INDEX (repeatable): run those mutants of the working tree against --test (default: the
+    tests that cover each, by the cached coverage run) and print each outcome; nothing is recorded. To check
+    that a new test kills a survivor."""
+    by_name = {f"{m.file}:{m.index}": m for m in every}
+    unknown = [name for name in args.mutant if name not in by_name]
+    if unknown:
+        sys.exit(f"--mutant: no mutant {', '.join(unknown)} (see --survivors for FILE:INDEX)")
     scratch = scratch_copy(REPO)
-    tests = args.test
-    if not tests:
+    lines: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
+    if not args.test:
         all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
         lines, seconds = coverage_map(scratch, all_files, args.state)
-        tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
     worker = Worker(scratch)
-    answer = worker.run(m, tests, args.cap)
+    for name in args.mutant:
+        m = by_name[name]
+        tests = args.test or sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+        answer = worker.run(m, tests, args.cap)
+        print(json.dumps({"mutant": f"{m.file}:{m.line} [{m.index}] {m.what}", "tests": len(tests), **answer}))
     worker.close()
     shutil.rmtree(scratch)
-    print(json.dumps({"mutant": f"{m.file}:{m.line} [{m.index}] {m.what}", "tests": len(tests), **answer}))
 
 
 def main() -> None:
@@ -411,7 +414,9 @@ def main() -> None:
         "bound, then the survivors their tests up to the next, ..., then the rest",
     )
     ap.add_argument("--upto", type=float, default=math.inf, help="stop after the pass with this bound (resume later)")
-    ap.add_argument("--mutant", help="FILE:INDEX: run this one mutant of the working tree and print the outcome")
+    ap.add_argument(
+        "--mutant", action="append", default=[], help="FILE:INDEX: run this mutant of the working tree (repeatable)"
+    )
     ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
     files = sorted(
