@@ -144,3 +144,25 @@ def test_a_subtree_of_mixed_demands_grows_no_faster_than_its_weight():
     got = _entitled([*queues, QueueSpec("r2")], {"x": _v(10, 10), "y": _v(1, 100), "r2": _v(10, 100)})
     assert got["r1"] == got["r2"] == [5.0, 50.0]
     assert got["x"][0] > 4 * got["y"][0] and got["y"][1] > 4 * got["x"][1]  # each team along its own mix
+
+
+def test_a_parent_limit_caps_its_childrens_guarantees_together():
+    """org may hold at most 6 GPUs; its two teams are guaranteed 4 each. Their guarantees come first but
+    stop at org's limit, 3 each, and o2 gets the other 4 — not 2, as it would if the guarantees overrode the
+    limit."""
+    limit = np.array([6, np.inf, np.inf, np.inf])
+    queues = [
+        QueueSpec("org", 1.0, limit=limit),
+        QueueSpec("t1", 1.0, _v(4, np.inf), parent="org"),
+        QueueSpec("t2", 1.0, _v(4, np.inf), parent="org"),
+        QueueSpec("o2"),
+    ]
+    got = _entitled(queues, {"t1": _v(10, 10), "t2": _v(10, 10), "o2": _v(10, 10)})
+    assert got == {"org": [6.0, 6.0], "t1": [3.0, 3.0], "t2": [3.0, 3.0], "o2": [4.0, 4.0]}
+
+
+def test_a_guarantee_of_a_single_gpu_counts():
+    """a is guaranteed exactly 1 GPU (and nothing else) and weighs 1 against b's 19: by weight alone it would
+    get half a GPU; it gets its 1 first and 1/20 of the other 9."""
+    queues = [QueueSpec("a", 1.0, _v(1)), QueueSpec("b", 19.0)]
+    assert _entitled(queues, {"a": _v(3), "b": _v(10)}) == {"a": [1.45, 0.0], "b": [8.55, 0.0]}
