@@ -166,3 +166,11 @@ def test_a_guarantee_of_a_single_gpu_counts():
     get half a GPU; it gets its 1 first and 1/20 of the other 9."""
     queues = [QueueSpec("a", 1.0, _v(1)), QueueSpec("b", 19.0)]
     assert _entitled(queues, {"a": _v(3), "b": _v(10)}) == {"a": [1.45, 0.0], "b": [8.55, 0.0]}
+
+
+def test_a_limit_holds_when_it_binds_after_another_queue_is_satisfied():
+    """a may hold 4 GPUs; b wants 1, c everything. All three grow alike until b has its 1 (a holds 1 by then);
+    then a reaches its limit from there, at 4, and c takes the rest: 5."""
+    queues = [QueueSpec("a", 1.0, limit=np.array([4, np.inf, np.inf, np.inf])), QueueSpec("b"), QueueSpec("c")]
+    got = _entitled(queues, {"a": _v(10), "b": _v(1), "c": _v(10)})
+    assert got == {"a": [4.0, 0.0], "b": [1.0, 0.0], "c": [5.0, 0.0]}
