@@ -4,14 +4,18 @@ Each mutant is one small AST change (an arithmetic, comparison, boolean or bitwi
 number or True/False changed, a `not` dropped) in one of the policy modules. It runs in a scratch copy of the
 repository (never the working tree) against only the tests that execute its line, as one coverage run of the
 unmutated suite recorded them (per-test contexts; cached until a source or test file changes), fastest first,
-stopping at the first failure, under a timeout of three times those tests' baseline time. A long-lived worker
-(bench/mutate_worker.py) has imported everything once and forks per mutant, so a mutant costs its tests and
-not an interpreter start. A mutant that no test notices *survives*: a test is missing or the change is
-equivalent (docs/testing.md lists the survivors and which each is); one on a line no test runs is *uncovered*.
+stopping at the first failure, under a timeout of three times those tests' baseline time; in passes by test
+time (--tiers), so every mutant's fast tests run before any mutant's slow ones, which only the survivors run.
+A long-lived worker (bench/mutate_worker.py) has imported everything once and forks per mutant, so a mutant
+costs its tests and not an interpreter start. A mutant that no test notices *survives*: a test is missing or
+the change is equivalent (docs/testing.md lists the survivors and which each is); one on a line no test runs
+is *uncovered*.
 
     .venv/bin/python bench/mutate.py                          # every mutant; resumes from --state
     .venv/bin/python bench/mutate.py --only fragmentation     # the modules whose path contains this
+    .venv/bin/python bench/mutate.py --upto 0.5               # only the first pass (tests up to 0.5 s)
     .venv/bin/python bench/mutate.py --list                   # count the mutants per module and stop
+    .venv/bin/python bench/mutate.py --mutant FILE:INDEX --test tests/test_x.py   # one mutant, nothing recorded
 
 Progress goes to stderr, one line per mutant; every outcome is appended to <state>/results.jsonl (a rerun
 skips the mutants already there, keyed by the file's content); the summary is one JSON line on stdout.
