@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from conftest import fraction, gpu_node, job, starving_gang_beside_a_stream, whole
+from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.framework.placement import filter_breakdown, place_pod
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
+from fairgpu.model.queue import PreemptionPolicy
 
 
 def test_a_gang_that_fits_but_for_a_reservation_is_told_so_not_that_it_is_incomplete():
@@ -174,3 +176,66 @@ def test_a_limit_holds_when_it_binds_after_another_queue_is_satisfied():
     queues = [QueueSpec("a", 1.0, limit=np.array([4, np.inf, np.inf, np.inf])), QueueSpec("b"), QueueSpec("c")]
     got = _entitled(queues, {"a": _v(10), "b": _v(1), "c": _v(10)})
     assert got == {"a": [4.0, 0.0], "b": [1.0, 0.0], "c": [5.0, 0.0]}
+
+
+# -- plugins/preemption.py -----------------------------------------------------------------------------------------
+
+
+def test_victims_go_by_queue_then_lowest_priority_then_least_work_lost():
+    """a reclaims 1 of its 4 guaranteed GPUs. c is furthest above its share (5 held, 4 entitled): its work
+    goes before b's (at its share), though b's is the lowest priority; within c, priority 5 before 6, though
+    the priority-6 job started half a second ago and the priority-5 ones 100 s ago."""
+    from test_preemption_rules import engine, evicted, gpus, run
+
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b"), QueueSpec("c")])
+    low = run(sched, "c", 4, 0.0, prefix="c5-", priority=5)
+    sched.cycle(0.0)
+    run(sched, "b", 3, 99.0, prefix="b0-", priority=0)
+    sched.cycle(99.0)
+    run(sched, "c", 1, 99.5, prefix="c6-", priority=6)
+    sched.cycle(99.5)
+    run(sched, "a", 1, 100.0)
+    gone = evicted(sched.cycle(100.0))
+    assert len(gone) == 1 and gone[0] in low
+
+
+def test_a_job_never_evicts_its_own_queues_work_of_the_same_priority():
+    """Queue a evicts its own lower-priority work (within_queue: LowerPriority). Its node is full of its
+    priority-0 jobs: another priority-0 job waits; a priority-1 job evicts exactly one."""
+    from test_preemption_rules import engine, evicted, run
+
+    sched = engine([QueueSpec("a", preemption=PreemptionPolicy(within_queue="LowerPriority"))])
+    run(sched, "a", 8, 0.0)
+    sched.cycle(0.0)
+    run(sched, "a", 1, 10.0, prefix="same")
+    assert evicted(sched.cycle(10.0)) == []
+    run(sched, "a", 1, 20.0, prefix="higher", priority=1)
+    result = sched.cycle(20.0)
+    assert len(result.evictions) == 1 and result.evictions[0].reason == "preempted for higher0"
+
+
+def test_a_cpu_only_workload_reclaims_cpu_lent_from_its_guarantee():
+    """a is guaranteed 64 of the node's 128 cores; b borrowed them all with four 32-core CPU-only pods.
+    a's 32-core pod takes one back."""
+    from test_preemption_rules import engine
+
+    cpu = r.quota_vector({"cpu": "64"}, default=np.inf)
+    sched = engine([QueueSpec("a", guaranteed=cpu), QueueSpec("b")])
+    pod = PodSpec(cpu_m=32_000, memory_mib=1024)
+    for i in range(4):
+        sched.submit(Workload(f"b{i}", "b", (pod,), submit_time=0.0, duration=36000.0))
+    sched.cycle(0.0)
+    sched.submit(Workload("a0", "a", (pod,), submit_time=10.0, duration=36000.0))
+    result = sched.cycle(10.0)
+    assert len(result.evictions) == 1 and result.evictions[0].reason == "preempted for a0"
+
+
+def test_a_victim_exactly_as_old_as_min_runtime_may_be_evicted():
+    """min_runtime protects work *younger* than it: at exactly 300 s b's jobs are fair game."""
+    from test_preemption_rules import engine, evicted, gpus, run
+
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b", preemption=PreemptionPolicy(min_runtime=300))])
+    run(sched, "b", 8, 0.0)
+    sched.cycle(0.0)
+    run(sched, "a", 1, 300.0)
+    assert len(evicted(sched.cycle(300.0))) == 1
