@@ -239,3 +239,18 @@ def test_a_victim_exactly_as_old_as_min_runtime_may_be_evicted():
     sched.cycle(0.0)
     run(sched, "a", 1, 300.0)
     assert len(evicted(sched.cycle(300.0))) == 1
+
+
+def test_of_two_victims_started_within_the_last_second_the_younger_goes():
+    """Least work lost, to the fraction of a second: b0 started 0.8 s before a's reclaim, b1 0.1 s before."""
+    from test_preemption_rules import engine, evicted, gpus, run
+
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b")])
+    run(sched, "b", 6, 0.0, prefix="old")
+    sched.cycle(0.0)
+    run(sched, "b", 1, 99.2, prefix="b0-")
+    sched.cycle(99.2)
+    run(sched, "b", 1, 99.9, prefix="b1-")
+    sched.cycle(99.9)
+    run(sched, "a", 1, 100.0)
+    assert evicted(sched.cycle(100.0)) == ["b1-0"]
