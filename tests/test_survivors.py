@@ -4,6 +4,7 @@ behaviour that no other test checked."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from conftest import fraction, gpu_node, job, starving_gang_beside_a_stream, whole
 from fairgpu import resources as r
@@ -254,3 +255,73 @@ def test_of_two_victims_started_within_the_last_second_the_younger_goes():
     sched.cycle(99.9)
     run(sched, "a", 1, 100.0)
     assert evicted(sched.cycle(100.0)) == ["b1-0"]
+
+
+# -- k8s/leader.py -------------------------------------------------------------------------------------------------
+
+
+def test_the_binding_fence_sees_exactly_the_term_left_and_none_for_a_standby(fake_api, tmp_path):
+    """remaining() is what the binder's fence reads before every Binding: a new leader has its renew
+    deadline left, counted down by its clock and never below 0 once the term is over though it has not yet
+    stepped down; a standby has nothing. A sub-second lease is written as 1 s, the least the field takes."""
+    import asyncio
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.leader import LeaderElector
+    from fairgpu.k8s.port import LEASES
+    from test_leader_rules import Clock
+
+    async def go() -> None:
+        clock = Clock()
+        ports = [await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc"))) for _ in range(2)]
+        a = LeaderElector(ports[0], "fairgpu-system", "fairgpu", "A", 10.0, 1.0, monotonic=clock)
+        b = LeaderElector(ports[1], "fairgpu-system", "fairgpu", "B", 10.0, 1.0, monotonic=clock)
+        tasks = [asyncio.create_task(a.run())]
+        await asyncio.wait_for(a.leading.wait(), 10)
+        tasks.append(asyncio.create_task(b.run()))
+        assert a.remaining() == pytest.approx(10.0 * 2 / 3)
+        clock.t = 4.0
+        assert a.remaining() == pytest.approx(10.0 * 2 / 3 - 4.0)
+        clock.t = 7.0  # the term is over; the step-down timer runs on the loop's own clock, not yet
+        assert a.leading.is_set() and a.remaining() == 0.0
+        assert not b.leading.is_set() and b.remaining() == 0.0
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        short = LeaderElector(ports[1], "fairgpu-system", "short", "B", 0.3, 0.1, renew_deadline=0.2)
+        assert await short.try_acquire_or_renew()
+        lease = await ports[1].get(LEASES, "short", "fairgpu-system")
+        assert lease["spec"]["leaseDurationSeconds"] == 1
+        for p in ports:
+            await p.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_cut_off_leader_steps_down_when_its_term_ends_not_at_its_next_attempt(fake_api, tmp_path):
+    """Renew deadline 2.5 s, an attempt every 2 s: cut off right after winning, the leader's next attempts
+    fail at about 2 s and 4 s. Its term ends at 2.5 s, and it stops leading then, by its timer; the attempt
+    at 4 s would be 1.5 s too late (a standby may act from the lease duration, 3 s, on)."""
+    import asyncio
+    import time
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.leader import LeaderElector
+    from test_leader_rules import Partitioned
+
+    async def go() -> float:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        link = Partitioned(port)
+        a = LeaderElector(link, "fairgpu-system", "fairgpu", "A", 3.0, 2.0, renew_deadline=2.5)  # type: ignore[arg-type]
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leading.wait(), 10)
+        link.cut, won = True, time.monotonic()
+        while a.leading.is_set() and time.monotonic() - won < 6:
+            await asyncio.sleep(0.02)
+        down = time.monotonic() - won
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await port.close()
+        return down
+
+    assert 2.0 < asyncio.run(asyncio.wait_for(go(), 30)) < 3.5
