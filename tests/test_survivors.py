@@ -325,3 +325,25 @@ def test_a_cut_off_leader_steps_down_when_its_term_ends_not_at_its_next_attempt(
         return down
 
     assert 2.0 < asyncio.run(asyncio.wait_for(go(), 30)) < 3.5
+
+
+# -- k8s/webhook.py ------------------------------------------------------------------------------------------------
+
+
+def test_a_cpu_pod_naming_fairgpu_needs_the_users_stamp_and_a_cpu_pod_may_not_forge_one():
+    """A CPU-only pod that names fairgpu is scheduled by it, so it must carry the stamp the mutating webhook
+    writes: stamped as the mutating webhook does it, it is admitted; without the stamp, refused. A CPU pod for
+    another scheduler may not carry a stamp label either (fairgpu reads any pod with its control keys)."""
+    from fairgpu.k8s.identity import USER_LABEL, Trust
+    from fairgpu.k8s.webhook import check_create, mutate
+    from fakeapi.patches import json_patch
+
+    def check(pod: dict) -> str | None:
+        return check_create(pod, "a", "alice", Trust(), lambda q: (), "fairgpu")
+
+    pod = {"metadata": {"name": "p"}, "spec": {"schedulerName": "fairgpu", "containers": [{"name": "c"}]}}
+    stamped = json_patch(pod, mutate(pod, "alice", "fairgpu"))
+    assert check(stamped) is None
+    assert check(pod) == f"metadata.labels[{USER_LABEL}]: set by fairgpu only; alice may not write it"
+    other = {"metadata": {"name": "q", "labels": {USER_LABEL: "bob"}}, "spec": {"containers": [{"name": "c"}]}}
+    assert check(other) == f"metadata.labels[{USER_LABEL}]: set by fairgpu only; alice may not write it"
