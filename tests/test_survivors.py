@@ -347,3 +347,71 @@ def test_a_cpu_pod_naming_fairgpu_needs_the_users_stamp_and_a_cpu_pod_may_not_fo
     assert check(pod) == f"metadata.labels[{USER_LABEL}]: set by fairgpu only; alice may not write it"
     other = {"metadata": {"name": "q", "labels": {USER_LABEL: "bob"}}, "spec": {"containers": [{"name": "c"}]}}
     assert check(other) == f"metadata.labels[{USER_LABEL}]: set by fairgpu only; alice may not write it"
+
+
+def test_the_mutating_webhook_answers_what_it_does_not_handle_without_patching_it():
+    """Served as `fairgpu run` serves it (aiohttp, 127.0.0.1): a body that is no AdmissionReview is a 400
+    naming why; a review without an object, and a pod UPDATE, are allowed unpatched; a GPU pod's CREATE is
+    patched (the contrast)."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from fairgpu.k8s.webhook import webhook_app
+
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {r.GPU: "1"}}}]}}
+
+    def review(operation: str, obj: dict | None) -> dict:
+        request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": operation}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {**request, "object": obj}}
+
+    async def go() -> list:
+        async with TestClient(TestServer(webhook_app(lambda q: ()), host="127.0.0.1")) as client:
+            bad = await client.post("/mutate", data=b"{}")
+            out = [bad.status, (await bad.json())["error"].startswith("not an AdmissionReview")]
+            for operation, obj in (("CREATE", None), ("UPDATE", pod), ("CREATE", pod)):
+                response = (await (await client.post("/mutate", json=review(operation, obj))).json())["response"]
+                out.append((response["allowed"], "patch" in response))
+            return out
+
+    assert asyncio.run(asyncio.wait_for(go(), 30)) == [400, True, (True, False), (True, False), (True, True)]
+
+
+def test_the_mutating_webhook_writes_hamis_defaults_and_runtime_class_only_where_a_gpu_is_asked_for():
+    """A GPU container and a CPU sidecar: the GPU container gets HAMi's default gpucores, the sidecar nothing;
+    with HAMi's runtimeClassName configured the pod gets it. A pod that a controller named by
+    `--pod-controller` makes from a template keeps the user the template carries (bob), not the controller's
+    name."""
+    from fairgpu.hamiconfig import HamiConfig
+    from fairgpu.k8s.identity import FAIRGPU_SA, USER_ANNOTATION, Trust, user_label
+    from fairgpu.k8s.webhook import mutate
+
+    gpu = {"name": "c", "resources": {"limits": {r.GPU: "1"}}}
+    pod = {
+        "metadata": {"name": "p", "annotations": {USER_ANNOTATION: "bob"}},
+        "spec": {"containers": [gpu, {"name": "s"}]},
+    }
+    operator = "system:serviceaccount:ml:training-operator"
+    ops = mutate(pod, operator, "fairgpu", Trust.of(FAIRGPU_SA, controllers=[operator]))
+    assert [op["path"] for op in ops if op["path"].startswith("/spec/containers")] == [
+        "/spec/containers/0/resources/limits/nvidia.com~1gpucores"
+    ]
+    assert not any(op["path"].startswith("/metadata/annotations") for op in ops)  # bob's name stays
+    assert {"op": "add", "path": "/metadata/labels/fairgpu.io~1user", "value": user_label("bob")} in ops
+    alone = {"metadata": {"name": "p"}, "spec": {"containers": [gpu]}}
+    config = HamiConfig.model_validate({"runtimeClassName": "nvidia"})
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in mutate(
+        alone, "a", "fairgpu", config=config
+    )
+
+
+def test_a_gpumem_percentage_from_0_to_100_is_admitted_and_beyond_refused():
+    from fairgpu.k8s.webhook import validate
+    from fairgpu.model.pod import DEFAULT_RULES
+
+    def pct(value: str) -> str | None:
+        limits = {r.GPU: "1", DEFAULT_RULES.names[2]: value}
+        return validate({"spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}, "a", lambda q: ())
+
+    assert pct("0") is None and pct("100") is None
+    assert pct("101") == "nvidia.com/gpumem-percentage: 101 must be between 0 and 100 (container c)"
