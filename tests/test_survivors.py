@@ -415,3 +415,23 @@ def test_a_gpumem_percentage_from_0_to_100_is_admitted_and_beyond_refused():
 
     assert pct("0") is None and pct("100") is None
     assert pct("101") == "nvidia.com/gpumem-percentage: 101 must be between 0 and 100 (container c)"
+
+
+def test_fair_share_preemption_never_takes_from_a_queue_below_its_share():
+    """8 GPUs, three equal queues, each entitled 8/3. c holds 6 but all of it is younger than c's min_runtime;
+    b holds 2, below its share. a (fair share) wants 4: it may take only from c, which is protected, so
+    nothing is evicted — b's work would do, without breaking no-ping-pong, but b is not above its share.
+    Without the min_runtime, c's work goes."""
+    from test_preemption_rules import engine, evicted, run
+
+    for min_runtime in (1000.0, 0.0):
+        fair = PreemptionPolicy(reclaim=False, fair_share=True)
+        c = PreemptionPolicy(min_runtime=min_runtime)
+        sched = engine([QueueSpec("a", preemption=fair), QueueSpec("b"), QueueSpec("c", preemption=c)])
+        run(sched, "c", 6, 0.0)
+        run(sched, "b", 2, 0.0)
+        sched.cycle(0.0)
+        run(sched, "b", 1, 5.0, prefix="b-more")
+        run(sched, "a", 4, 10.0)
+        gone = evicted(sched.cycle(10.0))
+        assert all(v.startswith("c") for v in gone) and bool(gone) == (min_runtime == 0.0), (min_runtime, gone)
