@@ -242,6 +242,25 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
     assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
 
 
+def test_unconstrained_pod_leaves_the_only_model_a_constrained_shape_can_use() -> None:
+    """One T4 node (1 GPU), two G2 nodes (2 GPUs each), no CPU asked. The mix so far: a 2-GPU pod (A), two
+    1-GPU pods allowing only T4 (B), and the 1-GPU pod to place (C, any model). By GPU demand A 2/5, B 2/5,
+    C 1/5; pressure (free capacity of the cluster / that the shape can use, to a power of two): A 500/400 → 1,
+    B 500/100 → 4, C 1; scarce (16 / hosts, up to a power of two): A 8, B 16, C 8. So w = 3.2, 25.6, 1.6.
+    Change in fragmentation (% of a GPU; the pod's own 100 taken off): T4 node −100 + 100·(25.6 + 1.6) = 2,620;
+    a G2 node −100 − 100·1.6 + 200·(3.2 + 1.6) = 700. C goes to G2 (GPUs squared and no pressure took T4).
+    The scheduler's cycle and the fill experiment both place through place_pod with this profile."""
+    nodes = [gpu_node("t4", gpus=1, model="T4"), gpu_node("g2a", gpus=2, model="G2"), gpu_node("g2b", gpus=2, model="G2")]
+    view, prof = view_of(nodes)
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    t4_only = whole(cpu_m=0, gpu_include=("T4",))
+    for pod in (whole(2, cpu_m=0), t4_only, t4_only):  # seen, not placed
+        place_pod(pod, view, prof)
+    p = place_pod(whole(cpu_m=0), view, prof)
+    np.testing.assert_allclose(frag._w, [3.2, 25.6, 1.6], rtol=1e-6)
+    assert view.state.node_names[p.node] in ("g2a", "g2b")
+
+
 @pytest.mark.parametrize("name", ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "Fragmentation"])
 def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
     nodes = [gpu_node(f"n{i}", gpus=2, cpu_m=8000) for i in range(3)]

@@ -10,11 +10,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress
 from rich.table import Table
 
 from fairgpu.catalog import builtin_profiles, load_profile
 from fairgpu.errors import FairgpuError, ProfileError, ScenarioError
 from fairgpu.framework.explain import Explanation
+from fairgpu.framework.placement import UNPLACED_CAUSES
 from fairgpu.k8s.identity import FAIRGPU_SA
 from fairgpu.sim import fill, traces
 from fairgpu.sim import report as report_mod
@@ -209,7 +211,13 @@ def fill_cmd(
         policies = [p.strip() for p in policy.split(",") if p.strip()]
         if not policies:
             raise ScenarioError("--policy: names no policy")
-        doc = fill.fill_experiment(nodes, pods, policies, _parse_seeds(seeds))
+        seed_list = _parse_seeds(seeds)
+        # on stderr, so that --json output stays one clean document; gone once the runs are done
+        with Progress(*Progress.get_default_columns(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("fill runs (policy × seed)", total=len(policies) * len(seed_list))
+            doc = fill.fill_experiment(
+                nodes, pods, policies, seed_list, progress=lambda done, _: bar.update(task, completed=done)
+            )
     except (ScenarioError, ProfileError, ValueError) as err:
         raise _fail(str(err)) from None
     if as_json:
@@ -223,6 +231,13 @@ def fill_cmd(
             cells.append(f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})" if c else "-")
         table.add_row(str(load), *cells)
     Console().print(table)
+    for load in fill.CAUSE_LOADS:
+        why = Table("cause", *policies, title=f"failed up to {load} % load, by cause: pods (GPUs), median over seeds")
+        for cause in UNPLACED_CAUSES:
+            got = [doc["policies"][p]["failed_by_cause"][str(load)].get(cause) for p in policies]
+            if any(got):
+                why.add_row(cause, *(f"{c['pods']:g} ({c['gpus']:.1f})" if c else "0" for c in got))
+        Console().print(why)
 
 
 @app.command("scenarios")

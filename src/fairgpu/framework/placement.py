@@ -13,7 +13,7 @@ import numpy as np
 
 from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
-from fairgpu.state import Placement
+from fairgpu.state import ClusterState, Placement
 
 
 def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None) -> FitMask:
@@ -98,3 +98,46 @@ def filter_breakdown(pod: PodSpec, view: EngineView, profile: Profile) -> tuple[
         why["no set of free GPUs meets every need"] += int((remaining & ~fits).sum())
         remaining &= fits
     return int(remaining.sum()), why
+
+
+# Why a pod fits nowhere, in the categories of the FGD paper's failure breakdown (Weng et al., Fig. 9(c))
+UNPLACED_CAUSES = (
+    "no GPU capacity left",
+    "no allowed GPU model has room",
+    "too few GPUs on one node",
+    "fragmentation",
+    "CPU",
+    "memory",
+    "GPU memory or task limit",
+)
+
+
+def unplaced_cause(pod: PodSpec, state: ClusterState) -> str:
+    """The first of UNPLACED_CAUSES that rules out every node, for a pod no node can take now: the cluster's
+    free GPU capacity (or that of the models the pod allows) is short of its request; else no node has its
+    GPUs free at once (k GPUs on one node; for one GPU, free capacity only in pieces too small); else every
+    node with those GPUs lacks CPU, else memory."""
+    st = state
+    cpu, mem = st.cpu_free >= pod.cpu_m, st.mem_free >= pod.memory_mib
+    if pod.gpu is None:
+        return "CPU" if not (st.schedulable & cpu).any() else "memory"
+    g = pod.gpu
+    usable = st.gpu_usable & st.schedulable[:, None]
+    free = np.where(usable, st.gpu_cores_free, 0)
+    if int(free.sum()) < g.count * g.cores:
+        return "no GPU capacity left"
+    allowed = st.model_slots(pod.allows_model) & usable
+    if int(free[allowed].sum()) < g.count * g.cores:
+        return "no allowed GPU model has room"
+    if g.exclusive:
+        room = allowed & st.gpu_idle
+    else:
+        room = allowed & ~st.gpu_exclusive & (st.gpu_cores_free >= max(g.cores, 1))
+    hosts = room.sum(axis=1) >= g.count
+    if not hosts.any():
+        return "too few GPUs on one node" if g.count > 1 else "fragmentation"
+    if not (hosts & cpu).any():
+        return "CPU"
+    if not (hosts & cpu & mem).any():
+        return "memory"
+    return "GPU memory or task limit"

@@ -44,6 +44,7 @@ class _Aggregates:
     seen: np.ndarray  # (N,) the state's node_version these rows reflect
     version: np.ndarray  # (N,) clock value of each node's last change
     hosts: np.ndarray  # (T,) nodes where each shape fits now
+    room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
     clock: int = 0
     # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
@@ -61,9 +62,10 @@ class Fragmentation:
     # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
     # exact expected change, which separates placements FGD's rounding calls equal.
     quantize: bool = False
-    # weigh each shape by the square of the GPUs its pods ask for rather than by how many pods ask: a
-    # blocked k-GPU pod leaves k GPUs of demand unserved and needs k whole GPUs on one node, so nodes
-    # that can still take large pods are worth keeping (on openb this keeps 8-GPU pods placeable to 90 %)
+    # weigh each shape by the GPUs its pods ask for rather than by how many pods ask: a blocked k-GPU pod
+    # leaves k GPUs of demand unserved. (That it also needs k GPUs on one node is `pressure`'s part: the
+    # square of the GPUs, used before, kept whole nodes for 8-GPU pods even while hundreds were whole, and so
+    # sent small pods to the models that GPU-constrained pods needed.)
     by_demand: bool = False
     # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
     # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
@@ -74,6 +76,12 @@ class Fragmentation:
     # take a shape (say, the only ones with 120 cores beside 8 GPUs) costs more than breaking one of
     # hundreds alike (0 = FGD's weights alone)
     scarce: int = 0
+    # weigh a shape up by the cluster's free GPU capacity over the part of it the shape can use (models it
+    # allows, nodes with enough GPUs free), to a power of two, up to this factor: a shape's demand lands only
+    # on capacity it can use, so a unit of that capacity is worth demand / usable capacity. A shape that
+    # allows a model holding a tenth of the free GPUs weighs ten times its share of the mix there, and pods
+    # that may go anywhere leave it to that shape; an 8-GPU shape weighs up as whole nodes run out (0 = off)
+    pressure: int = 0
     max_shapes: int = 128
     _keys: dict[tuple, int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -113,7 +121,7 @@ class Fragmentation:
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
             self._pods.append(pod)
             self._agg = None
-        self._count[t] += pod.gpu.gpu_equivalents() ** 2 if self.by_demand else 1
+        self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
         if self._agg is None or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
@@ -136,8 +144,11 @@ class Fragmentation:
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
             seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
-            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version, np.zeros(0))
+            agg = _Aggregates(
+                state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version, np.zeros(0), np.zeros(0)
+            )
             agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0)
+            agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free)
             self._agg = agg
         rows = np.flatnonzero(agg.seen != state.node_version)
         if rows.size:
@@ -147,11 +158,13 @@ class Fragmentation:
             sub = _free_cores(state, rows)
             fit = sub[:, :, None] >= self._need
             agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
+            agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows])
             agg.fit_count[rows] = fit.sum(axis=1)
             agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
             agg.free[rows] = sub
             agg.cpu[rows] = cpu[rows]
             agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
+            agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows])
         self._reweigh(agg)
         if agg.usable is not None and rows.size:
             agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
@@ -164,6 +177,10 @@ class Fragmentation:
         """(rows, T): each shape fits on the node."""
         return (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows]
 
+    def _room(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, fit_free: np.ndarray) -> np.ndarray:
+        """(T,) free GPU cores on these rows that each shape could take, CPU aside (cpu_balance weighs that)."""
+        return (((fit_count >= self._k) & agg.access[rows]) * fit_free).sum(axis=0, dtype=np.float64)
+
     def _reweigh(self, agg: _Aggregates) -> None:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
         boosts move in powers of two, so rarely)."""
@@ -172,6 +189,10 @@ class Fragmentation:
             few = agg.hosts < self.scarce
             boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
             w = (w * np.where(few, boost, 1.0)).astype(np.float32)
+        if self.pressure:
+            ratio = agg.free.sum() / np.maximum(agg.room, 1.0)
+            boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
+            w = (w * boost).astype(np.float32)
         if not np.array_equal(w, self._w):
             self._w = w
             agg.usable = None

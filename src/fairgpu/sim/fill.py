@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import ScenarioError
-from fairgpu.framework.placement import place_pod
+from fairgpu.framework.placement import UNPLACED_CAUSES, place_pod, unplaced_cause
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
@@ -31,6 +31,8 @@ from fairgpu.sim.traces import _field, _rows, load_openb_nodes, openb_pod
 
 TUNING_RATIO = 1.3
 LOADS = tuple(range(0, 131, 5))
+# failures are broken down by cause up to each of these arrived loads (%)
+CAUSE_LOADS = (100, 130)
 NO_TASK_LIMIT = 1_000_000
 # Scores of the FGD paper's baselines; ties among a baseline's integer scores go to the first node of a
 # seeded random order, as in the FGD authors' simulator (see `Random.fixed`).
@@ -101,23 +103,31 @@ def policy_profile(policy: str, seed: int) -> Profile:
     )
 
 
-def run_fill(nodes: Sequence[NodeSpec], pods: Sequence[FillPod], policy: str, seed: int) -> dict[int, float]:
-    """unallocated_gpu_pct at each load L of LOADS for one seed."""
+@dataclass(slots=True)
+class FillRun:
+    unallocated: dict[int, float]  # unallocated_gpu_pct at each load L of LOADS
+    failed: list[tuple[float, str, int]]  # per failed pod: arrived load (%) when tried, cause, GPU request (milli)
+
+
+def run_fill(nodes: Sequence[NodeSpec], pods: Sequence[FillPod], policy: str, seed: int) -> FillRun:
+    """One seed: the load curve and every failure with its cause."""
     nodes = [replace(n, split_count=NO_TASK_LIMIT) for n in nodes]
     profile = policy_profile(policy, seed)
     view = Scheduler(nodes, QueueTree([QueueSpec("fill")]), profile).view
     capacity = view.state.total_gpus * 1000
     arrived = allocated = 0
-    points_a, points_b = [], []
+    points_a, points_b, failed = [], [], []
     for i, pod in enumerate(workload(pods, capacity, seed)):
         arrived += pod.gpu_milli
         placement = place_pod(pod.spec, view, profile)
         if placement is not None:
             view.state.assign(str(i), placement)
             allocated += pod.gpu_milli
+        else:
+            failed.append((100.0 * arrived / capacity, unplaced_cause(pod.spec, view.state), pod.gpu_milli))
         points_a.append(arrived)
         points_b.append(allocated)
-    return unallocated_by_load(np.array(points_a), np.array(points_b), capacity)
+    return FillRun(unallocated_by_load(np.array(points_a), np.array(points_b), capacity), failed)
 
 
 def unallocated_by_load(arrived: np.ndarray, allocated: np.ndarray, capacity: int) -> dict[int, float]:
@@ -134,24 +144,47 @@ def unallocated_by_load(arrived: np.ndarray, allocated: np.ndarray, capacity: in
     return out
 
 
-def _job(args: tuple[list[NodeSpec], list[FillPod], str, int]) -> tuple[str, int, dict[int, float]]:
-    nodes, pods, policy, seed = args
-    return policy, seed, run_fill(nodes, pods, policy, seed)
+def failures_by_cause(runs: Sequence[FillRun], load: int) -> dict[str, dict[str, float]]:
+    """Per cause, the median over runs of the pods that failed for it up to this arrived load, and of their
+    GPU request (GPUs); causes no run saw are left out."""
+    out = {}
+    for cause in UNPLACED_CAUSES:
+        hits = [[m for at, c, m in r.failed if c == cause and at <= load] for r in runs]
+        if any(hits):
+            out[cause] = {
+                "pods": statistics.median(len(h) for h in hits),
+                "gpus": statistics.median(sum(h) / 1000 for h in hits),
+            }
+    return out
 
 
 def fill_experiment(
-    nodes_path: Path, pods_path: Path, policies: Sequence[str], seeds: Sequence[int], workers: int | None = None
+    nodes_path: Path,
+    pods_path: Path,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
-    """Every policy × seed, seeds in parallel processes; the JSON document `fairgpu fill --json` prints."""
+    """Every policy × seed, seeds in parallel processes; the JSON document `fairgpu fill --json` prints.
+    `progress(done, total)` is called as runs finish."""
     for p in policies:
         policy_profile(p, 0)  # a bad name fails here, before any process starts
     nodes, pods = load_openb_nodes(nodes_path), load_fill_pods(pods_path)
-    jobs = [(nodes, pods, p, s) for p in policies for s in seeds]
+    jobs = [(p, s) for p in policies for s in seeds]
+    runs: dict[tuple[str, int], FillRun] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(_job, jobs))
+        futures = {pool.submit(run_fill, nodes, pods, p, s): (p, s) for p, s in jobs}
+        if progress:
+            progress(0, len(jobs))
+        for future in as_completed(futures):
+            runs[futures[future]] = future.result()
+            if progress:
+                progress(len(runs), len(jobs))
     doc: dict = {"policies": {}, "seeds": list(seeds)}
     for policy in policies:
-        curves = [r for p, _, r in results if p == policy]
+        done = [runs[policy, s] for s in seeds]
+        curves = [r.unallocated for r in done]
         table = {}
         for load in LOADS:
             values = [c[load] for c in curves if load in c]
@@ -161,5 +194,8 @@ def fill_experiment(
                     "min": min(values),
                     "max": max(values),
                 }
-        doc["policies"][policy] = {"unallocated_gpu_pct": table}
+        doc["policies"][policy] = {
+            "unallocated_gpu_pct": table,
+            "failed_by_cause": {str(load): failures_by_cause(done, load) for load in CAUSE_LOADS},
+        }
     return doc
