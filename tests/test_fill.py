@@ -14,7 +14,18 @@ from typer.testing import CliRunner
 
 from fairgpu.cli import app
 from fairgpu.errors import ScenarioError
-from fairgpu.sim.fill import LOADS, POLICIES, FillPod, fill_experiment, load_fill_pods, unallocated_by_load, workload
+from fairgpu.framework.placement import UNPLACED_CAUSES
+from fairgpu.sim.fill import (
+    LOADS,
+    POLICIES,
+    FillPod,
+    FillRun,
+    failures_by_cause,
+    fill_experiment,
+    load_fill_pods,
+    unallocated_by_load,
+    workload,
+)
 
 OPENB = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "alibaba-gpu-v2023-openb"
 needs_openb = pytest.mark.skipif(
@@ -77,6 +88,26 @@ def test_fill_smoke_through_the_cli(tmp_path: Path) -> None:
         curve = doc["policies"][policy]["unallocated_gpu_pct"]
         assert curve["0"]["median"] > 99  # nothing allocated yet
         assert 0 <= curve["100"]["min"] <= curve["100"]["median"] <= curve["100"]["max"] <= 100
+        why = doc["policies"][policy]["failed_by_cause"]
+        assert set(why) == {"100", "130"} and set(why["130"]) <= set(UNPLACED_CAUSES)
+        assert sum(c["pods"] for c in why["130"].values()) > 0  # 60 nodes cannot hold 1.3 × their GPUs
+    table = CliRunner().invoke(
+        app, ["fill", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--seeds", "42"]
+    )
+    assert table.exit_code == 0 and "failed up to 130 % load, by cause" in table.stdout
+
+
+def test_failures_by_cause_count_each_run_up_to_the_load() -> None:
+    runs = [
+        FillRun({}, [(40.0, "CPU", 0), (95.0, "fragmentation", 500), (120.0, "fragmentation", 1000)]),
+        FillRun({}, [(99.0, "fragmentation", 300)]),
+        FillRun({}, []),
+    ]
+    assert failures_by_cause(runs, 100) == {
+        "fragmentation": {"pods": 1, "gpus": 0.3},  # medians of (1, 1, 0) pods and (0.5, 0.3, 0) GPUs
+        "CPU": {"pods": 0, "gpus": 0.0},
+    }
+    assert failures_by_cause(runs, 130)["fragmentation"] == {"pods": 1, "gpus": 0.3}
 
 
 @pytest.mark.parametrize(
@@ -109,12 +140,12 @@ PUBLISHED_L100["fgd"] = 4.77
 def test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd() -> None:
     """All seven policies, seeds 42-51, the whole trace: each baseline lands within 0.6 points of the
     published median at L = 100 (so the harness is the paper's), and fairgpu's placement leaves at most
-    4.5 % unallocated there and no more than FGD at any L from 90 on."""
+    4.3 % unallocated there and no more than FGD at any L from 90 on."""
     doc = fill_experiment(
         OPENB / "openb_node_list_gpu_node.csv", OPENB / "openb_pod_list_default.csv", POLICIES, range(42, 52)
     )
     median = {p: {int(L): v["median"] for L, v in doc["policies"][p]["unallocated_gpu_pct"].items()} for p in POLICIES}
     for policy, published in PUBLISHED_L100.items():
         assert abs(median[policy][100] - published) <= 0.6, (policy, median[policy][100], published)
-    assert median["fairgpu"][100] <= 4.5
+    assert median["fairgpu"][100] <= 4.3
     assert all(median["fairgpu"][L] <= median["fgd"][L] for L in LOADS if L >= 90)

@@ -13,7 +13,7 @@ from tests.conftest import fraction, gpu_node, whole
 
 from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import RequestError
-from fairgpu.framework.placement import filter_breakdown, place_all, place_pod
+from fairgpu.framework.placement import filter_breakdown, place_all, place_pod, unplaced_cause
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
@@ -259,6 +259,30 @@ def test_unconstrained_pod_leaves_the_only_model_a_constrained_shape_can_use() -
     p = place_pod(whole(cpu_m=0), view, prof)
     np.testing.assert_allclose(frag._w, [3.2, 25.6, 1.6], rtol=1e-6)
     assert view.state.node_names[p.node] in ("g2a", "g2b")
+
+
+def test_unplaced_cause_names_what_rules_out_every_node() -> None:
+    """A 1-GPU T4 node (4 cores, 8 GiB) and a 2-GPU G2 node (64 cores) with 50 % of one GPU taken: 250 % of a
+    GPU free, 100 of it on T4, one idle GPU per node."""
+    nodes = [
+        gpu_node("t4", gpus=1, model="T4", cpu_m=4000, memory_mib=8192),
+        gpu_node("g2", gpus=2, model="G2", cpu_m=64_000),
+    ]
+    st = view_of(nodes)[0].state
+    st.assign("half", st.placement_for(fraction(50, 1024), 1, (0,)))
+
+    def gpus(count: int, cores: int = 100, cpu_m: int = 1000, memory_mib: int = 1024, **kw) -> PodSpec:
+        return PodSpec(cpu_m=cpu_m, memory_mib=memory_mib, gpu=GpuRequest(count, cores, 0, cores), **kw)
+
+    assert unplaced_cause(gpus(3), st) == "no GPU capacity left"  # 300 > 250
+    assert unplaced_cause(gpus(2, gpu_include=("T4",)), st) == "no allowed GPU model has room"  # 200 > 100
+    assert unplaced_cause(gpus(2), st) == "too few GPUs on one node"  # 250 free, one idle GPU per node
+    assert unplaced_cause(gpus(1, cpu_m=100_000), st) == "CPU"
+    assert unplaced_cause(gpus(1, memory_mib=2 << 20), st) == "memory"
+    assert unplaced_cause(PodSpec(cpu_m=100_000, memory_mib=1024), st) == "CPU"
+    st.assign("t4", st.placement_for(fraction(70, 1024), 0, (0,)))
+    st.assign("g2", st.placement_for(fraction(70, 1024), 1, (1,)))
+    assert unplaced_cause(gpus(1, cores=60), st) == "fragmentation"  # 30 + 50 + 30 free, no GPU has 60
 
 
 @pytest.mark.parametrize("name", ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "Fragmentation"])
