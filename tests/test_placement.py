@@ -250,7 +250,11 @@ def test_unconstrained_pod_leaves_the_only_model_a_constrained_shape_can_use() -
     Change in fragmentation (% of a GPU; the pod's own 100 taken off): T4 node −100 + 100·(25.6 + 1.6) = 2,620;
     a G2 node −100 − 100·1.6 + 200·(3.2 + 1.6) = 700. C goes to G2 (GPUs squared and no pressure took T4).
     The scheduler's cycle and the fill experiment both place through place_pod with this profile."""
-    nodes = [gpu_node("t4", gpus=1, model="T4"), gpu_node("g2a", gpus=2, model="G2"), gpu_node("g2b", gpus=2, model="G2")]
+    nodes = [
+        gpu_node("t4", gpus=1, model="T4"),
+        gpu_node("g2a", gpus=2, model="G2"),
+        gpu_node("g2b", gpus=2, model="G2"),
+    ]
     view, prof = view_of(nodes)
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     t4_only = whole(cpu_m=0, gpu_include=("T4",))

@@ -177,7 +177,9 @@ class Fragmentation:
         """(rows, T): each shape fits on the node."""
         return (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows]
 
-    def _room(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, fit_free: np.ndarray) -> np.ndarray:
+    def _room(
+        self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, fit_free: np.ndarray
+    ) -> np.ndarray:
         """(T,) free GPU cores on these rows that each shape could take, CPU aside (cpu_balance weighs that)."""
         return (((fit_count >= self._k) & agg.access[rows]) * fit_free).sum(axis=0, dtype=np.float64)
 
