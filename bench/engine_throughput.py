@@ -70,7 +70,7 @@ def draw_pod(rng: np.random.Generator) -> PodSpec:
         return PodSpec(cpu_m=CPU_M_PER_GPU * count, memory_mib=MEM_MIB_PER_GPU * count, gpu=gpu)
     cores = int(rng.integers(FRACTION_CORES[0], FRACTION_CORES[1] + 1))
     mem_gib = int(rng.integers(FRACTION_MEM_GIB[0], FRACTION_MEM_GIB[1] + 1))
-    gpu = gpu_request({r.GPU: 1, r.GPUCORES: cores, r.GPUMEM: f"{mem_gib}Gi"})
+    gpu = gpu_request({r.GPU: 1, r.GPUCORES: cores, r.GPUMEM: mem_gib * 1024})
     return PodSpec(cpu_m=CPU_M_SHARED, memory_mib=MEM_MIB_SHARED, gpu=gpu)
 
 

@@ -1,20 +1,154 @@
-"""What the nodes would do, for tests over the wire: HAMi's device plugin consumes each allocation (bind-phase
-success, to-allocate erased, node lock released) and the kubelet starts the pod (Running and Ready), and
-stops a pod marked for deletion once its grace period has passed (then deletes it with grace 0); it also
-audits every GPU on every allocation for over-commitment."""
+"""What the nodes would do, for tests over the wire: HAMi's device plugin serves each bound GPU pod the way
+its Allocate does (`hami_allocate`, below), the kubelet starts the pod (Running and Ready), and stops a pod
+marked for deletion once its grace period has passed (then deletes it with grace 0); it also audits every
+GPU on every allocation for over-commitment.
+
+Every refusal of the device plugin double, and every limit it would set that differs from what HAMi's own
+scheduler would have written for the pod, is a violation: the integration tests assert there are none."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from fairgpu.errors import KubeError
+from fairgpu import resources as r
+from fairgpu.errors import FormatError, KubeError, RequestError
 from fairgpu.k8s import hami
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, KubePort
+from fairgpu.model import gpu_request
 
 GPU_MEM = 81920
 SPLIT = 10
+
+
+class AllocateError(Exception):
+    """HAMi's device plugin fails the pod (bind-phase failed; the kubelet reports UnexpectedAdmissionError)."""
+
+
+@dataclass(slots=True)
+class Allocation:
+    """What HAMi's Allocate answers the kubelet for one container, and what the rest of the path writes."""
+
+    served: str  # namespace/name of the pod whose annotation was consumed
+    envs: list[dict[str, str]] = field(default_factory=list)  # per GPU container, in kubelet's order
+    erased: str = ""  # hami.io/vgpu-devices-to-allocate written back
+    success: bool = False  # no NVIDIA entry left: bind-phase success and the lock released
+
+
+def _containers(pod: dict) -> list[dict]:
+    spec = pod.get("spec") or {}
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def _limits(c: dict) -> dict:
+    return (c.get("resources") or {}).get("limits") or {}
+
+
+def hami_allocate(
+    pod: dict, node: dict, get_pod: Callable[[str, str], dict | None], node_pods: list[dict]
+) -> Allocation:
+    """HAMi v2.10.0's NVIDIA Allocate path (pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go
+    `Allocate`, util.go `popNextContainerDevices`, `podAllocationTrySuccess`; pkg/util/util.go
+    `GetPendingPod`) for the kubelet admitting `pod` on `node`, non-MIG mode:
+
+    1. the pod served is the one the node lock names (an unparsable lock or a missing pod is an error);
+       without a lock, the first Pending pod on the node with bind-time, bind-phase allocating or success
+       and vgpu-node naming the node;
+    2. its `vgpu-devices-to-allocate` is decoded (missing: "device request not found");
+    3. for each container the kubelet allocates for (those with an nvidia.com/gpu limit, init containers
+       first) the next non-empty segment is popped; its device count must equal the container's GPU count
+       ("device number not matched");
+    4. envs: NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m, CUDA_DEVICE_SM_LIMIT from the first
+       device;
+    5. the erased string is written back; when no NVIDIA entry remains the pod is a success.
+
+    Raises AllocateError where HAMi fails the pod. Serving a pod other than the one being admitted is what
+    HAMi would do (and the containers would get another pod's limits): the caller treats it as a failure.
+    """
+    annotations = node["metadata"].get("annotations") or {}
+    lock = annotations.get(hami.NODE_LOCK)
+    name = node["metadata"]["name"]
+    if lock is not None:
+        try:
+            held = hami.decode_lock(lock)
+        except FormatError as err:
+            raise AllocateError(str(err)) from err
+        current = get_pod(held.namespace, held.pod)
+        if current is None:
+            raise AllocateError(f"pods {held.pod!r} not found (named by the node lock)")
+    else:
+        current = None
+        for p in node_pods:  # HAMi lists the pods on the node and serves the first that matches
+            ann = p["metadata"].get("annotations") or {}
+            if (
+                (p.get("status") or {}).get("phase", "Pending") == "Pending"
+                and hami.BIND_TIME in ann
+                and ann.get(hami.BIND_PHASE) in ("allocating", "success")
+                and ann.get(hami.VGPU_NODE) == name
+            ):
+                current = p
+                break
+        if current is None:
+            raise AllocateError(f"no binding pod found on node {name}")
+    served = f"{current['metadata']['namespace']}/{current['metadata']['name']}"
+    raw = (current["metadata"].get("annotations") or {}).get(hami.TO_ALLOCATE)
+    if raw is None:
+        raise AllocateError("device request not found")
+    try:
+        segments = hami.decode_devices(raw)
+    except FormatError as err:
+        raise AllocateError(str(err)) from err
+    out = Allocation(served)
+    init = len((current.get("spec") or {}).get("initContainers") or [])
+    for c in _containers(pod):
+        if r.GPU not in _limits(c):
+            continue  # the kubelet calls the device plugin only for its resource
+        want = r.count(_limits(c)[r.GPU])
+        if want == 0:
+            continue
+        nxt = next((i for i, seg in enumerate(segments) if seg), None)
+        if nxt is None:
+            raise AllocateError("no pending device allocation found")
+        if nxt >= len(_containers(current)):
+            raise AllocateError(f"container index {nxt} out of range (init={init})")
+        devices, segments[nxt] = segments[nxt], []
+        if len(devices) != want:
+            raise AllocateError("device number not matched")
+        envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+        envs |= {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{d.memory_mib}m" for i, d in enumerate(devices)}
+        envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
+        out.envs.append(envs)
+    out.erased = hami.encode_devices(segments)
+    out.success = hami.VENDOR not in out.erased
+    return out
+
+
+def scheduler_limits(pod: dict, node: dict) -> list[dict[str, str]]:
+    """The envs HAMi's device plugin would set had HAMi's own scheduler placed `pod` on the cards the pod's
+    record names: per GPU container, memory from its request under HAMi's rules (gpumem, else the
+    percentage of that card's registered memory) and cores clamped to 100. Independent of fairgpu's
+    placement arithmetic: only the card choice is taken from the record."""
+    register = (node["metadata"].get("annotations") or {}).get(hami.NODE_REGISTER)
+    devmem = {d.uuid: d.memory_mib for d in hami.decode_register(register)} if register else {}
+    segments = hami.decode_devices((pod["metadata"].get("annotations") or {}).get(hami.ALLOCATED, ""))
+    out = []
+    for i, c in enumerate(_containers(pod)):
+        res = {**((c.get("resources") or {}).get("requests") or {}), **_limits(c)}
+        try:
+            g = gpu_request(res)
+        except RequestError:
+            g = None
+        if g is None or r.GPU not in _limits(c):
+            continue
+        cards = [d.uuid for d in segments[i]] if i < len(segments) else []
+        envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(cards)}
+        envs |= {f"CUDA_DEVICE_MEMORY_LIMIT_{j}": f"{g.mem_for(devmem.get(u, 0))}m" for j, u in enumerate(cards)}
+        envs["CUDA_DEVICE_SM_LIMIT"] = str(g.cores)
+        out.append(envs)
+    return out
 
 
 class FakeNodes:
@@ -23,6 +157,7 @@ class FakeNodes:
         self.informer = Informer(port, PODS, self._event)
         self.todo: asyncio.Queue[str] = asyncio.Queue()
         self.violations: list[str] = []
+        self.allocations: dict[str, Allocation] = {}  # pod key → what HAMi's device plugin answered
         self.started: set[str] = set()
         self.stopping: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -42,18 +177,25 @@ class FakeNodes:
         mem: dict[str, int] = defaultdict(int)
         tasks: dict[str, int] = defaultdict(int)
         exclusive: set[str] = set()
+        ours: set[str] = set()  # cards fairgpu put a pod on: the audit is of fairgpu's decisions
         for obj in self.informer.cache.values():
             ann = obj["metadata"].get("annotations") or {}
             if obj["spec"].get("nodeName") != node or hami.ALLOCATED not in ann:
                 continue
-            for seg in hami.decode_devices(ann[hami.ALLOCATED]):
+            try:
+                segments = hami.decode_devices(ann[hami.ALLOCATED])
+            except FormatError:
+                continue  # another scheduler's unreadable record (fairgpu counts its cards as full)
+            for seg in segments:
                 for d in seg:
+                    if obj["spec"].get("schedulerName") == "fairgpu":
+                        ours.add(d.uuid)
                     cores[d.uuid] += d.cores
                     mem[d.uuid] += d.memory_mib
                     tasks[d.uuid] += 1
                     if d.cores >= 100:
                         exclusive.add(d.uuid)
-        for uuid in tasks:
+        for uuid in tasks.keys() & ours:
             shared_whole = uuid in exclusive and tasks[uuid] > 1
             if cores[uuid] > 100 or mem[uuid] > GPU_MEM or tasks[uuid] > SPLIT or shared_whole:
                 self.violations.append(f"{node} {uuid}: cores {cores[uuid]} mem {mem[uuid]} tasks {tasks[uuid]}")
@@ -91,27 +233,71 @@ class FakeNodes:
             if err.code != 404:
                 raise
 
+    async def _get_pod(self, ns: str, name: str) -> dict | None:
+        try:
+            return await self.port.get(PODS, name, ns)
+        except KubeError as err:
+            if err.code == 404:
+                return None
+            raise
+
     async def _allocate(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
         node = obj["spec"]["nodeName"]
         self.audit(node)
-        ann = obj["metadata"].get("annotations") or {}
         try:
-            if hami.ALLOCATED in ann:
-                erased = ";" * len(hami.decode_devices(ann[hami.TO_ALLOCATE]))
-                patch = {"metadata": {"annotations": {hami.TO_ALLOCATE: erased, hami.BIND_PHASE: "success"}}}
-                await self.port.patch(PODS, name, patch, ns)
-                n = await self.port.get(NODES, node)
-                lock = (n["metadata"].get("annotations") or {}).get(hami.NODE_LOCK, "")
-                if lock.endswith(f",{ns},{name}"):
-                    release = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]}}
-                    release["metadata"]["annotations"] = {hami.NODE_LOCK: None}
-                    await self.port.patch(NODES, node, release)
+            if any(r.GPU in _limits(c) for c in _containers(obj)):  # the kubelet calls HAMi's Allocate
+                await self._device_plugin(key, obj, node)
             running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
             await self.port.patch(PODS, name, {"status": running}, ns, subresource="status")
+        except AllocateError as err:
+            self.violations.append(f"{key}: HAMi's device plugin would fail it: {err}")
         except KubeError as err:
             if err.code == 409:  # the node changed under us: try again
                 self.started.discard(key)
                 self.todo.put_nowait(key)
             elif err.code != 404:
                 raise
+
+    async def _device_plugin(self, key: str, obj: dict, node: str) -> None:
+        n = await self.port.get(NODES, node)
+        fetched: dict[tuple[str, str], dict | None] = {}
+        lock = hami.NODE_LOCK in (n["metadata"].get("annotations") or {})
+        if lock:
+            owner = hami.decode_lock(n["metadata"]["annotations"][hami.NODE_LOCK])
+            fetched[(owner.namespace, owner.pod)] = await self._get_pod(owner.namespace, owner.pod)
+        try:
+            on_node = [p for p in self.informer.cache.values() if p["spec"].get("nodeName") == node]
+            alloc = hami_allocate(obj, n, lambda ns, name: fetched.get((ns, name)), on_node)
+        except AllocateError:
+            await self._finish(obj, n, "failed")
+            raise
+        self.allocations[key] = alloc
+        if alloc.served != key:
+            raise AllocateError(f"served {alloc.served}'s allocation (the node lock names it), not {key}'s")
+        expected = scheduler_limits(obj, n)
+        if alloc.envs != expected:
+            raise AllocateError(f"limits {alloc.envs} differ from HAMi's scheduler's {expected}")
+        ns, name = key.split("/", 1)
+        await self.port.patch(PODS, name, {"metadata": {"annotations": {hami.TO_ALLOCATE: alloc.erased}}}, ns)
+        if not alloc.success:
+            raise AllocateError(f"NVIDIA entries left unallocated in {alloc.erased!r}: the pod never succeeds")
+        await self._finish(obj, n, "success")
+
+    async def _finish(self, obj: dict, n: dict, phase: str) -> None:
+        """bind-phase, then release the node lock only when it names this pod (ReleaseNodeLock)."""
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        await self.port.patch(PODS, name, {"metadata": {"annotations": {hami.BIND_PHASE: phase}}}, ns)
+        for _ in range(5):  # HAMi retries the release on conflicts
+            lock = (n["metadata"].get("annotations") or {}).get(hami.NODE_LOCK, "")
+            if not lock.endswith(f",{ns},{name}"):
+                return
+            release = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]}}
+            release["metadata"]["annotations"] = {hami.NODE_LOCK: None}
+            try:
+                await self.port.patch(NODES, n["metadata"]["name"], release)
+                return
+            except KubeError as err:
+                if err.code != 409:
+                    raise
+            n = await self.port.get(NODES, n["metadata"]["name"])

@@ -4,6 +4,7 @@ rollback that releases only its own lock."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -77,7 +78,10 @@ def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
         await asyncio.sleep(0.5)
         assert not task.done() and lock_of(await port.get(NODES, "node-00")).endswith(",a,holder")
         await port.patch(PODS, "holder", {"metadata": {"annotations": {hami.BIND_PHASE: "success"}}}, "a")
-        await asyncio.wait_for(task, 10)  # a holder whose allocation finished no longer holds the node
+        await asyncio.sleep(0.3)  # HAMi: its bind-phase does not free the lock; the device plugin releases it
+        assert not task.done()
+        await port.patch(NODES, "node-00", {"metadata": {"annotations": {hami.NODE_LOCK: None}}})
+        await asyncio.wait_for(task, 10)
         assert (await port.get(PODS, "next", "a"))["spec"]["nodeName"] == "node-00"
         # a failed bind whose lock was meanwhile replaced (say, taken over after expiry) leaves it alone
         stolen = hami.NodeLock(binder.clock(), "a", "other").encode()
@@ -131,5 +135,57 @@ def test_binds_to_one_node_take_turns_two_at_a_time(fake_api, tmp_path):
         assert most == 2, most
         for i in range(6):
             assert (await port.get(PODS, f"p{i}", "a"))["spec"]["nodeName"] == "node-00"
+
+    run(fake_api, tmp_path, body)
+
+
+def _locked(port, value: str):
+    return port.patch(NODES, "node-00", {"metadata": {"annotations": {hami.NODE_LOCK: value}}})
+
+
+def test_node_lock_is_taken_over_only_as_hami_does(fake_api, tmp_path):
+    """HAMi's LockNode (pkg/util/nodelock/nodelock.go): a lock is free only when expired (5 min default, or
+    the configured expiry), when its owner pod is gone, or when it names the same pod. An owner that exists
+    but is not bound yet (its Binding in flight, issue 11 finding 7) keeps it however long; a legacy
+    timestamp-only lock names no owner, so only expiry frees it; an unparsable lock is an error."""
+
+    async def body(port):
+        await make(port, "owner")  # exists, unbound: its Binding is in flight
+        base = Binder(port).clock()
+        binder = Binder(port, lock_wait=0.6)
+
+        async def attempt(name: str) -> str:
+            p = await make(port, name)
+            try:
+                await binder.bind(p, "node-00", [hami.DeviceUse("GPU-00-0", "NVIDIA", 1000, 10)])
+                return "taken"
+            except BindError as err:
+                return str(err)
+
+        await _locked(port, hami.NodeLock(base - timedelta(seconds=30), "a", "owner").encode())
+        assert "stayed locked" in await attempt("p1")  # the old code took it after 3 s
+        await _locked(port, (base - timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        assert "stayed locked" in await attempt("p2")  # the old code called a legacy lock free
+        await _locked(port, "garbage")
+        assert "unreadable" in await attempt("p3")  # the old code called it free
+        await _locked(port, hami.NodeLock(base - timedelta(minutes=6), "a", "owner").encode())
+        assert await attempt("p4") == "taken"  # expired
+        await _locked(port, hami.NodeLock(base - timedelta(seconds=5), "a", "gone").encode())
+        assert await attempt("p5") == "taken"  # its owner pod does not exist
+        await _locked(port, hami.NodeLock(base - timedelta(seconds=30), "a", "owner").encode())
+        short = Binder(port, lock_wait=0.6, lock_expiry=timedelta(seconds=20))  # the configured expiry counts
+        p6 = await make(port, "p6")
+        await short.bind(p6, "node-00", [hami.DeviceUse("GPU-00-0", "NVIDIA", 1000, 10)])
+
+    run(fake_api, tmp_path, body)
+
+
+def test_a_lock_naming_the_same_pod_is_already_ours(fake_api, tmp_path):
+    async def body(port):
+        p = await make(port, "again")
+        mine = hami.NodeLock(Binder(port).clock() - timedelta(seconds=10), "a", "again").encode()
+        await _locked(port, mine)
+        await Binder(port, lock_wait=0.5).bind(p, "node-00", DEV)
+        assert lock_of(await port.get(NODES, "node-00")) == mine  # held, not rewritten (LockNode returns nil)
 
     run(fake_api, tmp_path, body)

@@ -99,7 +99,7 @@ def test_node_view_shows_each_gpu_with_its_pods(page, server):
 
 
 def test_queue_view_plots_usage_and_fair_share(page, server):
-    open_view(page, server, "/queues", "[data-testid=queue-chart] svg path")
+    open_view(page, server, "/queues", "[data-testid=queue-plot][data-rendered=true]")
     _, source = server
     with source.lock:
         v, names = source.sched.view, source.sched.tree.names()
@@ -112,7 +112,9 @@ def test_queue_view_plots_usage_and_fair_share(page, server):
         usage = chart.locator("[data-testid=queue-usage]").text_content()
         fair = chart.locator("[data-testid=queue-fair-share]").text_content()
         assert (usage, fair) == expected[name]
-        assert chart.locator("path").count() == 2  # usage and fair share
+        # Vega-Lite draws one line per series (usage, fair share), and an axis with ticks on each side
+        assert chart.locator(".mark-line path").count() == 2
+        assert chart.locator(".role-axis-label text").count() >= 4
     assert page.locator("[data-testid=tree-queue]").count() == len(names)
     shot(page, "queues")
 
@@ -174,9 +176,71 @@ def test_cluster_view_of_a_thousand_nodes_renders_quickly(browser):
 
 
 def test_play_advances_the_replay(page, server):
-    open_view(page, server, "/queues", "[data-testid=queue-chart] svg path")
+    open_view(page, server, "/queues", "[data-testid=queue-plot][data-rendered=true]")
     page.click("#play")
     # one step is 1/200 of the 6 h horizon: 108 s
     page.wait_for_function("Number(document.getElementById('view').dataset.loadedAt) > 3600", timeout=20_000)
     page.click("#play")
     assert float(page.get_attribute("#view", "data-loaded-at")) >= 3600 + 108
+
+
+def test_heat_map_fits_the_window_with_node_names_and_tooltips(page, server):
+    open_view(page, server, "/cluster", "[data-testid=heatmap-cores_pct]")
+    canvas = page.locator("[data-testid=heatmap-cores_pct]")
+    box = canvas.bounding_box()
+    assert box["x"] + box["width"] <= 1400 / 2 + 16  # its half of the 1,400 px window
+    assert canvas.get_attribute("data-nodes-per-row") == "1"  # eight nodes: a labelled row each
+    cell = int(canvas.get_attribute("data-cell"))
+    # GPU 3 of the third node (a100-2): hover names it and says what is allocated there
+    _, source = server
+    label = float(box["width"]) - 8 * cell  # the node names sit left of the cells
+    page.mouse.move(box["x"] + label + 3 * cell + cell / 2, box["y"] + 2 * (cell + 2) + cell / 2)
+    tip = page.locator("[data-testid=heatmap-tip-cores_pct]")
+    tip.wait_for(state="visible")
+    with source.lock:
+        view = __import__("fairgpu.observe.views", fromlist=["cluster_view"]).cluster_view(source.sched)
+    i = view["heatmap"]["nodes"].index("a100-2")
+    assert tip.text_content() == f"a100-2 · GPU 3: {view['heatmap']['cores_pct'][i][3]}% cores allocated"
+    canvas.click(position={"x": label + 3 * cell + cell / 2, "y": 2 * (cell + 2) + cell / 2})
+    page.wait_for_selector("[data-testid=node-name]")
+    assert page.text_content("[data-testid=node-name]") == "Node a100-2"
+
+
+def test_workloads_are_paged_searchable_and_filtered_by_queue(page, server):
+    bg, _ = server
+    open_view(page, server, "/workloads", "[data-testid=workload-item]")
+    everything = get(f"{bg.url}/api/workloads?t={T:g}")
+    assert page.locator("[data-testid=workload-item]").count() == 2 * 50  # a page of each list
+    assert page.text_content("[data-testid=page-label]").strip() == f"1–50 of {everything['pending_total']}"
+    page.click("[data-testid=page-next]")
+    page.wait_for_function("document.querySelector('[data-testid=page-label]').textContent.includes('51–100')")
+    first = page.locator("[data-testid=workload-item]").first.text_content()
+    assert first.startswith(everything["pending"][50]["workload"] + " ")
+    page.select_option("[data-testid=workload-queue]", "training")
+    page.wait_for_function("document.querySelector('[data-testid=workload-totals]').textContent.includes('pending 6 ')")
+    training = get(f"{bg.url}/api/workloads?t={T:g}&queue=training")
+    assert page.text_content("[data-testid=workload-totals]") == (
+        f"pending {training['pending_total']} · running {training['running_total']}"
+    )
+    items = page.locator("[data-testid=workload-item]").all_text_contents()
+    assert items and all("[training]" in x for x in items)
+    wanted = items[-1].split(" ")[0]
+    page.fill("[data-testid=workload-search]", wanted.upper())  # any case
+    page.dispatch_event("[data-testid=workload-search]", "change")
+    page.wait_for_function(f"document.querySelectorAll('[data-testid=workload-item]').length < {len(items)}")
+    names = [x.split(" ")[0] for x in page.locator("[data-testid=workload-item]").all_text_contents()]
+    assert wanted in names and all(wanted in n for n in names)
+    shot(page, "workloads")
+
+
+def test_loading_sign_while_the_replay_catches_up(page, server):
+    def slow(route):
+        time.sleep(1.0)
+        route.continue_()
+
+    page.route("**/api/cluster*", slow)
+    bg, _ = server
+    page.goto(f"{bg.url}/?t=1800#/cluster")
+    page.wait_for_selector("[data-testid=loading]", state="visible", timeout=5_000)
+    page.wait_for_selector("[data-testid=heatmap-cores_pct]", timeout=20_000)
+    assert page.locator("[data-testid=loading]").is_hidden()

@@ -59,6 +59,7 @@ def test_cluster_view_totals_add_up(server):
     assert c["time"] == 1200 and source.now == 1200
     t = c["totals"]
     assert t["allocated_gpus"] + t["free_gpus"] + t["fragmented_gpus"] == pytest.approx(t["gpus"])
+    assert sum(c["idle_gpus"].values()) == pytest.approx(t["gpus"] - t["allocated_gpus"])
     assert sum(m["gpus"] for m in c["models"].values()) == t["gpus"] == 64
     cores = np.array(c["heatmap"]["cores_pct"])
     assert cores.shape == (8, 8) and cores.sum() / 100 == pytest.approx(t["allocated_gpus"])
@@ -113,8 +114,9 @@ def test_dashboard_page_and_assets_are_served_locally(server):
     url, _ = server
     status, page = get(f"{url}/")
     assert status == 200 and b"/static/app.js" in page
-    for asset in ("app.js", "app.css"):
+    for asset in ("app.js", "app.css", "vendor/vega.min.js", "vendor/vega-lite.min.js", "vendor/vega-embed.min.js"):
         assert get(f"{url}/static/{asset}")[0] == 200
+    assert b"/static/vendor/vega-lite.min.js" in page  # the chart library is served from here, not a CDN
     assert b"http" not in get(f"{url}/static/app.js")[1].replace(b"http://www.w3.org/2000/svg", b"")
 
 
@@ -168,3 +170,53 @@ def test_simulate_serve_answers_on_localhost():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("query", "needle"),
+    [
+        ("t=-5", "must be a finite, non-negative number"),
+        ("t=abc", "'abc' is not a number"),
+        ("t=99999", "past the horizon"),
+    ],
+)
+def test_bad_time_is_answered_400_and_moves_nothing(server, query: str, needle: str):
+    url, source = server
+    before = doc(f"{url}/api/cluster?t=1200")
+    status, body = get(f"{url}/api/cluster?{query}")
+    assert status == 400 and needle in json.loads(body)["error"]
+    assert source.now == 1200 and doc(f"{url}/api/cluster")["totals"] == before["totals"]
+
+
+def test_workloads_filter_totals_count_what_matches(server):
+    url, source = server
+    everything = doc(f"{url}/api/workloads?t=1800")
+    batch = doc(f"{url}/api/workloads?t=1800&queue=batch")
+    in_batch = [e for e in source.sched.pending.values() if e.workload.queue == "batch"]
+    assert batch["pending_total"] == len(in_batch) < everything["pending_total"]
+    assert batch["running_total"] == sum(e.workload.queue == "batch" for e in source.sched.running.values())
+
+
+def test_workloads_are_paged_and_searchable(server):
+    url, source = server
+    total = doc(f"{url}/api/workloads?t=1800")["pending_total"]
+    assert total > 20
+    first = doc(f"{url}/api/workloads?t=1800&limit=10")
+    second = doc(f"{url}/api/workloads?t=1800&limit=10&offset=10")
+    assert len(first["pending"]) == len(second["pending"]) == 10
+    assert {w["workload"] for w in first["pending"]}.isdisjoint(w["workload"] for w in second["pending"])
+    assert first["pending_total"] == second["pending_total"] == total
+    name = second["pending"][3]["workload"]
+    found = doc(f"{url}/api/workloads?t=1800&search={name.upper()}")
+    assert name in [w["workload"] for w in found["pending"]]
+    assert found["pending_total"] == sum(name in e.workload.name for e in source.sched.pending.values())
+
+
+@pytest.mark.parametrize(
+    ("query", "needle"),
+    [("queue=nope", "'nope' is not a queue"), ("offset=-1", "offset"), ("limit=0", "limit"), ("limit=x", "limit")],
+)
+def test_bad_workload_parameters_are_400(server, query: str, needle: str):
+    url, _ = server
+    status, body = get(f"{url}/api/workloads?{query}")
+    assert status == 400 and needle in json.loads(body)["error"]

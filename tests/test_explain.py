@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import gpu_node, job, tree, whole
+from conftest import gpu_node, job, starving_gang_beside_a_stream, tree, whole
 from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.cli import app
@@ -79,20 +79,14 @@ def test_fair_share_wait_and_cluster_position():
 
 
 def test_reserved_nodes_are_explained_to_the_others():
-    queues = QueueTree([QueueSpec("stream"), QueueSpec("train", starvation_after=0)])
-    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
-    for i in range(4):
-        s.submit(job(f"s{i}", "stream", whole(1), t=0))
-    s.cycle(0)
-    s.submit(job("gang", "train", whole(2), pods=2, t=1))
-    s.cycle(1)
+    s = starving_gang_beside_a_stream()
     assert list(s.reservations) == ["gang"]
     assert any(x.startswith("starving: 2 node(s) reserved") for x in s.explain("gang", 1).reasons)
     s.remove("s0")  # one GPU frees; a long stream job may not take it
     s.submit(job("late", "stream", whole(1), t=2))
     s.cycle(2)
     assert "late" in s.pending
-    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=60s"]
+    assert s.explain("late", 2).reasons == ["reserved for another workload: nodes held for gang until t=1m"]
 
 
 def test_running_and_unknown_workloads():
@@ -108,7 +102,8 @@ def test_running_and_unknown_workloads():
 def test_cli_explain_prints_for_each_profile_and_as_json():
     result = CliRunner().invoke(app, ["simulate", "--scenario", "gang-starvation", "--explain", "gang-0@61m"])
     assert result.exit_code == 0, result.output
-    assert "kube-default at t=3660s" in result.output and "fairgpu at t=3660s" in result.output
+    assert "kube-default at t=1h1m" in result.output and "fairgpu at t=1h1m" in result.output
+    assert "submitted at t=1h\n" in result.output  # human times, not raw seconds
     assert "estimated start" in result.output
     result = CliRunner().invoke(
         app, ["simulate", "--scenario", "gang-starvation", "--profile", "fairgpu", "--explain", "gang-0@61m", "--json"]

@@ -51,10 +51,10 @@ def test_register_round_trip_and_errors():
 def test_device_strings_keep_empty_segments_and_tolerate_missing_semicolon():
     s = "GPU-0fc3,NVIDIA,3000,0:;GPU-0fc3,NVIDIA,5000,0:;"
     decoded = hami.decode_devices(s)
-    assert [[d.memory_mib for d in c] for c in decoded] == [[3000], [5000]]
-    assert hami.encode_devices(decoded) == s
+    assert [[d.memory_mib for d in c] for c in decoded] == [[3000], [5000], []]  # HAMi: the trailing ";" too
+    assert hami.encode_devices(decoded[:2]) == s
     assert hami.decode_devices(";GPU-a,NVIDIA,20000,30:GPU-b,NVIDIA,20000,30:")[1][1].uuid == "GPU-b"
-    assert hami.decode_devices(";;") == [[], []]
+    assert hami.decode_devices(";;") == [[], [], []]
 
 
 def test_node_from_hami_register_with_cordon():
@@ -152,11 +152,15 @@ def test_pod_requests_defaults_gang_queue_runtime():
     assert device_string(p, devices) == ";GPU-a,NVIDIA,100,100:GPU-b,NVIDIA,100,100:;;"
 
 
-def test_pod_errors_name_the_field():
-    with pytest.raises(RequestError, match=r"spec.containers\[0\].resources.nvidia.com/gpucores"):
-        pod_info(_pod([_c("a", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})]))
-    with pytest.raises(RequestError, match="only one container"):
-        pod_info(_pod([_c("a", {"nvidia.com/gpu": "1"}), _c("b", {"nvidia.com/gpu": "1"})]))
+def test_pod_problems_name_the_field_and_do_not_stop_translation():
+    """A GPU request fairgpu will not schedule is the pod's `problem`, not an exception: once bound (by
+    anyone) the pod must still be read and accounted."""
+    p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})]))
+    assert p.problem.startswith("spec.containers[0].resources.nvidia.com/gpumem:")
+    p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1"}), _c("b", {"nvidia.com/gpu": "1"})]))
+    assert "2 containers ask for GPUs" in p.problem and p.gpu_containers == (0, 1)
+    with pytest.raises(RequestError, match=r"spec.containers\[0\].resources.cpu"):
+        pod_info(_pod([_c("a", requests={"cpu": "lots"})]))
 
 
 def test_queue_cr_maps_scenario_keys_and_names_bad_fields():

@@ -31,13 +31,14 @@ def test_two_replicas_one_binds_and_the_standby_takes_over(fake_api, tmp_path):
         await port.create(QUEUES, {"metadata": {"name": "team-a"}, "spec": {"namespaces": ["a"]}})
         for i in range(6):
             await port.create(PODS, pod("a", f"p{i}", {"nvidia.com/gpu": "1"}), "a")
-        kubelet = asyncio.create_task(FakeNodes(port).run())
+        nodes = FakeNodes(port)
+        kubelet = asyncio.create_task(nodes.run())
         profile = load_profile("fairgpu")
         replicas = []
         for ident in ("r1", "r2"):
             rport = await KubeClient.connect(kubeconfig)
             elector = LeaderElector(rport, "fairgpu-system", "fairgpu", ident, LEASE, RETRY)
-            ctl = Controller(rport, profile, leading=elector.leading)
+            ctl = Controller(rport, profile, leadership=elector)
             tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
             replicas.append((elector, ctl, tasks, rport))
 
@@ -81,6 +82,7 @@ def test_two_replicas_one_binds_and_the_standby_takes_over(fake_api, tmp_path):
         for t in [*standby[2], kubelet]:
             t.cancel()
         await asyncio.gather(*standby[2], kubelet, return_exceptions=True)
+        assert not nodes.violations, nodes.violations[:3]  # HAMi's device plugin took every bound pod
         for r in replicas:
             await r[3].close()
         await port.close()

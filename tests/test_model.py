@@ -40,8 +40,13 @@ def test_gpumem_alone_implies_one_gpu_and_no_cores() -> None:
     assert g.gpu_equivalents() == 0
 
 
-def test_gpumem_with_suffix_is_bytes() -> None:
-    assert gpu_request({r.GPUMEM: "8Gi"}).mem_mib == 8192
+def test_gpumem_is_the_quantitys_plain_value_in_mib_as_hami_reads_it() -> None:
+    """HAMi's GenerateResourceRequests takes gpumem's Quantity.AsInt64 as MiB: "1Gi" asks for 1073741824 MiB
+    (it fits no card), "8Gi" overflows int32 and HAMi drops the request, which fairgpu refuses."""
+    assert gpu_request({r.GPUMEM: "1Gi"}).mem_mib == 1073741824
+    assert gpu_request({r.GPUMEM: "1k"}).mem_mib == 1000
+    with pytest.raises(RequestError, match=re.escape(r.GPUMEM)):
+        gpu_request({r.GPUMEM: "8Gi"})
 
 
 def test_gpucores_alone_implies_one_gpu_and_all_memory() -> None:
@@ -106,28 +111,24 @@ def test_zero_gpus_is_no_request() -> None:
     assert gpu_request({r.GPU: "0", r.GPUCORES: "0"}) is None
 
 
-def test_zero_gpus_with_cores_or_memory_rejected() -> None:
-    with pytest.raises(RequestError, match=re.escape(r.GPU)):
-        gpu_request({r.GPU: "0", r.GPUMEM: "1000"})
-    with pytest.raises(RequestError, match=re.escape(r.GPU)):
-        gpu_request({r.GPU: "0", r.GPUCORES: "10"})
+def test_zero_gpus_with_cores_or_memory_is_no_request() -> None:
+    assert gpu_request({r.GPU: "0", r.GPUMEM: "1000"}) is None  # HAMi's Resourcereqs skips Nums 0
+    assert gpu_request({r.GPU: "0", r.GPUCORES: "10"}) is None
 
 
 @pytest.mark.parametrize("cores", ["101", "150", "1k"])
-def test_cores_over_100_rejected_naming_gpucores(cores: str) -> None:
-    with pytest.raises(RequestError, match=re.escape(r.GPUCORES)):
-        gpu_request({r.GPU: "1", r.GPUCORES: cores})
+def test_cores_over_100_are_clamped_to_100(cores: str) -> None:
+    assert gpu_request({r.GPU: "1", r.GPUCORES: cores}).cores == 100  # Fit's clamp, written to the annotation
 
 
 @pytest.mark.parametrize("pct", ["101", "200"])
-def test_memory_percentage_over_100_rejected_naming_it(pct: str) -> None:
-    with pytest.raises(RequestError, match=re.escape(r.GPUMEM_PCT)):
-        gpu_request({r.GPU: "1", r.GPUMEM_PCT: pct})
+def test_memory_percentage_over_100_is_clamped(pct: str) -> None:
+    assert gpu_request({r.GPU: "1", r.GPUMEM_PCT: pct, r.GPUCORES: "10"}).mem_pct == 100
 
 
 @pytest.mark.parametrize(
     "bad",
-    [{r.GPU: "1.5"}, {r.GPU: "-1"}, {r.GPUCORES: "12.5"}, {r.GPUMEM: "-1"}, {r.GPU: "x"}, {r.GPUMEM_PCT: "lots"}],
+    [{r.GPU: "1.5"}, {r.GPU: "-1"}, {r.GPUMEM: "1.5"}, {r.GPUMEM: "-1"}, {r.GPU: "x"}, {r.GPUMEM_PCT: "lots"}],
 )
 def test_malformed_quantities_become_request_errors(bad: dict) -> None:
     with pytest.raises(RequestError):
@@ -169,8 +170,10 @@ def test_gpu_request_defaults_are_consistent(
         assert g.mem_pct == pct and g.mem_for(100_000) == 100_000 * pct // 100
     else:
         assert g.mem_for(100_000) == 100_000
-    if cores is None and not mem and (pct is None or pct in (0, 100)):
-        assert g.exclusive  # gpu-only or 100 %-memory requests take whole cards
+    if cores is None and (pct == 100 if pct is not None else mem is None):
+        assert g.exclusive  # gpu-only or 100 %-memory requests take whole cards (HAMi's webhook)
+    elif cores is None:
+        assert g.cores == 0  # gpumem given (0 included) or a percentage below 100: defaultCores
 
 
 # -- PodSpec ----------------------------------------------------------------------------------------------

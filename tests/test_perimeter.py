@@ -295,7 +295,7 @@ def test_the_scheduler_runs_under_its_rbac_and_policies(cluster, tmp_path):
             await admin.create(PODS, pod("a", name, {"nvidia.com/gpu": "1"}, labels), "a")
         port = await KubeClient.connect(fake.kubeconfig(str(tmp_path / "sa"), "fairgpu-token"))
         elector = LeaderElector(port, "fairgpu-system", "fairgpu", "r1")
-        ctl = Controller(port, load_profile("fairgpu"), leading=elector.leading)
+        ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
         tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(elector.run())]
         try:
             bound = lambda: sum(1 for o in ctl.pods.cache.values() if o["spec"].get("nodeName"))  # noqa: E731

@@ -146,7 +146,7 @@ def test_gpu_uuid_include_and_exclude_pick_gpus() -> None:
     view, prof = view_of([gpu_node("n0", gpus=4)])
     only_bad = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
     assert place_pod(only_bad, view, prof) is None
-    assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID excluded": 1}
+    assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID or vgpu-mode excluded": 1}
 
 
 def test_gpu_model_include_exclude() -> None:
@@ -173,7 +173,7 @@ def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
 def test_invalid_requests_are_never_placed() -> None:
     from fairgpu.model import gpu_request
 
-    for bad in ({"nvidia.com/gpucores": "101"}, {"nvidia.com/gpu": "-1"}, {"nvidia.com/gpumem": "-5"}):
+    for bad in ({"nvidia.com/gpumem": "1.5"}, {"nvidia.com/gpu": "-1"}, {"nvidia.com/gpumem": "-5"}):
         with pytest.raises(RequestError):
             gpu_request(bad)
     view, _ = view_of([gpu_node("t", model="T4", mem_mib=15360)])
@@ -329,6 +329,33 @@ def test_gang_spans_as_few_nodes_as_possible() -> None:
 
 
 # -- property: never over-commit ------------------------------------------------------------------------------
+def fits_somewhere(pod: PodSpec, st_) -> bool:
+    """An oracle written apart from the filters: does some node have the CPU, memory and enough GPUs that
+    can each take this pod under HAMi's rules (whole card: idle; share: cores, memory, task count)?"""
+    for n in range(st_.num_nodes):
+        if st_.cpu_free[n] < pod.cpu_m or st_.mem_free[n] < pod.memory_mib:
+            continue
+        g = pod.gpu
+        if g is None:
+            return True
+        slots = range(len(st_.nodes[n].gpus))
+        if g.exclusive:
+            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0]
+        else:
+            need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
+            ok = [
+                s
+                for s in slots
+                if not st_.gpu_exclusive[n, s]
+                and st_.gpu_tasks[n, s] < st_.split[n]
+                and st_.gpu_cores_free[n, s] >= max(g.cores, 1)
+                and st_.gpu_mem_free[n, s] >= need[s]
+            ]
+        if len(ok) >= g.count:
+            return True
+    return False
+
+
 pods_strategy = st.lists(
     st.one_of(
         st.builds(lambda k: whole(k), st.integers(1, 4)),
@@ -349,7 +376,8 @@ def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> No
     st_ = view.state
     for i, pod in enumerate(pods):
         p = place_pod(pod, view, prof)
-        if p is None:
+        if p is None:  # nothing was left out that could have been placed
+            assert not fits_somewhere(pod, st_), (i, pod)
             continue
         assert len(set(p.slots)) == len(p.slots)  # never two slots of one GPU
         st_.assign(str(i), p)

@@ -132,4 +132,12 @@ def test_every_extension_point_is_consulted_in_order():
     placement = res.bound[0].placement
     assert placement.node == 1 and placement.slots == (1,)  # filter removed n0; gpu_order reversed slots
     assert [e.workload for e in res.evictions] == ["ok"]  # toobig's victim, chosen by the plugin
-    assert {"sort", "admit", "filter", "score", "permit", "preempt"} <= set(calls)
+    # Per attempt, in order: the queue is picked, the workload admitted, nodes filtered and scored; a gang
+    # that did not fit whole is offered to Permit, and only then to Preempt (whose dry runs filter again).
+    attempts = [
+        ["sort", "admit"],  # denied: refused at admission, never filtered
+        ["sort", "admit", "filter", "score"],  # ok: placed
+        ["sort", "admit", "filter", "permit", "preempt"],  # toobig: no node for its first pod
+    ]
+    assert calls[:11] == [c for a in attempts for c in a], calls
+    assert set(calls[11:]) <= {"filter", "score"}

@@ -77,7 +77,7 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ),
     (
         "gpumem larger than any GPU",
-        set_request("nvidia.com/gpumem", "100Gi"),
+        set_request("nvidia.com/gpumem", 102400),
         "workloads[0].requests",
         "nvidia.com/gpumem 102400 MiB each is more than any node has",
     ),
@@ -88,10 +88,10 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "cpu request 65000m is more than any node has",
     ),
     (
-        "gpucores over 100",
-        set_request("nvidia.com/gpucores", 150),
-        "workloads[0].requests",
-        "more than 100 %",
+        "gpumem with a unit (HAMi reads the plain number as MiB and drops a value beyond int32)",
+        set_request("nvidia.com/gpumem", "10Gi"),
+        "workloads[0].requests.nvidia.com/gpumem",
+        "plain integer number of MiB",
     ),
     (
         "unknown resource",
@@ -298,7 +298,7 @@ def test_duration_max_equal_to_duration_is_fixed() -> None:
 def test_gpu_requests_follow_hami_units_and_defaults() -> None:
     doc = base()
     doc["workloads"] = [
-        {"queue": "team-a", "name": "mem", "duration": 1, "requests": {"nvidia.com/gpumem": "10Gi"}},
+        {"queue": "team-a", "name": "mem", "duration": 1, "requests": {"nvidia.com/gpumem": "10k"}},
         {"queue": "team-a", "name": "mib", "duration": 1, "requests": {"nvidia.com/gpumem": 2048}},
         {
             "queue": "team-a",
@@ -306,7 +306,7 @@ def test_gpu_requests_follow_hami_units_and_defaults() -> None:
             "duration": 1,
             "requests": {
                 "nvidia.com/gpucores": 25,
-                "nvidia.com/gpumem": "10Gi",
+                "nvidia.com/gpumem": 10240,
                 "cpu": "500m",
                 "memory": "1G",
             },
@@ -317,7 +317,7 @@ def test_gpu_requests_follow_hami_units_and_defaults() -> None:
     ]
     pods = {w.name.rsplit("-", 1)[0]: w.pods[0] for w in build(doc).workloads}
     assert pods["mem"].gpu.count == 1  # gpumem alone implies one GPU
-    assert pods["mem"].gpu.mem_mib == 10240  # a suffixed quantity is bytes → MiB
+    assert pods["mem"].gpu.mem_mib == 10000  # the quantity's plain value is MiB, as HAMi reads it
     assert pods["mib"].gpu.mem_mib == 2048  # a plain number is MiB
     frac = pods["frac"]
     assert (frac.gpu.count, frac.gpu.cores, frac.gpu.mem_mib) == (1, 25, 10240)

@@ -118,10 +118,13 @@ def test_placement_for_fractional_and_percentage() -> None:
     assert s.placement_for(PodSpec(100, 200), 0, ()) == Placement(0, (), 0, (), 100, 200)
 
 
-def test_cores_100_with_gpumem_takes_the_whole_card() -> None:
+def test_cores_100_with_gpumem_records_its_gpumem_and_still_takes_the_whole_card() -> None:
+    """HAMi writes Memreq (1000) for a cores-100 request with gpumem; the card is exclusive by its cores."""
     s = ClusterState([node("a", 1, mem=40960)])
     p = s.placement_for(PodSpec(gpu=GpuRequest(1, 100, 1000)), 0, (0,))
-    assert p.mem_mib == (40960,)
+    assert p.mem_mib == (1000,)
+    s.assign("x", p)
+    assert s.gpu_exclusive[0, 0] and not s.fits(s.placement_for(PodSpec(gpu=GpuRequest(1, 0, 10)), 0, (0,)))
 
 
 # -- HAMi per-GPU rules ------------------------------------------------------------------------------------

@@ -155,8 +155,12 @@ def test_validation_rejects_bad_requests_and_foreign_queues(call):
         return call("/validate", review(out, namespace, user))["response"]
 
     assert admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}))["allowed"]
-    bad = denied(admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"})))
-    assert "spec.containers[0].resources.nvidia.com/gpucores" in bad
+    bad = denied(admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})))
+    assert "spec.containers[0].resources.nvidia.com/gpumem" in bad
+    pct = denied(admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"})))
+    assert "nvidia.com/gpumem-percentage: 150 must be between 0 and 100" in pct
+    # HAMi's webhook admits cores over 100 and its scheduler clamps them to 100
+    assert admitted(gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}))["allowed"]
     foreign = admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "team-a"}), namespace="b")
     assert "namespace b may not use queue 'team-a'" in denied(foreign)
     missing = admitted(gpu_pod({"nvidia.com/gpu": "1"}, labels={"fairgpu.io/queue": "nope"}))

@@ -7,11 +7,10 @@ from importlib import resources as pkg_resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fairgpu.errors import ProfileError
 from fairgpu.framework.profile import Profile, parse_profile, points_of
 from fairgpu.plugins.registry import IN_TREE
+from fairgpu.spec import load_yaml
 
 
 def registered() -> dict[str, str]:
@@ -38,10 +37,7 @@ def load_profile(name_or_path: str) -> Profile:
         text = path.read_text()
     else:
         raise ProfileError(f"profile {name_or_path!r}: not a built-in ({', '.join(builtin_profiles())}) or file")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ProfileError(f"profile {name_or_path}: not valid YAML: {err}") from err
+    doc = load_yaml(text, f"profile {name_or_path}")  # duplicate keys refused, errors name the line
     if not isinstance(doc, dict):
         raise ProfileError(f"profile {name_or_path}: expected a mapping")
     return profile_from_dict(doc)

@@ -6,7 +6,8 @@
     │   ├── RequestError          a pod request that can never be placed (`field` names the resource)
     │   ├── ScenarioError         a scenario, trace or queue document that does not validate
     │   ├── ProfileError          a profile naming an unknown plugin, a wrong point or bad arguments
-    │   └── FormatError           an annotation value not in HAMi's format (names the annotation)
+    │   ├── FormatError           an annotation value not in HAMi's format (names the annotation)
+    │   └── HamiConfigError       a HAMi config file (--hami-config, a scenario's `hami:`) that does not read
     ├── StateError (RuntimeError) an assign/release that would corrupt ClusterState; nothing changed
     └── ClusterError              talking to the cluster failed
         ├── KubeError             the API server answered an error (`code` 0: it did not answer)
@@ -51,6 +52,10 @@ class ProfileError(InputError):
 
 class FormatError(InputError):
     """An annotation value that is not in HAMi's format; the message names the annotation."""
+
+
+class HamiConfigError(InputError):
+    """A HAMi device config fairgpu cannot read; the message names the file and key."""
 
 
 class StateError(FairgpuError, RuntimeError):

@@ -8,31 +8,95 @@ import re
 from typing import Any, Literal
 
 import numpy as np
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fairgpu import resources as r
-from fairgpu.errors import InputError, RequestError
+from fairgpu.errors import InputError, QuantityError, RequestError, ScenarioError
 from fairgpu.model import QueueSpec
 from fairgpu.model.queue import NEVER, PreemptionPolicy
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Go's time.ParseDuration style, plus days: "90s", "1h30m", "2d12h", "1.5h"
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|[smhd]))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhd])")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: str | int | float) -> float:
-    """Seconds from a number or "30s", "10m", "8h", "2d"."""
+    """Seconds from a number of seconds or a Go-style duration: "30s", "10m", "1h30m", "2d"."""
     if isinstance(value, bool):
         raise InputError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise InputError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 8h, 2d)")
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+        text = str(value).strip().replace(" ", "")
+        try:
+            seconds = float(text)
+        except ValueError:
+            if not _DURATION.match(text):
+                raise InputError(f"{value!r} is not a duration (seconds, or e.g. 30s, 10m, 1h30m, 2d)") from None
+            seconds = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(text))
     if not np.isfinite(seconds) or seconds < 0:
         raise InputError(f"{value!r} must be a non-negative duration")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """ "1h30m", "2d4h", "45s": what parse_duration reads back, to the second."""
+    left = round(seconds)
+    if left == 0:
+        return "0s" if seconds == 0 else f"{seconds:.3g}s"
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            out += f"{left // size}{unit}"
+            left %= size
+    return out
+
+
+def require_memory_unit(value: str | int | float) -> None:
+    """A bare number of bytes is almost always a mistake for MiB or GiB: ask for the unit."""
+    if isinstance(value, bool):
+        return
+    text = str(value).strip()
+    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", text) and float(text) != 0:
+        raise QuantityError(f"{value!r} needs a unit (e.g. {text}Mi or {text}Gi); a bare number would be bytes")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: let the base class report it
+            if key in seen:
+                raise ScenarioError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML from a user's file: duplicate keys refused; errors are a ScenarioError naming source and line."""
+    return _load(lambda: yaml.load(text, Loader=_UniqueKeyLoader), source)
+
+
+def load_yaml_all(text: str, source: str) -> list[Any]:
+    """Every document of a multi-document YAML file, as load_yaml reads one."""
+    return _load(lambda: list(yaml.load_all(text, Loader=_UniqueKeyLoader)), source)
+
+
+def _load(read: Any, source: str) -> Any:
+    try:
+        return read()
+    except ScenarioError as err:
+        raise ScenarioError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise ScenarioError(f"{source}: not valid YAML{line}") from err
 
 
 Quantity = str | int | float

@@ -92,6 +92,7 @@ _SHARED = (
     "cpu_cap",
     "mem_cap",
     "split",
+    "gpu_split",
     "schedulable",
     "gpu_valid",
     "gpu_healthy",
@@ -124,8 +125,10 @@ class ClusterState:
         self.gpu_healthy = np.zeros((n, g), dtype=bool)
         self.gpu_model = np.full((n, g), -1, dtype=np.int32)
         self.gpu_mem_cap = np.zeros((n, g), dtype=np.int64)
+        self.gpu_split = np.zeros((n, g), dtype=np.int32)  # tasks each card may hold
         for i, nd in enumerate(self.nodes):
             for j, dev in enumerate(nd.gpus):
+                self.gpu_split[i, j] = dev.split or nd.split_count
                 self.gpu_valid[i, j] = True
                 self.gpu_healthy[i, j] = dev.healthy
                 self.gpu_model[i, j] = model_id[dev.model]
@@ -237,7 +240,9 @@ class ClusterState:
         if pod.gpu is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
         cap = self.gpu_mem_cap[node, list(slots)]
-        mem = tuple(int(m) for m in np.broadcast_to(cap if pod.gpu.exclusive else pod.gpu.mem_for(cap), cap.shape))
+        # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
+        # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
+        mem = tuple(int(m) for m in np.broadcast_to(pod.gpu.mem_for(cap), cap.shape))
         return Placement(node, slots, pod.gpu.cores, mem, pod.cpu_m, pod.memory_mib)
 
     def assign(self, key: str, p: Placement) -> None:
@@ -272,7 +277,7 @@ class ClusterState:
             if not (0 <= s < self.gpu_valid.shape[1]) or not (self.gpu_valid[i, s] and self.gpu_healthy[i, s]):
                 return False
             tasks, free_cores = self.gpu_tasks[i, s], self.gpu_cores_free[i, s]
-            if self.gpu_exclusive[i, s] or tasks >= self.split[i] or free_cores < p.cores:
+            if self.gpu_exclusive[i, s] or tasks >= self.gpu_split[i, s] or free_cores < p.cores:
                 return False
             if self.gpu_mem_free[i, s] < m or (p.cores >= GPU_CORES and tasks > 0):
                 return False
@@ -329,7 +334,7 @@ class ClusterState:
             raise StateError("a whole-GPU pod shares its GPU")
         if not np.array_equal(exclusive, self.gpu_exclusive):
             raise StateError("exclusive marks disagree with the placements held")
-        if (tasks > self.split[:, None]).any():
+        if (tasks > self.gpu_split).any():
             raise StateError("a GPU holds more tasks than its split count")
         idle = self.gpu_valid & self.gpu_healthy & (tasks == 0)
         if not np.array_equal(idle, self.gpu_idle) or not np.array_equal(idle.sum(1), self.node_idle_gpus):

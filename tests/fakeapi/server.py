@@ -22,6 +22,7 @@ from . import openapi, patches
 from .admission import Admission, Request
 from .auth import Attributes, Authenticator, User, allowed, service_account
 from .errors import ApiError, conflict, not_found, success
+from .faults import Faults
 from .selectors import Selector, label_selector, parse_fields, parse_labels
 from .store import NAMESPACES, RESOURCES, Resource, Store, clone, default
 
@@ -57,14 +58,6 @@ def respond_error(err: ApiError) -> web.Response:
 
 
 @dataclass(slots=True)
-class Fault:
-    code: int
-    count: int
-    verb: str | None = None
-    path_contains: str = ""
-
-
-@dataclass(slots=True)
 class Target:
     res: Resource
     ns: str | None
@@ -75,8 +68,7 @@ class Target:
 @dataclass
 class FakeState:
     store: Store = field(default_factory=Store)
-    faults: list[Fault] = field(default_factory=list)
-    delays: dict[str, float] = field(default_factory=dict)  # verb → seconds
+    faults: Faults = field(default_factory=Faults)
     bindings: list[dict] = field(default_factory=list)  # every binding attempt and its answer
     evictions: list[dict] = field(default_factory=list)
     requests: int = 0
@@ -124,8 +116,8 @@ class FakeApi:
         self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
             request[USER] = self.state.auth.user(request.headers.get("Authorization"))
-            await self._faults(request)
-            return await self._route(request)
+            await self.state.faults.before(request)
+            return self.state.faults.after(request, await self._route(request))
         except ApiError as err:
             if err.code in (401, 403):
                 self.state.denied.append({"method": request.method, "path": request.path, "message": err.message})
@@ -136,22 +128,6 @@ class FakeApi:
         if not allowed(self.store, user, attrs):
             raise attrs.forbidden(user.username)
         return user
-
-    async def _faults(self, request: web.Request) -> None:
-        delay = self.state.delays.get(request.method)
-        if delay:
-            await asyncio.sleep(delay)
-        for f in self.state.faults:
-            if f.count > 0 and (f.verb in (None, request.method)) and f.path_contains in request.path_qs:
-                f.count -= 1
-                reason = {
-                    409: "Conflict",
-                    500: "InternalError",
-                    503: "ServiceUnavailable",
-                    504: "Timeout",
-                    429: "TooManyRequests",
-                }
-                raise ApiError(f.code, reason.get(f.code, "InternalError"), f"injected fault {f.code}")
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/")
@@ -637,10 +613,6 @@ class FakeApi:
             for w in store.watchers:
                 if w.bookmarks:
                     w.push("BOOKMARK", self._bookmark(w.resource))
-        elif op == "fault":
-            st.faults.append(
-                Fault(int(body["code"]), int(body.get("count", 1)), body.get("verb"), body.get("path_contains", ""))
-            )
         elif op == "token":  # a bearer token for a user, or for a service account
             if "service_account" in body:
                 ns, name = body["service_account"].split("/")
@@ -652,8 +624,6 @@ class FakeApi:
             self.admission.services[(body["namespace"], body["name"])] = body["address"]
         elif op == "device-plugin":
             st.device_plugin = bool(body.get("enabled", True))
-        elif op == "delay":
-            st.delays[body["verb"]] = float(body["seconds"])
         elif op == "clock":
             from datetime import timedelta
 
@@ -666,14 +636,17 @@ class FakeApi:
             return respond(
                 {
                     "rev": store.rev,
-                    "faults": [asdict(f) for f in st.faults],
+                    "faults": [asdict(f) for f in st.faults.faults],
+                    "injected": st.faults.injected,
                     "bindings": st.bindings,
                     "evictions": st.evictions,
                     "watchers": len(store.watchers),
                     "requests": st.requests,
                 }
             )
-        else:
+        elif op == "requests":
+            return respond({"requests": st.faults.log})
+        elif not st.faults.control(op, body):
             return respond(not_found("control", op).status(), 404)
         return respond({"ok": True, "rev": store.rev})
 

@@ -271,6 +271,10 @@ class Store:
         rv = meta.get("resourceVersion")
         if strict_rv and rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(_what(res), name, STALE)
+        uid = meta.get("uid")
+        if uid and uid != old["metadata"].get("uid"):  # the registry's UID precondition on update and patch
+            why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old['metadata'].get('uid')}"
+            raise conflict(_what(res), name, why)
         if "status" in res.subresources:
             if subresource == "status":  # the status subresource changes status only
                 new = {**clone(old), "status": new.get("status", {})}

@@ -5,6 +5,7 @@ explanations read the scheduler without importing it."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -80,7 +81,11 @@ class CycleMemo:
 
     refused: list[set[int]]  # per queue: shapes its admission refused
     failed: set[int] = field(default_factory=set)  # shapes that did not fit
-    failed_outside: set[int] = field(default_factory=set)  # ... kept out of reserved nodes (they fit in less)
+    # Shapes kept out of reserved nodes that did not fit, by the shortest duration that failed: a workload
+    # avoids more reservations the longer it runs, so one of that shape running at least as long fails too,
+    # while a shorter one may still backfill into room held for a later start.
+    failed_outside: dict[int, float] = field(default_factory=dict)
+    backfill_skips: Counter[int] = field(default_factory=Counter)  # per queue: skipped by failed_outside
     skipped: dict[int, list[Entry]] = field(default_factory=dict)  # left pending, per queue: pushed back at the end
     attempted: set[str] = field(default_factory=set)  # workloads tried, in this cycle's order
     # (queue, shape) that neither fits nor can make room by preemption: a queue offers its highest priority
@@ -94,13 +99,31 @@ class CycleMemo:
     def skip(self, q: int, entry: Entry) -> None:
         self.skipped.setdefault(q, []).append(entry)
 
+    def fails_outside(self, key: int, duration: float | None) -> bool:
+        """Kept out of reserved nodes, this shape already failed for a workload running no longer."""
+        return key in self.failed_outside and _length(duration) >= self.failed_outside[key]
+
+    def failed_outside_for(self, key: int, duration: float | None) -> None:
+        self.failed_outside[key] = min(self.failed_outside.get(key, math.inf), _length(duration))
+
     def queue_done(self, q: int, shapes: Iterable[int]) -> bool:
         """Every shape the queue still has pending was refused, or failed and cannot preempt: the queue has
-        nothing more to try this cycle."""
+        nothing more to try this cycle. A shape that failed only outside reserved nodes keeps its queue
+        going for BACKFILL_DEPTH more workloads, which may be short enough to backfill (Slurm's bounded
+        backfill test, so a long backlog costs a bounded scan per cycle)."""
         refused = self.refused[q]
+        scanned = self.backfill_skips[q] >= BACKFILL_DEPTH
         return all(
-            k in refused or ((k in self.failed or k in self.failed_outside) and (q, k) in self.hopeless) for k in shapes
+            k in refused or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
+            for k in shapes
         )
+
+
+BACKFILL_DEPTH = 100  # workloads per queue and cycle tried for backfill behind one that did not fit
+
+
+def _length(duration: float | None) -> float:
+    return math.inf if duration is None else duration
 
 
 class Engine(Protocol):

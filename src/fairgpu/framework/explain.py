@@ -11,6 +11,7 @@ from fairgpu.framework import placement as pl
 from fairgpu.framework.engine import Engine, Entry
 from fairgpu.framework.interfaces import ActiveQueues
 from fairgpu.framework.lookahead import Planned, replay
+from fairgpu.spec import format_duration
 from fairgpu.state import scratch_key
 
 # Dry-running the cluster order stops here: past this many workloads ahead, the exact rank matters little.
@@ -35,15 +36,16 @@ class Explanation:
         return asdict(self)
 
     def lines(self) -> list[str]:
-        out = [f"workload {self.workload} (queue {self.queue}): {self.state}, submitted at t={self.submitted:g}s"]
+        submitted = format_duration(self.submitted)
+        out = [f"workload {self.workload} (queue {self.queue}): {self.state}, submitted at t={submitted}"]
         if self.started is not None:
-            out.append(f"started at t={self.started:g}s")
+            out.append(f"started at t={format_duration(self.started)}")
             return out
         out += [f"- {reason}" for reason in self.reasons]
         out.append(f"position in queue {self.queue}: {self.position_in_queue} of {self.queue_pending}")
         rank = self.position_in_cluster if self.position_in_cluster is not None else f">{MAX_ORDER_STEPS}"
         out.append(f"position in cluster order: {rank} of {self.cluster_pending}")
-        when = "unknown" if self.estimated_start is None else f"t={self.estimated_start:g}s"
+        when = "unknown" if self.estimated_start is None else f"t={format_duration(self.estimated_start)}"
         out.append(f"estimated start: {when}")
         return out
 
@@ -94,12 +96,12 @@ def _reasons(sched: Engine, entry: Entry, now: float) -> list[str]:
     if others and not out:
         exclude = sched.reservations.nodes_to_avoid(wl, entry.queue, now)
         if exclude is not None and pl.place_pod(rest[0], view, profile, exclude) is None:
-            held = ", ".join(f"{res.workload} until t={res.fit.at:g}s" for res in others)
+            held = ", ".join(f"{res.workload} until t={format_duration(res.fit.at)}" for res in others)
             out.append(f"reserved for another workload: nodes held for {held}")
     own = sched.reservations.get(wl.name)
     if own is not None:
         held_for = "starving" if own.starving else "preempting"
-        out.append(f"{held_for}: {len(own.fit.nodes)} node(s) reserved for it from t={own.fit.at:g}s")
+        out.append(f"{held_for}: {len(own.fit.nodes)} node(s) reserved for it from t={format_duration(own.fit.at)}")
     if not out:
         q = entry.queue
         ratio = view.share_ratio[q]

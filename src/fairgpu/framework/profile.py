@@ -15,6 +15,8 @@ from fairgpu.errors import ProfileError
 from fairgpu.framework.interfaces import Admit, Filter, Permit, Preempt, Profile, QueueSort, Score
 from fairgpu.spec import validation_message
 
+__all__ = ["POINTS", "Named", "PluginEntry", "Profile", "Registry", "parse_profile", "points_of"]
+
 POINTS: tuple[type, ...] = (QueueSort, Admit, Filter, Score, Permit, Preempt)
 
 

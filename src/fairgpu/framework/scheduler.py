@@ -28,6 +28,7 @@ from fairgpu.framework.accounting import ShareAccounting
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.engine import CycleMemo, CycleResult, Entry
 from fairgpu.framework.explain import Explanation, explain
+from fairgpu.framework.idle import idle_gpus
 from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
 from fairgpu.framework.lookahead import Planned, replay
 from fairgpu.framework.preempting import Preempting
@@ -36,6 +37,8 @@ from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
+
+__all__ = ["CycleObserver", "CycleResult", "Scheduler", "WorkloadStatus"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -229,6 +232,10 @@ class Scheduler:
         out += [(math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed]
         return [(t, keys) for t, keys in out if math.isfinite(t)]
 
+    def idle_gpus(self, now: float) -> dict[str, float]:
+        """Idle GPU-equivalents by cause (framework/idle.py): they sum to the cluster's idle GPUs."""
+        return idle_gpus(self, now)
+
     def explain(self, name: str, now: float) -> Explanation:
         """Why a workload is pending, its place in its queue and in the cluster, and its estimated start."""
         return explain(self, name, now)
@@ -266,14 +273,15 @@ class Scheduler:
                 entry = self.backlogs[q].pop()
                 memo.attempted.add(entry.workload.name)
                 exclude = self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)
-                # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, but a
-                # queue whose every shape failed either way counts as done for this cycle (a short job
-                # that could have backfilled behind a long one of its shape waits for the next cycle).
-                shapes_failed = memo.failed if exclude is None else memo.failed_outside
+                # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, by
+                # duration (a shorter one of the same shape may still backfill; CycleMemo.fails_outside).
+                duration = entry.workload.duration
+                outside = exclude is not None
                 if entry.key in memo.refused[q]:
                     memo.skip(q, entry)
-                elif entry.key in shapes_failed:  # does not fit: it may still make room by preemption
-                    memo.skip(q, entry)
+                elif entry.key in memo.failed or (outside and memo.fails_outside(entry.key, duration)):
+                    memo.skip(q, entry)  # does not fit: it may still make room by preemption
+                    memo.backfill_skips[q] += outside
                     self.preempting.try_once(entry, now, result, memo.hopeless)
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
@@ -281,7 +289,10 @@ class Scheduler:
                 elif self._try_place(entry, result, exclude):
                     self._start(entry, result, now)
                 else:
-                    shapes_failed.add(entry.key)
+                    if outside:
+                        memo.failed_outside_for(entry.key, duration)
+                    else:
+                        memo.failed.add(entry.key)
                     memo.skip(q, entry)
                     self._on_unschedulable(entry, now, result, memo)
                 if not self.backlogs[q] or memo.queue_done(q, self._keys[q].keys()):

@@ -13,7 +13,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -22,6 +22,8 @@ from starlette.routing import Route
 from fairgpu.errors import FairgpuError
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
@@ -44,6 +46,18 @@ class LiveApps:
     metrics: Starlette  # /metrics
 
 
+@dataclass(slots=True)
+class _Feed:
+    """Each cycle feeds the Prometheus counters and the dashboard's queue history."""
+
+    metrics: SchedulingMetrics
+    source: LiveSource
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        self.metrics.on_cycle(sched, result, now, seconds)
+        self.source.history.sample(now, sched)
+
+
 def dashboard_app(controller: Controller, name: str) -> Starlette:
     return live_apps(controller, name).dashboard
 
@@ -63,11 +77,13 @@ def live_apps(controller: Controller, name: str) -> LiveApps:
         synced=controller.synced,
     )
 
-    def on_cycle(sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
-        metrics.on_cycle(sched, result, now, seconds)
-        source.history.sample(now, sched)
-
-    controller.on_cycle = on_cycle
+    controller.observer = _Feed(metrics, source)
+    unaccounted = Gauge(
+        "fairgpu_hami_unaccounted_pods",
+        "Bound pods whose HAMi allocation record could not be read or did not fit: their cards count as fully used.",
+        registry=registry,
+    )
+    unaccounted.set_function(lambda: len(controller.unaccounted))
     dashboard = create_app(source, registry)
 
     async def metrics_route(_: Request) -> Response:
@@ -117,11 +133,12 @@ async def run(
     listen: Listen,
     tls: tuple[str, str] | None = None,
     trust: Trust | None = None,
+    hami: HamiConfig = DEFAULT_HAMI,
 ) -> None:
     listen.check()
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
-    controller = Controller(port, profile, scheduler_name, leading=elector.leading if elector else None)
+    controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
     apps = live_apps(controller, port.api.configuration.host or "")
     if listen.dashboard_auth:
         apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")
@@ -131,7 +148,7 @@ async def run(
     try:
         if tls is not None:  # the admission webhook answers on every replica, leader or not, off this loop
             hooks = WebhookServer(
-                lambda: webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name, trust),
+                lambda: webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name, trust, hami),
                 *listen.webhook,
                 *tls,
             ).start()

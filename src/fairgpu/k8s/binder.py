@@ -17,10 +17,6 @@ from fairgpu.k8s import hami
 from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
 
-# A lock whose owner is not yet bound may belong to a scheduler that is mid-commit; after this long without
-# a Binding its owner has crashed or given up.
-UNBOUND_LOCK_GRACE = timedelta(seconds=3)
-
 
 def device_string(pod: PodInfo, devices: list[hami.DeviceUse]) -> str:
     """Each container's segment, init containers first; only the GPU container lists devices."""
@@ -36,8 +32,11 @@ class Binder:
         node_changed: Callable[[str], asyncio.Event] | None = None,
         node_cache: Callable[[str], dict | None] | None = None,
         pod_cache: Callable[[str], dict | None] | None = None,
+        lock_expiry: timedelta = hami.LOCK_EXPIRY,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self.port = port
+        self.lock_expiry = lock_expiry  # HAMi's nodeLockExpire (HAMI_NODELOCK_EXPIRE)
         self.clock = clock
         self.lock_wait = lock_wait
         # An event set at the node's next change (informer): waiting for a lock then costs no polling. It is
@@ -47,6 +46,8 @@ class Binder:
         # node costs one 409, after which the node is read again once its informer has caught up.
         self.node_cache = node_cache
         self.pod_cache = pod_cache
+        # Raises BindError unless this replica still leads with margin: checked right before each Binding.
+        self.fence = fence
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
         # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
         # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
@@ -67,7 +68,7 @@ class Binder:
         await self._patch_pod(
             pod,
             {
-                "labels": {hami.VGPU_NODE: node},
+                "labels": {hami.VGPU_NODE: hami.label_value(node)},
                 "annotations": {
                     hami.VGPU_NODE: node,
                     hami.VGPU_TIME: unix,
@@ -89,12 +90,32 @@ class Binder:
             raise
 
     async def _patch_pod(self, pod: PodInfo, meta: dict) -> None:
-        try:
-            await self.port.patch(PODS, pod.name, {"metadata": meta}, pod.namespace)
-        except KubeError as err:
-            raise BindError(f"annotating pod: {err}") from err
+        """Annotate the pod on condition that it is the version this decision was made from (its
+        resourceVersion), so a record written meanwhile by another scheduler is never overwritten. A stale
+        copy costs one GET: the write goes ahead if the pod is still unbound and the same pod (UID)."""
+        cached = self.pod_cache(pod.key) if self.pod_cache is not None else None
+        rv = (cached or {}).get("metadata", {}).get("resourceVersion")
+        for _ in range(2):
+            try:
+                body = {"metadata": {**meta, "uid": pod.uid, **({"resourceVersion": rv} if rv else {})}}
+                await self.port.patch(PODS, pod.name, body, pod.namespace)
+                return
+            except KubeError as err:
+                if err.code != 409 or rv is None:
+                    raise BindError(f"annotating pod: {err}") from err
+                last = err
+            try:
+                fresh = await self.port.get(PODS, pod.name, pod.namespace)
+            except KubeError as err:
+                raise BindError(f"annotating pod: {err}") from err
+            if fresh["metadata"].get("uid") != pod.uid or (fresh.get("spec") or {}).get("nodeName"):
+                break
+            rv = fresh["metadata"]["resourceVersion"]
+        raise BindError(f"annotating pod: {last}")
 
     async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
+        if self.fence is not None:
+            self.fence()
         try:
             await self.port.bind(pod.namespace, pod.name, pod.uid, node, annotations)
         except KubeError as err:
@@ -118,7 +139,10 @@ class Binder:
                 if obj is None:
                     obj = await self.port.get(NODES, node)
                 held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
-                if held is None or await self._stale(held, pod, node):
+                state = "free" if held is None else await self._ours_or_free(held, pod)
+                if held is not None and state == "ours":
+                    return held
+                if state == "free":
                     value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()
                     patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
                     patch["metadata"]["annotations"] = {hami.NODE_LOCK: value}
@@ -138,23 +162,29 @@ class Binder:
                     news = True
             pause = min(1.0, pause * 2)
 
-    async def _stale(self, value: str, pod: PodInfo, node: str) -> bool:
-        lock = hami.decode_lock(value)
-        if lock is None or (lock.namespace, lock.pod) == (pod.namespace, pod.name) or lock.expired(self.clock()):
-            return True
-        owner = self.pod_cache(f"{lock.namespace}/{lock.pod}") if self.pod_cache is not None else None
-        if owner is None:  # not cached: gone, or not seen yet; the server knows
-            try:
-                owner = await self.port.get(PODS, lock.pod, lock.namespace)
-            except KubeError as err:
-                if err.code == 404:
-                    return True
-                raise
-        phase = (owner["metadata"].get("annotations") or {}).get(hami.BIND_PHASE)
-        if phase in ("success", "failed") or (owner.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return True
-        assigned = (owner.get("spec") or {}).get("nodeName")
-        return assigned != node and self.clock() - lock.taken > UNBOUND_LOCK_GRACE
+    async def _ours_or_free(self, value: str, pod: PodInfo) -> str:
+        """HAMi's `LockNode`: a lock is taken over only when it has expired or its owner pod no longer exists;
+        a lock naming this very pod is already ours. Anything else holds, however long its owner has been
+        waiting for its Binding. A lock that does not parse is an error (HAMi refuses it too), not free."""
+        try:
+            lock = hami.decode_lock(value)
+        except hami.FormatError as err:
+            raise BindError(f"node lock unreadable, not taking it: {err}") from err
+        if lock.expired(self.clock(), self.lock_expiry):
+            return "free"
+        if (lock.namespace, lock.pod) == (pod.namespace, pod.name):
+            return "ours"
+        if not lock.namespace or not lock.pod:
+            return "held"  # a legacy timestamp-only lock names no owner: only its expiry frees it
+        if self.pod_cache is not None and self.pod_cache(f"{lock.namespace}/{lock.pod}") is not None:
+            return "held"
+        try:  # not cached: gone, or not seen yet; the server knows
+            await self.port.get(PODS, lock.pod, lock.namespace)
+        except KubeError as err:
+            if err.code == 404:
+                return "free"
+            raise
+        return "held"
 
     async def _unlock(self, node: str, value: str) -> None:
         """Remove the lock only while it is still the one we wrote."""

@@ -43,7 +43,7 @@ class KubeClient:
         else:
             config.load_incluster_config(client_configuration=conf)
         api = client.ApiClient(configuration=conf)
-        _read_environment_once(api.rest_client, conf.host)
+        _read_environment_once(api.rest_client, conf.host or "")
         return cls(api)
 
     async def close(self) -> None:
@@ -159,10 +159,15 @@ class KubeClient:
         # Retrying after a 5xx is safe: if the first attempt landed, the retry gets 409 "already assigned".
         await self._call("POST", PODS.path(namespace, name, "binding"), body=body)
 
-    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None) -> None:
         body: dict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        options: dict = {}
         if grace_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+            options["gracePeriodSeconds"] = grace_seconds
+        if uid:  # only this pod: never a new one created under the same name meanwhile
+            options["preconditions"] = {"uid": uid}
+        if options:
+            body["deleteOptions"] = options
         # 429 here is a disruption budget, not rate limiting: the caller picks another victim.
         await self._call("POST", PODS.path(namespace, name, "eviction"), body=body, retry=False)
 
@@ -175,7 +180,7 @@ def _read_environment_once(rest: client.rest.RESTClientObject, host: str) -> Non
     if not rest.proxy:
         where = urlsplit(host)
         if where.hostname and not urllib.request.proxy_bypass(where.hostname):
-            rest.proxy = urllib.request.getproxies().get(where.scheme)
+            rest.proxy = urllib.request.getproxies().get(where.scheme)  # type: ignore[assignment]  # None: no proxy
     session = rest.pool_manager
     connector = session.connector
     session.detach()  # hand its connection pool (TLS settings, size) over without closing it

@@ -15,31 +15,38 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Set
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from fairgpu import resources as r
-from fairgpu.errors import BindError, KubeError, RequestError, StateError
+from fairgpu.errors import BindError, KubeError, RequestError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder
+from fairgpu.k8s.binder import Binder, device_string
+from fairgpu.k8s.holdings import Holdings
 from fairgpu.k8s.informer import Informer
+from fairgpu.k8s.leader import LeaderElector
+from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
-from fairgpu.k8s.queues import QueueEntry, queue_from_cr
+from fairgpu.k8s.queues import QueueEntry, queue_entries
 from fairgpu.k8s.reporter import Reporter
-from fairgpu.k8s.translate import NodeInputs, PodInfo, node_spec, pod_info
-from fairgpu.model import NodeSpec, QueueTree, Workload
+from fairgpu.k8s.translate import PodInfo
+from fairgpu.k8s.workloads import GANG_ADMITTED, Batch, pending_batches, submit
+from fairgpu.model import NodeSpec, QueueTree
 from fairgpu.state import Placement
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
-GANG_ADMITTED = "fairgpu.io/gang-admitted"  # on every member once a gang starts binding
 # A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
 REFUSED_BACKOFF = 60.0
+CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
+FENCE_MARGIN = 0.5  # a Binding is sent only while the lease is held for at least this long
+BIND_ATTEMPTS = 3  # binds of a gang member, in the room held for it, before the gang is undone
+# What became of a pod whose bind failed.
+LANDED, ELSEWHERE, GONE, FAILED = "landed", "bound elsewhere", "gone", "unbound"
 
 
 @dataclass(slots=True)
@@ -61,11 +68,13 @@ class Controller:
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
-        leading: asyncio.Event | None = None,
-        on_cycle: Callable[[Scheduler, CycleResult, float, float], None] | None = None,
+        leadership: LeaderElector | None = None,
+        observer: CycleObserver | None = None,
+        hami_config: HamiConfig = DEFAULT_HAMI,
     ) -> None:
         self.port = port
-        self.on_cycle = on_cycle  # (engine, result, now, seconds): metrics of each cycle
+        self.hami = hami_config  # resource names and request defaults; the binder's lock expiry
+        self.observer = observer  # told of each cycle: metrics, dashboard history
         self.profile = profile
         self.scheduler_name = scheduler_name
         self.clock = clock
@@ -75,6 +84,8 @@ class Controller:
             node_changed=self._node_changed,
             node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
             pod_cache=lambda key: self.pods.cache.get(key),
+            lock_expiry=hami_config.lock_expiry,
+            fence=self._fence,
         )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
@@ -84,22 +95,24 @@ class Controller:
         self.queues = Informer(port, QUEUES, self._queue_event)
         self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
         self.engine: Scheduler | None = None
+        self.book: Holdings | None = None  # what the engine holds, pod by pod; one per engine
         self._built_from: tuple | None = None
-        self.fixed: dict[str, Placement] = {}  # others' pods (and ours without a queue) pinned where they run
-        self.owned: dict[str, str] = {}  # pod key → engine workload holding it
-        self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.inflight: set[str] = set()  # pods whose bind is under way
-        self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
+        # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
+        # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
+        self._landed: set[str] = set()
+        self._failed: dict[str, dict[str, str]] = {}
+        self._attempts: dict[str, int] = {}  # bind attempts per pod, this engine
+        self._undoing: set[str] = set()  # gangs whose landed members are being evicted
+        self._refusals: list[tuple[str, float]] = []  # (workload, retry at) of refused evictions, to apply
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
         # not the cluster's size. A rebuild looks at every pod again.
         self._dirty: set[str] = set()
         self._all_dirty = True
-        self._infos: dict[str, PodInfo] = {}
-        self._bad: dict[str, str] = {}
-        self._groups: dict[tuple[str, str], set[str]] = {}  # (namespace, pod group) → member keys
-        self._node_parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
+        self._pods = ParsedPods(hami_config.rules())
+        self._nodes = ParsedNodes(self.reporter.gpus_refused)
         # Nodes or queues changed since the last pass: only then are they read again (a bind's node lock
         # changes a node twice, and reading 5,000 nodes at every pass would cost more than the binds).
         self._inputs_changed = True
@@ -112,14 +125,57 @@ class Controller:
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
         self._tasks: set[asyncio.Task] = set()
-        if leading is None:  # without an elector this replica always leads
-            leading = asyncio.Event()
-            leading.set()
-        self.leading = leading
+        if leadership is None:  # without an elector this replica always leads
+            self.leading = asyncio.Event()
+            self.leading.set()
+            self.lease_left: Callable[[], float] = lambda: math.inf
+        else:
+            self.leading = leadership.leading
+            self.lease_left = leadership.remaining
+            leadership.on_lost.append(self._lost)
 
     def synced(self) -> bool:
-        """Every informer has listed once: the caches are warm (on a standby too)."""
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.queues))
+        """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
+        return all(i.synced.is_set() and i.healthy for i in (self.nodes, self.pods, self.queues))
+
+    # What the engine holds, for readers (tests, the dashboard): empty before the first engine.
+    @property
+    def owned(self) -> dict[str, str]:
+        return self.book.owned if self.book is not None else {}
+
+    @property
+    def fixed(self) -> dict[str, list[str]]:
+        return self.book.fixed if self.book is not None else {}
+
+    @property
+    def unaccounted(self) -> dict[str, str]:
+        return self.book.unaccounted if self.book is not None else {}
+
+    @property
+    def members(self) -> dict[str, tuple[str, ...]]:
+        return self.book.members if self.book is not None else {}
+
+    @property
+    def gangs(self) -> set[str]:
+        return self.book.gangs if self.book is not None else set()
+
+    @property
+    def shrinking(self) -> dict[str, tuple[int, ...]]:
+        return self.book.shrinking if self.book is not None else {}
+
+    def _changed(self) -> None:
+        self._engine_changed = True
+        self.wake.set()
+
+    def _drop(self, name: str, pods: dict[str, PodInfo], elsewhere: Set[str] = frozenset()) -> None:
+        assert self.book is not None
+        self._undoing.discard(name)
+        self.book.drop(name, pods, elsewhere)
+
+    def _fence(self) -> None:
+        """Raise unless this replica still leads for long enough to send a Binding."""
+        if self.lease_left() < FENCE_MARGIN:
+            raise BindError("the lease is not held with margin; not binding")
 
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
@@ -153,14 +209,17 @@ class Controller:
             while True:
                 if not self.leading.is_set():  # standbys keep their caches warm and decide nothing
                     await self.leading.wait()
-                    self._built_from = None  # a new leader rebuilds from the cluster, not from a stale engine
+                    # A new term: the cache must hold every bind made before it (ours cancelled at the last
+                    # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
+                    await self.pods.resync()
+                    self._built_from = None
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
                 with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
                     await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
                 self.wake.clear()
                 if self.leading.is_set():
-                    self.step()
+                    await self.step()
                 await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
         finally:
             for t in informers + list(self._tasks):
@@ -168,8 +227,12 @@ class Controller:
             await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
             await self.reporter.close()
 
-    def step(self) -> None:
-        """One reconcile + engine cycle; starts the binds and evictions it decides."""
+    async def step(self) -> None:
+        """One reconcile + engine cycle; starts the binds and evictions it decides. The cycle runs in slices
+        of at most CYCLE_SLICE seconds with the loop free in between, so lease renewal, informers and the
+        webhook on the same loop are never held up by a long cycle (the engine is not thread-safe, and with
+        the GIL a thread would not free the loop any better). Nothing else changes the engine meanwhile: bind
+        and eviction tasks only record their outcomes, and the next pass applies them."""
         now = self.clock()
         self._reconcile(now)
         if self.engine is None:
@@ -177,10 +240,18 @@ class Controller:
         if not self._engine_changed and now - self._cycled_at < self.retry_every:
             return
         self._engine_changed, self._cycled_at = False, now
+        engine = self.engine
+        result = CycleResult()
         started = time.perf_counter()
-        result = self.engine.cycle(now)
-        if self.on_cycle is not None:
-            self.on_cycle(self.engine, result, now, time.perf_counter() - started)
+        slice_end = started + CYCLE_SLICE
+        for _ in engine.steps(now, result):
+            if time.perf_counter() > slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + CYCLE_SLICE
+        if engine is not self.engine or not self.leading.is_set():
+            return  # the lease was lost meanwhile: nothing of this cycle is carried out
+        if self.observer is not None:
+            self.observer.on_cycle(engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
         decided: dict[str, list[tuple[str, Placement]]] = {}
         for b in result.bound:
@@ -192,10 +263,39 @@ class Controller:
             if ev.pods is not None:
                 self.shrinking[ev.workload] = ev.pods
             self._spawn(self._evict(ev, math.ceil(ev.grace)))
-        self._report_pending(now)
+        self._report(now)
+
+    def _quiet(self) -> bool:
+        """No bind under way, and every landed bind shows in the pod cache: the cache alone tells what runs."""
+        for key in list(self._landed):
+            obj = self.pods.cache.get(key)
+            if obj is None or (obj.get("spec") or {}).get("nodeName"):
+                self._landed.discard(key)
+        return not self.inflight and not self._landed
+
+    def _lost(self) -> None:
+        """The lease is gone: no bind or eviction of this term goes on. What they leave behind is read from
+        the cluster when this replica leads again."""
+        for task in list(self._tasks):
+            task.cancel()
+        self.inflight.clear()
+        self._landed.clear()  # the new term's first list shows them
+        self.wake.set()
+
+    def _report(self, now: float) -> None:
+        engine = self.engine
+        assert engine is not None
+
+        def uid(key: str) -> str | None:
+            obj = self.pods.cache.get(key)
+            return None if obj is None else obj["metadata"].get("uid", "")
+
+        self.reporter.report_pending(
+            engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
+        )
         if now - self._status_at >= self.status_every:
             self._status_at = now
-            self._report_queues()
+            self.reporter.report_queues(engine)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(coro)
@@ -204,21 +304,7 @@ class Controller:
 
     # -- reconcile ----------------------------------------------------------------------------------------
     def _queue_entries(self) -> list[QueueEntry]:
-        entries, errors = [], {}
-        for obj in self.queues.cache.values():
-            try:
-                entries.append(queue_from_cr(obj))
-            except ValueError as err:
-                errors[obj["metadata"]["name"]] = str(err)
-        # A queue whose parent is missing (or invalid) is left out with its children, not the whole tree.
-        while True:
-            names = {e.spec.name for e in entries}
-            orphans = [e for e in entries if e.spec.parent is not None and e.spec.parent not in names]
-            if not orphans:
-                break
-            for e in orphans:
-                errors[e.spec.name] = f"spec.parent: queue {e.spec.parent!r} does not exist or is invalid"
-            entries = [e for e in entries if e not in orphans]
+        entries, errors = queue_entries(self.queues.cache.values())
         for name, problem in errors.items():
             if self.queue_errors.get(name) != problem:
                 self._spawn(self.reporter.queue_invalid(name, problem))
@@ -227,7 +313,7 @@ class Controller:
 
     def _reconcile(self, now: float) -> None:
         if self._inputs_changed:
-            node_specs = self._read_nodes()
+            node_specs = self._nodes.read(self.nodes.cache)
             entries = self._queue_entries()
             try:
                 tree = QueueTree([e.spec for e in entries])
@@ -237,27 +323,34 @@ class Controller:
             self.namespaces = {e.spec.name: e.namespaces for e in entries}
             shape = (tuple(node_specs), repr(tree.queues))
             if shape != self._built_from:
-                if self.inflight:
-                    self.wake.set()  # rebuild once the binds under way have landed
+                if not self._quiet():
+                    self.wake.set()  # rebuild once the binds under way have landed and the cache shows them
                     return
                 self._rebuild(node_specs, tree, shape)
             self._inputs_changed = False
-        engine = self.engine
-        assert engine is not None
-        keys = set(self.pods.cache) | set(self._infos) | set(self._bad) if self._all_dirty else self._dirty
+        engine, book = self.engine, self.book
+        assert engine is not None and book is not None
+        self._settle()
+        parsed = self._pods
+        keys = set(self.pods.cache) | set(parsed.infos) | set(parsed.bad) if self._all_dirty else self._dirty
         self._all_dirty, self._dirty = False, set()
-        pods, bad = self._read_pods(keys)
+        parsed.read(self.pods.cache, keys)
+        pods, bad = parsed.infos, parsed.bad
         # Pods that are gone or finished release what they hold.
         for key in keys:
             p = pods.get(key)
+            if p is None or p.node:  # the cache is the truth about it again
+                self._landed.discard(key)
+                self._attempts.pop(key, None)
             gone = p is None or p.terminal
             if gone and key in self.fixed:
-                self._unhold(key)
+                book.unhold(key)
             if gone and key in self.owned:
-                if key in self.inflight:
-                    self._dirty.add(key)  # look again once its bind has finished
-                elif not self._shrunk(self.owned[key], pods):
-                    self._drop_workload(self.owned[key], pods)
+                name = self.owned[key]
+                if name in self._failed or any(k in self.inflight for k in self.members[name]):
+                    self._dirty.add(key)  # look again once the workload's binds have finished
+                elif not book.shrunk(self.owned[key], pods):
+                    self._drop(self.owned[key], pods)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
         found: dict[str, list[PodInfo]] = {}
@@ -267,9 +360,9 @@ class Controller:
                 if p.scheduler == self.scheduler_name:
                     found.setdefault(f"{p.namespace}/group:{p.group}" if p.group else key, []).append(p)
                 else:
-                    self._pin(p)
+                    book.pin(p)
         for name, members in found.items():
-            self._adopt(name, members)
+            book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
     def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
@@ -277,173 +370,22 @@ class Controller:
         self.engine = Scheduler(node_specs, tree, self.profile)
         self._engine_changed = True
         self._built_from = shape
-        self.fixed.clear()
-        self.owned.clear()
-        self.members.clear()
-        self.shrinking.clear()
+        self.book = Holdings(
+            self.engine,
+            lambda: self.namespaces,
+            self._is_bound,
+            self._changed,
+            lambda key: self._dirty.add(key),
+            self.reporter.allocation_unreadable,
+        )
+        self._failed.clear()
+        self._undoing.clear()
+        self._refusals.clear()
+        self._attempts.clear()
         self._all_dirty = True
         self.stats.rebuilds += 1
 
-    def _pin(self, p: PodInfo) -> None:
-        """Another scheduler's pod takes its room where it runs, charged to nobody."""
-        placement = self._found_placement(p)
-        if placement is not None:
-            self._fix(p, placement)
-
-    def _found_placement(self, p: PodInfo) -> Placement | None:
-        """Where a bound pod runs, from its node and HAMi annotations; None off our inventory or unreadable."""
-        engine = self.engine
-        assert engine is not None and p.node is not None
-        ni = engine.state.node_index.get(p.node)
-        return None if ni is None else self._placement_from_annotations(p, ni)
-
-    def _fix(self, p: PodInfo, placement: Placement) -> None:
-        engine = self.engine
-        assert engine is not None
-        try:
-            engine.state.assign(p.key, placement)
-        except StateError as err:  # a foreign pod over capacity must not stop scheduling
-            log.warning("pod %s on %s not accounted: %s", p.key, p.node, err)
-            return
-        self._engine_changed = True
-        self.fixed[p.key] = placement
-
-    def _adopt(self, name: str, members: list[PodInfo], placements: list[Placement] | None = None) -> None:
-        """Our pods found running (after a restart, a rebuild of the engine, or a gang member's exit) run on as
-        a workload of their queue: charged to it, and victims for reclaim and fair-share preemption like any
-        it placed. A group's running members are one workload, so they are evicted together. Without a queue
-        they are pinned, charged to nobody."""
-        engine = self.engine
-        assert engine is not None
-        if placements is None:
-            found = [(m, self._found_placement(m)) for m in members]
-            members = [m for m, pl in found if pl is not None]
-            placements = [pl for _, pl in found if pl is not None]
-            if not members:
-                return
-        if name in self.members:
-            name = f"{name}/{members[0].name}"
-        queue, _ = self._queue_for(members[0])
-        try:
-            wl = Workload(
-                name=name,
-                queue=queue or "",
-                pods=tuple(m.spec for m in members),
-                submit_time=min(m.created for m in members),
-                priority=max(m.priority for m in members),
-                duration=members[0].duration,
-                user=members[0].user,
-                pod_names=tuple(m.key for m in members),
-            )
-            engine.adopt(wl, placements, started=min(m.started for m in members))
-        except (RequestError, StateError) as err:  # no queue for them (any more), or not all of them fit
-            log.warning("pods of %s pinned where they run, charged to no queue: %s", name, err)
-            for m, placement in zip(members, placements, strict=True):
-                self._fix(m, placement)
-            return
-        self._engine_changed = True
-        self.members[name] = wl.pod_names
-        for m in members:
-            self.owned[m.key] = name
-
-    def _unhold(self, key: str) -> None:
-        engine = self.engine
-        assert engine is not None
-        engine.state.release(key)
-        self._engine_changed = True
-        del self.fixed[key]
-
-    def _placement_from_annotations(self, p: PodInfo, ni: int) -> Placement | None:
-        assert self.engine is not None, "placements are read only once an engine exists"
-        state = self.engine.state
-        spec = p.spec
-        if spec.gpu is None:
-            return Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
-        raw = p.annotations.get(hami.ALLOCATED)
-        if raw is not None and p.annotations.get(hami.VGPU_NODE) == p.node:
-            try:
-                segments = hami.decode_devices(raw)
-            except hami.FormatError as err:
-                log.warning("pod %s: %s", p.key, err)
-                segments = []
-            devices = [d for seg in segments for d in seg]
-            uuids = [g.uuid for g in state.nodes[ni].gpus]
-            if devices and all(d.uuid in uuids for d in devices):
-                slots = tuple(uuids.index(d.uuid) for d in devices)
-                return Placement(
-                    ni, slots, devices[0].cores, tuple(d.memory_mib for d in devices), spec.cpu_m, spec.memory_mib
-                )
-        # A GPU pod placed by someone else without HAMi's record: take fitting cards so none is double-booked.
-        fits = [s for s in range(len(state.nodes[ni].gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
-        if len(fits) < spec.gpu.count:
-            return None
-        return state.placement_for(spec, ni, fits[: spec.gpu.count])
-
-    def _shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
-        """An elastic workload whose only missing pods are the ones being evicted from it keeps running with
-        the rest; once all of those are gone it shrinks for good (replacements come as new pods). False:
-        some other member went, and the workload is dropped."""
-        evicted = self.shrinking.get(name)
-        if evicted is None:
-            return False
-        keys = self.members[name]
-        gone = {i for i, key in enumerate(keys) if (p := pods.get(key)) is None or p.terminal}
-        if not gone <= set(evicted):
-            return False
-        if gone == set(evicted):
-            engine = self.engine
-            assert engine is not None
-            del self.shrinking[name]
-            try:
-                engine.shrink(name, evicted, regrow=False)
-            except ValueError as err:  # not its newest pods after all: account for it the general way
-                log.warning("%s", err)
-                return False
-            for i in evicted:
-                self.owned.pop(keys[i], None)
-            self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
-            self._engine_changed = True
-            self.wake.set()
-        return True
-
-    def _drop_workload(self, name: str, pods: dict[str, PodInfo]) -> None:
-        """Take a workload out of the engine; members that run stay on as a workload of their own, pending
-        ones get resubmitted."""
-        engine = self.engine
-        assert engine is not None
-        keys = self.members.pop(name, ())
-        self.shrinking.pop(name, None)
-        released = engine.remove(name)
-        self._engine_changed = True
-        for key in keys:
-            self.owned.pop(key, None)
-            self._dirty.add(key)  # pending members are resubmitted on the next pass
-        self.wake.set()
-        running = [
-            (p, placement)
-            for key, placement in zip(keys, released, strict=False)
-            if (p := pods.get(key)) is not None and p.node and not p.terminal and key not in self.inflight
-        ]
-        if running:
-            self._adopt(name, [p for p, _ in running], [placement for _, placement in running])
-
-    def _queue_for(self, p: PodInfo) -> tuple[str | None, str]:
-        if p.queue_label is not None:
-            allowed = self.namespaces.get(p.queue_label)
-            if allowed is None:
-                return None, f"queue {p.queue_label!r} does not exist"
-            if allowed and p.namespace not in allowed:
-                return None, f"namespace {p.namespace} may not use queue {p.queue_label!r}"
-            return p.queue_label, ""
-        for name, allowed in self.namespaces.items():
-            if p.namespace in allowed:
-                return name, ""
-        return None, f"no queue serves namespace {p.namespace}; label the pod fairgpu.io/queue"
-
     def _submit_pending(self, keys: set[str], pods: dict[str, PodInfo], bad: dict[str, str], now: float) -> None:
-        engine = self.engine
-        assert engine is not None
-        groups: dict[tuple[str, str], list[PodInfo]] = {}
         for key in keys & bad.keys():
             problem = bad[key]
             obj = self.pods.cache[key]
@@ -455,69 +397,21 @@ class Controller:
                 return False
             return p.key not in self.owned and p.key not in self.inflight
 
-        for key in keys:
-            p = pods.get(key)
-            if p is None:
-                continue
-            if p.group:
-                groups.setdefault((p.namespace, p.group), [])
-            elif waiting(p):
-                self._submit([p], key, now)
-        for gid in groups:
-            everyone = [pods[k] for k in self._groups.get(gid, ()) if k in pods]
-            groups[gid] = [m for m in everyone if waiting(m)]
-        for (ns, group), members in groups.items():
-            if not members:
-                continue
-            bound = sum(1 for k in self._groups.get((ns, group), ()) if k in pods and pods[k].node)
-            admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
-            need = 0 if admitted else max(m.min_members for m in members) - bound
-            if len(members) < need:
-                for m in members:
-                    self.reporter.unschedulable(
-                        m.key, m.uid, f"gang {group}: {len(members) + bound} of {need + bound} members exist"
-                    )
-                continue
-            members.sort(key=lambda m: m.name)
-            # Members beyond what the gang still needs are elastic: they run as room allows and are the first
-            # given back when another queue reclaims. Members that join a running group form a workload of
-            # their own, named after their first member.
-            least = max(1, need)
-            name = f"{ns}/group:{group}"
-            if name in self.members:
-                name = f"{name}/{members[0].name}"
-            self._submit(members, name, now, least if len(members) > least else None)
+        def unschedulable(p: PodInfo, why: str) -> None:
+            self.reporter.unschedulable(p.key, p.uid, why)
 
-    def _submit(self, members: list[PodInfo], name: str, now: float, min_pods: int | None = None) -> None:
-        engine = self.engine
-        assert engine is not None
-        first = members[0]
-        queue, why = self._queue_for(first)
-        if queue is None:
-            for m in members:
+        for batch in pending_batches(keys, pods, self._pods.groups, waiting, self.members.__contains__, unschedulable):
+            self._submit(batch)
+
+    def _submit(self, batch: Batch) -> None:
+        engine, book = self.engine, self.book
+        assert engine is not None and book is not None
+        why = submit(engine, batch, self.namespaces)
+        if why is not None:
+            for m in batch.members:
                 self.reporter.unschedulable(m.key, m.uid, why)
             return
-        wl = Workload(
-            name=name,
-            queue=queue,
-            pods=tuple(m.spec for m in members),
-            submit_time=min(m.created for m in members),
-            priority=max(m.priority for m in members),
-            duration=first.duration,
-            user=first.user,
-            pod_names=tuple(m.key for m in members),
-            min_pods=min_pods,
-        )
-        try:
-            engine.submit(wl)
-        except RequestError as err:
-            for m in members:
-                self.reporter.unschedulable(m.key, m.uid, str(err))
-            return
-        self._engine_changed = True
-        self.members[name] = wl.pod_names
-        for m in members:
-            self.owned[m.key] = name
+        book.submitted(batch)
 
     # -- decisions ----------------------------------------------------------------------------------------
     async def _commit(self, workload: str, binds: list[tuple[str, Placement]]) -> None:
@@ -527,7 +421,7 @@ class Controller:
         if len(self.members.get(workload, ())) > 1:
             try:
                 for key in self.members[workload]:
-                    info = self._infos.get(key)
+                    info = self._pods.infos.get(key)
                     if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
                         continue  # marked when the gang started; an elastic one's later pods need no second patch
                     ns, name = key.split("/", 1)
@@ -536,156 +430,152 @@ class Controller:
                 log.warning("gang %s not marked admitted: %s; rolling back", workload, err)
                 for key, _ in binds:
                     self.inflight.discard(key)
-                if workload in self.members:
-                    self.stats.rollbacks += 1
-                    self._drop_workload(workload, self._pod_infos())
+                    self._failed.setdefault(workload, {})[key] = FAILED
                 self.wake.set()
                 return
         await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
 
-    async def _bind(self, workload: str, key: str, placement: Placement) -> None:
+    async def _bind(self, workload: str, key: str, placement: Placement, delay: float = 0.0) -> None:
         """Every decided bind starts at once: the client's connection pool bounds the requests in flight, and
         HAMi's node lock lines up the binds to one node. A cap on binds in flight would be held by binds
-        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node."""
+        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node.
+        A failed bind is resolved before it stops holding its room: the pod is read from the API server
+        (its Binding may have landed with the answer lost). What is learnt is recorded; the next pass acts."""
         engine = self.engine
         assert engine is not None
-        p = self._infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
+        p = self._pods.infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
+        node = engine.state.node_names[placement.node]
+        gpus = engine.state.nodes[placement.node].gpus
+        devices = [
+            hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
+            for s, m in zip(placement.slots, placement.mem_mib, strict=True)
+        ]
+        self._attempts[key] = self._attempts.get(key, 0) + 1
         try:
+            await asyncio.sleep(delay)
             if p is None:
                 raise BindError("pod disappeared before its bind")
-            node = engine.state.node_names[placement.node]
-            gpus = engine.state.nodes[placement.node].gpus
-            devices = [
-                hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-                for s, m in zip(placement.slots, placement.mem_mib, strict=True)
-            ]
             await self.binder.bind(p, node, devices)
+            self._landed.add(key)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
         except (BindError, KubeError, RequestError) as err:
             self.stats.bind_failures += 1
-            log.warning("bind %s failed: %s; rolling back %s", key, err, workload)
-            self.inflight.discard(key)
-            if engine is self.engine and workload in self.members:
-                self.stats.rollbacks += 1
-                self._drop_workload(workload, self._pod_infos())
+            outcome = GONE if p is None else await self._outcome(p, node, device_string(p, devices) if devices else "")
+            log.warning("bind %s failed (%s): %s", key, outcome, err)
+            if outcome == LANDED:
+                self._landed.add(key)
+                self.stats.binds += 1
+            else:
+                self._failed.setdefault(workload, {})[key] = outcome
         finally:
             self.inflight.discard(key)
             self.wake.set()
 
-    def _read_nodes(self) -> list[NodeSpec]:
-        """Node specs, parsed again only when what they are read from changed (a bind's node lock changes the
-        node, not its GPUs); the same NodeSpec objects come back while nothing changed, so comparing
-        inventories stays cheap."""
-        specs: list[NodeSpec] = []
-        parsed: dict[str, tuple[NodeInputs, NodeSpec | None]] = {}
-        for key, obj in sorted(self.nodes.cache.items()):
-            inputs = NodeInputs.of(obj)
-            hit = self._node_parsed.get(key)
-            if hit is None or hit[0] != inputs:
-                try:
-                    spec: NodeSpec | None = node_spec(inputs)
-                except ValueError as err:
-                    log.warning("node %s left out: %s", inputs.name, err)
-                    spec = None
-                if hit is not None and hit[1] is not None and spec == hit[1]:
-                    spec = hit[1]  # unchanged inventory: keep the identical object
-                hit = (inputs, spec)
-            parsed[key] = hit
-            if hit[1] is not None:
-                specs.append(hit[1])
-        self._node_parsed = parsed
-        return specs
-
-    def _pod_infos(self) -> dict[str, PodInfo]:
-        return self._infos
-
-    def _read_pods(self, keys: set[str]) -> tuple[dict[str, PodInfo], dict[str, str]]:
-        """Bring the parsed view of these pods up to date with the cache: PodInfo, or why it cannot be read."""
-        for key in keys:
-            old = self._infos.pop(key, None)
-            self._bad.pop(key, None)
-            if old is not None and old.group:
-                self._groups.get((old.namespace, old.group), set()).discard(key)
-            obj = self.pods.cache.get(key)
-            if obj is None:
-                continue
+    async def _outcome(self, p: PodInfo, node: str, alloc: str) -> str:
+        """Where a pod whose bind failed stands, read from the API server (asked again until it answers):
+        LANDED where we bound it, ELSEWHERE bound by someone else's decision, GONE, or FAILED (unbound)."""
+        pause = 0.05
+        while True:
             try:
-                p = pod_info(obj)
-            except (RequestError, ValueError) as err:
-                self._bad[key] = str(err)
+                obj = await self.port.get(PODS, p.name, p.namespace)
+                break
+            except KubeError as err:
+                if err.code == 404:
+                    return GONE
+                await asyncio.sleep(pause)
+                pause = min(2.0, pause * 2)
+        meta = obj["metadata"]
+        if meta.get("uid") != p.uid:
+            return GONE  # a new pod of the same name
+        where = (obj.get("spec") or {}).get("nodeName")
+        if not where:
+            return GONE if meta.get("deletionTimestamp") else FAILED
+        ours = (meta.get("annotations") or {}).get(hami.ALLOCATED, "") == alloc
+        return LANDED if where == node and ours else ELSEWHERE
+
+    def _settle(self) -> None:
+        """Act on finished binds and refused evictions. A workload with a failed bind lets go of nothing
+        while any bind of it is in flight. Then: a gang some of whose members landed retries the failed
+        binds in the room still held for them (a few times), else is undone whole (landed members evicted,
+        their room held until they are gone); any other workload is dropped, its landed members running on
+        as a workload of their own, the rest resubmitted."""
+        engine = self.engine
+        assert engine is not None
+        for workload, until in self._refusals:
+            if workload in self.members:
+                engine.eviction_refused(workload, until)
+                self.shrinking.pop(workload, None)
+                self._engine_changed = True
+        self._refusals.clear()
+        for name in list(self._failed):
+            keys = self.members.get(name)
+            if keys is None or name in self._undoing:
+                del self._failed[name]
                 continue
-            self._infos[key] = p
-            if p.group:
-                self._groups.setdefault((p.namespace, p.group), set()).add(key)
-        return self._infos, self._bad
+            if any(k in self.inflight for k in keys):
+                continue
+            failed = self._failed.pop(name)
+            landed = [k for k in keys if self._is_bound(k) and failed.get(k) != ELSEWHERE]
+            if landed and name in self.gangs:
+                retry = [k for k, why in failed.items() if why == FAILED and self._attempts.get(k, 0) < BIND_ATTEMPTS]
+                if len(retry) == len(failed):
+                    for k in retry:
+                        placement = engine.state.placement(k)
+                        assert placement is not None
+                        self.inflight.add(k)
+                        self._spawn(self._bind(name, k, placement, delay=0.2 * self._attempts[k]))
+                    continue
+                self.stats.rollbacks += 1
+                self._undoing.add(name)
+                self._spawn(self._undo_gang(name, keys, landed))
+                continue
+            self.stats.rollbacks += 1
+            self._drop(name, self._pods.infos, {k for k, why in failed.items() if why == ELSEWHERE})
+
+    def _is_bound(self, key: str) -> bool:
+        p = self._pods.infos.get(key)
+        return key in self._landed or (p is not None and p.node is not None and not p.terminal)
+
+    async def _undo_gang(self, name: str, keys: tuple[str, ...], landed: list[str]) -> None:
+        """A gang that cannot be completed: its members lose the admitted mark (so what is left waits for a
+        whole gang again), then its landed members are evicted. The engine holds all of its room until they
+        are gone; their absence then drops the workload."""
+        for key in keys:
+            ns, pod = key.split("/", 1)
+            with contextlib.suppress(KubeError):  # a member gone already needs no unmarking
+                await self.port.patch(PODS, pod, {"metadata": {"annotations": {GANG_ADMITTED: None}}}, ns)
+        for key in landed:
+            p = self._pods.infos.get(key)
+            ns, pod = key.split("/", 1)
+            try:
+                await self.port.evict(ns, pod, None, p.uid if p is not None else None)
+                self.reporter.preempted(key, f"gang {name} could not be bound whole and was rolled back")
+            except KubeError as err:
+                if err.code not in (404, 409):  # 409: the UID precondition, a new pod of that name
+                    log.warning("rolling back gang %s: %s stays: %s", name, key, err)
 
     async def _evict(self, ev: Evict, grace: int) -> None:
-        """Evict a victim through the Eviction API with its queue's grace period: every pod of a whole
-        workload, only the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or
-        any failure but the pod being gone already) stops there: the victim keeps running, out of choice for
-        REFUSED_BACKOFF seconds, and its preemptor picks another victim at its next attempt."""
+        """Evict a victim through the Eviction API with its queue's grace period and the pod's UID as a
+        precondition (a new pod of the same name is never the victim): every pod of a whole workload, only
+        the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or any failure but
+        the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
+        seconds, and its preemptor picks another victim at its next attempt."""
         keys = self.members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
         for key in keys:
             ns, name = key.split("/", 1)
+            p = self._pods.infos.get(key)
             try:
-                await self.port.evict(ns, name, grace)
+                await self.port.evict(ns, name, grace, p.uid if p is not None else None)
             except KubeError as err:
                 if err.code == 404:
                     continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
-                if self.engine is not None:
-                    self.engine.eviction_refused(ev.workload, self.clock() + REFUSED_BACKOFF)
-                    self.shrinking.pop(ev.workload, None)
-                    self._engine_changed = True
+                self._refusals.append((ev.workload, self.clock() + REFUSED_BACKOFF))
                 break
             self.stats.evictions += 1
             self.reporter.preempted(key, ev.reason)
         self.wake.set()
-
-    def _report_queues(self) -> None:
-        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
-        engine = self.engine
-        assert engine is not None
-        view, tree = engine.view, engine.tree
-        pending = [0] * len(tree)
-        admitted = [0] * len(tree)
-        for entry in engine.pending.values():
-            pending[entry.queue] += 1
-        for entry in engine.running.values():
-            admitted[entry.queue] += 1
-        for q, spec in enumerate(tree.queues):
-            self.reporter.queue_status(
-                spec.name,
-                {
-                    "usage": _vector(view.usage[q]),
-                    "fairShare": _vector(view.entitled[q]),
-                    "pending": pending[q],
-                    "admitted": admitted[q],
-                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
-                },
-            )
-
-    def _report_pending(self, now: float) -> None:
-        engine = self.engine
-        assert engine is not None
-        for name in engine.pending:
-            keys = self.members.get(name, ())
-            pending = [k for k in keys if k not in self.inflight and engine.state.placement(k) is None]
-            if not pending or not self.reporter.wants_explanation(pending[0], now):
-                continue
-            explanation = engine.explain(name, now)
-            message = "; ".join(explanation.lines())
-            for key in pending:
-                obj = self.pods.cache.get(key)
-                if obj is not None:
-                    self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), message)
-
-
-def _vector(v: np.ndarray) -> dict[str, str]:
-    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
-    gpu, gpumem, cpu, mem = (float(x) for x in v)
-    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

@@ -36,16 +36,51 @@ class Informer:
         self.max_backoff = max_backoff
         self.relists = 0
         self.rewatches = 0
+        self.healthy = False  # listed, and not failed since
+        self._replay = False
+        self._resync = asyncio.Event()
+        self._resyncs: list[asyncio.Future[None]] = []
 
     async def run(self) -> None:
+        """Supervised: a failure the loop does not expect (a handler's bug, a malformed object) is logged and
+        the informer starts over with a fresh list; `healthy` is False from the failure until that list."""
+        backoff = 0.05
+        while True:
+            try:
+                await self._run()
+            except Exception:
+                self.healthy = False
+                self._replay = True  # the handler may have missed the object it failed on: report all again
+                log.exception("%s informer failed; starting over in %.2fs", self.kind.plural, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
+
+    async def resync(self) -> None:
+        """List again now and return once the cache holds that list (a new leader's view must include every
+        write made before its term began, not only what the watch has delivered so far)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resyncs.append(done)
+        self._resync.set()
+        await done
+
+    async def _run(self) -> None:
         backoff = 0.05
         need_list = True
         while True:
             try:
-                if need_list:
+                if need_list or self._resync.is_set():
+                    # Those who asked are answered only by a list that succeeded (a failed one is retried).
+                    waiting = list(self._resyncs)
+                    self._resync.clear()
+                    need_list = True
                     await self._relist()
+                    self._resyncs = [d for d in self._resyncs if d not in waiting]
+                    self.healthy = True
+                    for done in waiting:
+                        if not done.done():
+                            done.set_result(None)
                     need_list = False
-                need_list = await self._watch()
+                need_list = await self._watch_until_resync()
                 self.rewatches += 1
                 backoff = 0.05
             except KubeError as err:
@@ -58,6 +93,21 @@ class Informer:
                 await asyncio.sleep(backoff)
                 backoff = min(self.max_backoff, backoff * 2)
 
+    async def _watch_until_resync(self) -> bool:
+        watch = asyncio.ensure_future(self._watch())
+        asked = asyncio.ensure_future(self._resync.wait())
+        try:
+            await asyncio.wait({watch, asked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (watch, asked):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(asked, return_exceptions=True)
+        if not watch.done() or watch.cancelled():
+            await asyncio.gather(watch, return_exceptions=True)
+            return True  # a resync was asked for
+        return watch.result()
+
     async def _relist(self) -> None:
         items, rv = await self.port.list(self.kind)
         self.relists += 1
@@ -69,8 +119,9 @@ class Informer:
             self.cache[key] = obj
             if old is None:
                 self.handler("ADDED", obj)
-            elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            elif self._replay or old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                 self.handler("MODIFIED", obj)
+        self._replay = False
         self.resource_version = rv
         self.synced.set()
 

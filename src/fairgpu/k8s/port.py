@@ -65,9 +65,9 @@ class KubePort(Protocol):
         """POST a Binding; the apiserver merges `annotations` into the pod in the same write."""
         ...
 
-    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+    async def evict(self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None) -> None:
         """POST an Eviction; `grace_seconds` overrides the pod's termination grace period. 429: a disruption
-        budget refuses it (not rate limiting)."""
+        budget refuses it (not rate limiting). `uid`: a precondition, 409 if the pod by that name is another."""
         ...
 
     async def close(self) -> None: ...

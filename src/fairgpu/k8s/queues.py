@@ -7,6 +7,7 @@ queue is left out; it never stops the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import Field, ValidationError
@@ -35,3 +36,22 @@ def queue_from_cr(obj: dict) -> QueueEntry:
     except ValidationError as err:
         raise ScenarioError(f"spec.{validation_message(err)}") from err
     return QueueEntry(doc.to_spec(name), tuple(doc.namespaces))
+
+
+def queue_entries(objs: Iterable[dict]) -> tuple[list[QueueEntry], dict[str, str]]:
+    """The valid queues, and why each other one is left out. A queue whose parent is missing (or invalid) is
+    left out with its children, not the whole tree."""
+    entries, errors = [], {}
+    for obj in objs:
+        try:
+            entries.append(queue_from_cr(obj))
+        except ValueError as err:
+            errors[obj["metadata"]["name"]] = str(err)
+    while True:
+        names = {e.spec.name for e in entries}
+        orphans = [e for e in entries if e.spec.parent is not None and e.spec.parent not in names]
+        if not orphans:
+            return entries, errors
+        for e in orphans:
+            errors[e.spec.name] = f"spec.parent: queue {e.spec.parent!r} does not exist or is invalid"
+        entries = [e for e in entries if e not in orphans]

@@ -1,16 +1,22 @@
 """What users see of the scheduler's decisions: Kubernetes Events on pods, the PodScheduled=False condition
 with the engine's explanation, and queue status conditions. Writes run in the background, deduplicated
-(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle."""
+(the same message is not repeated) and rate-limited per pod, so a slow API server never stalls a cycle.
+Events are counted, aggregated and rate-limited as client-go's recorder does (events.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 
+import numpy as np
+
+from fairgpu import resources as r
 from fairgpu.errors import KubeError
-from fairgpu.k8s.port import EVENTS, PODS, QUEUES, KubePort
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s.events import EventRecorder
+from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +34,7 @@ class Reporter:
         self.explained_at: dict[str, float] = {}
         self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        self.events = EventRecorder(port, component)
         self._tasks: set[asyncio.Task] = set()
 
     def wants_explanation(self, key: str, now: float) -> bool:
@@ -55,6 +62,18 @@ class Reporter:
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, "", "Preempted", reason, "Normal"))
 
+    def allocation_unreadable(self, key: str, uid: str, message: str) -> None:
+        """A bound pod whose HAMi record cannot be read (or does not fit): its cards count as fully used."""
+        ns, name = key.split("/", 1)
+        self._spawn(self._event(ns, name, uid, "HAMiAllocationUnaccounted", message, "Warning"))
+
+    def gpus_refused(self, node: str, message: str) -> None:
+        """Some of a node's GPUs are left out of scheduling (MIG mode), said once per change."""
+        if self.last.get(f"node/{node}") == message:
+            return
+        self.last[f"node/{node}"] = message
+        self._spawn(self._event("default", node, "", "GPUsNotScheduled", message, "Warning", "Node"))
+
     async def queue_invalid(self, name: str, problem: str) -> None:
         condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
         try:
@@ -76,6 +95,41 @@ class Reporter:
             except KubeError as err:
                 log.info("status of queue %s not written: %s", name, err)
 
+    def report_queues(self, engine: Scheduler) -> None:
+        """Each valid queue's usage and fair share (engine view, fair dimensions) and its workload counts."""
+        view, tree = engine.view, engine.tree
+        pending, admitted = engine.workload_counts()
+        for q, spec in enumerate(tree.queues):
+            self.queue_status(
+                spec.name,
+                {
+                    "usage": _vector(view.usage[q]),
+                    "fairShare": _vector(view.entitled[q]),
+                    "pending": int(pending[q]),
+                    "admitted": int(admitted[q]),
+                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                },
+            )
+
+    def report_pending(
+        self,
+        engine: Scheduler,
+        members: Callable[[str], tuple[str, ...]],
+        waiting: Callable[[str], bool],
+        uid: Callable[[str], str | None],
+        now: float,
+    ) -> None:
+        """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds)."""
+        for name in (w.name for w in engine.workloads("pending")):
+            pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
+            if not pending or not self.wants_explanation(pending[0], now):
+                continue
+            message = "; ".join(engine.explain(name, now).lines())
+            for key in pending:
+                pod_uid = uid(key)
+                if pod_uid is not None:
+                    self.unschedulable(key, pod_uid, message)
+
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""
         for task in self._tasks:
@@ -87,27 +141,14 @@ class Reporter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _event(self, ns: str, name: str, uid: str, reason: str, message: str, kind: str) -> None:
-        ts = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name, "uid": uid},
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
+    async def _event(
+        self, ns: str, name: str, uid: str, reason: str, message: str, kind: str, involved: str = "Pod"
+    ) -> None:
+        observed = self.events.observe(ns, name, uid, reason, message, kind, involved)
+        if observed is None:
+            return
         async with self._slots:
-            try:
-                await self.port.create(EVENTS, body, ns)
-            except KubeError as err:
-                log.info("event for %s/%s not recorded: %s", ns, name, err)
+            await self.events.write(*observed)
 
     async def _condition(self, ns: str, name: str, condition: dict) -> None:
         async with self._slots:
@@ -115,3 +156,9 @@ class Reporter:
                 await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
             except KubeError as err:
                 log.info("condition for %s/%s not set: %s", ns, name, err)
+
+
+def _vector(v: np.ndarray) -> dict[str, str]:
+    """A fair vector (gpu, gpumem MiB, cpu millicores, memory MiB) as Kubernetes quantities."""
+    gpu, gpumem, cpu, mem = (float(x) for x in v)
+    return {r.GPU: f"{gpu:.2f}", r.GPUMEM: f"{int(gpumem)}Mi", r.CPU: f"{int(cpu)}m", r.MEMORY: f"{int(mem)}Mi"}

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fairgpu import resources as r
 from fairgpu.errors import RequestError
+from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
+from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.identity import (
     QUEUE_LABEL,
     TEMPLATE_KINDS,
@@ -36,6 +38,8 @@ from fairgpu.k8s.identity import (
     user_label,
 )
 from fairgpu.k8s.translate import pod_info
+from fairgpu.model import gpu_request
+from fairgpu.model.pod import DEFAULT_RULES, GpuRules, webhook_defaults
 
 GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist
@@ -70,11 +74,15 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def wants_gpu(pod: dict) -> bool:
+def _containers(pod: dict) -> list[dict]:
     spec = pod.get("spec") or {}
-    for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def wants_gpu(pod: dict, names: tuple[str, ...] = GPU_RESOURCES) -> bool:
+    for c in _containers(pod):
         res = c.get("resources") or {}
-        if any(k in (res.get("limits") or {}) or k in (res.get("requests") or {}) for k in GPU_RESOURCES):
+        if any(k in (res.get("limits") or {}) or k in (res.get("requests") or {}) for k in names):
             return True
     return False
 
@@ -118,33 +126,34 @@ def _sync(obj: dict, base: tuple[str, ...], want: Stamp) -> list[dict]:
     return ops
 
 
-def mutate(pod: dict, user: str, scheduler_name: str, trust: Trust | None = None) -> list[dict]:
-    """JSON patch operations for a pod at CREATE; none for a pod that neither asks for a GPU nor names fairgpu."""
-    gpu = wants_gpu(pod)
+def mutate(
+    pod: dict, user: str, scheduler_name: str, trust: Trust | None = None, config: HamiConfig = DEFAULT_HAMI
+) -> list[dict]:
+    """JSON patch operations for a pod at CREATE; none for a pod that neither asks for a GPU nor names fairgpu.
+    GPU requests use HAMi's configured resource names; its webhook defaults and injections are applied."""
+    rules = config.rules()
+    gpu = wants_gpu(pod, rules.names)
     if not gpu and (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
         return []
     ops: list[dict] = []
     if gpu and (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
     ops += _sync(pod, (), stamp(pod.get("metadata") or {}, user, trust or Trust()))
-    ops += _hami_defaults(pod)
-    return ops
+    ops += _hami_defaults(pod, rules)
+    return ops + hami_injections(pod, config)
 
 
-def _hami_defaults(pod: dict) -> list[dict]:
+def _hami_defaults(pod: dict, rules: GpuRules) -> list[dict]:
     ops: list[dict] = []
     spec = pod.get("spec") or {}
     for field in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(field) or []):
             res = c.get("resources") or {}
             given = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-            if not any(k in given for k in GPU_RESOURCES):
+            if not any(k in given for k in rules.names):
                 continue
-            add: dict[str, str] = {}
-            if r.GPU not in given:
-                add[r.GPU] = "1"  # gpumem/gpucores alone imply one GPU
-            elif r.GPUCORES not in given and r.GPUMEM not in given and str(given.get(r.GPUMEM_PCT, "100")) == "100":
-                add[r.GPUCORES] = "100"  # gpu alone (or all of its memory) means an exclusive card
+            # HAMi's webhook defaults (model.pod.webhook_defaults), which its own webhook skips for our pods
+            add = {k: str(v) for k, v in webhook_defaults(given, rules).items() if k not in given}
             base = f"/spec/{field}/{i}/resources"
             if add and "resources" not in c:
                 ops.append({"op": "add", "path": base, "value": {}})
@@ -152,6 +161,52 @@ def _hami_defaults(pod: dict) -> list[dict]:
                 ops.append({"op": "add", "path": f"{base}/limits", "value": {}})
             ops += [{"op": "add", "path": f"{base}/limits/{_escape(k)}", "value": v} for k, v in add.items()]
     return ops
+
+
+def hami_injections(pod: dict, config: HamiConfig) -> list[dict]:
+    """JSON patch operations for what HAMi's webhook (`MutateAdmission`, pkg/device/nvidia/device.go) writes
+    into a pod it admits, since it skips pods that name another scheduler: on each container, env
+    CUDA_TASK_PRIORITY from its priority resource and GPU_CORE_UTILIZATION_POLICY when gpuCorePolicy is set
+    and not `default` (HAMi adds it to every container); the pod's runtimeClassName when a container asks
+    for GPUs and the pod names none. None for a pod without GPU requests."""
+    rules = config.rules()
+    if not wants_gpu(pod, rules.names):
+        return []
+    spec = pod.get("spec") or {}
+    ops: list[dict] = []
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            env: list[dict] = []
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if config.resource_priority_name in limits:
+                value = int(r.parse_quantity(limits[config.resource_priority_name]).to_integral_value("ROUND_CEILING"))
+                env.append({"name": "CUDA_TASK_PRIORITY", "value": str(value)})
+            if config.gpu_core_policy not in ("", "default"):
+                env.append({"name": "GPU_CORE_UTILIZATION_POLICY", "value": config.gpu_core_policy})
+            if not env:
+                continue
+            base = f"/spec/{field}/{i}/env"
+            if c.get("env") is None:
+                ops.append({"op": "add", "path": base, "value": env})
+            else:
+                ops += [{"op": "add", "path": f"{base}/-", "value": e} for e in env]
+    gpu = any(_asks_gpu(c, rules) for c in _containers(pod))
+    if gpu and config.runtime_class_name and spec.get("runtimeClassName") is None:
+        ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": config.runtime_class_name})
+    return ops
+
+
+def _asks_gpu(c: dict, rules: GpuRules) -> bool:
+    """The container asks for a GPU; a request that does not read is none here (validation refuses it)."""
+    try:
+        return gpu_request(_container_resources(c), rules) is not None
+    except (RequestError, ValueError):
+        return False
+
+
+def _container_resources(c: dict) -> dict:
+    res = c.get("resources") or {}
+    return {**(res.get("requests") or {}), **(res.get("limits") or {})}
 
 
 def mutate_workload(req: AdmissionRequest, trust: Trust) -> list[dict]:
@@ -173,24 +228,31 @@ def mutate_workload(req: AdmissionRequest, trust: Trust) -> list[dict]:
     return ops
 
 
-def concerns(pod: dict, scheduler_name: str) -> bool:
+def concerns(pod: dict, scheduler_name: str, rules: GpuRules = DEFAULT_RULES) -> bool:
     """Pods fairgpu reads: GPU pods, pods naming it, and pods carrying its or HAMi's control keys (a forged
     allocation on any pod would book a GPU)."""
     meta = pod.get("metadata") or {}
     keys = list(meta.get("labels") or {}) + list(meta.get("annotations") or {})
     named = (pod.get("spec") or {}).get("schedulerName") == scheduler_name
-    return wants_gpu(pod) or named or any(is_control_key(k) for k in keys)
+    return wants_gpu(pod, rules.names) or named or any(is_control_key(k) for k in keys)
 
 
-def validate(pod: dict, namespace: str, queues: QueueLookup) -> str | None:
+def validate(pod: dict, namespace: str, queues: QueueLookup, rules: GpuRules = DEFAULT_RULES) -> str | None:
     """Why a new pod's GPU request or queue must be refused; None to admit it."""
     pod = {**pod, "metadata": {"name": "pending-name", **(pod.get("metadata") or {}), "namespace": namespace}}
     try:
-        pod_info(pod)
+        problem = pod_info(pod, rules).problem
+        if problem is not None:
+            return problem
+        pct_name = rules.names[2]
+        for c in _containers(pod):  # HAMi's webhook refuses what its scheduler would clamp
+            pct = _container_resources(c).get(pct_name)
+            if pct is not None and not 0 <= r.parse_quantity(pct) <= 100:
+                return f"{pct_name}: {pct} must be between 0 and 100 (container {c.get('name')})"
     except (RequestError, ValueError) as err:
         return str(err)
     queue = ((pod.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    if queue is not None and wants_gpu(pod):
+    if queue is not None and wants_gpu(pod, rules.names):
         allowed = queues(queue)
         if allowed is None:
             return f"metadata.labels[{QUEUE_LABEL}]: queue {queue!r} does not exist"
@@ -199,17 +261,26 @@ def validate(pod: dict, namespace: str, queues: QueueLookup) -> str | None:
     return None
 
 
-def check_create(pod: dict, namespace: str, user: str, trust: Trust, queues: QueueLookup, scheduler: str) -> str | None:
-    problem = validate(pod, namespace, queues)
-    if problem is not None or trust.full(user) or not concerns(pod, scheduler):
+def check_create(
+    pod: dict,
+    namespace: str,
+    user: str,
+    trust: Trust,
+    queues: QueueLookup,
+    scheduler: str,
+    rules: GpuRules = DEFAULT_RULES,
+) -> str | None:
+    problem = validate(pod, namespace, queues, rules)
+    if problem is not None or trust.full(user) or not concerns(pod, scheduler, rules):
         return problem
     spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-    if wants_gpu(pod):
+    gpu = wants_gpu(pod, rules.names)
+    if gpu:
         if spec.get("nodeName"):
             return f"spec.nodeName: GPU pods are placed by {scheduler}; {user} may not choose the node"
         if spec.get("schedulerName") != scheduler:
             return f"spec.schedulerName: GPU pods are scheduled by {scheduler}, not {spec.get('schedulerName')!r}"
-    named = wants_gpu(pod) or spec.get("schedulerName") == scheduler
+    named = gpu or spec.get("schedulerName") == scheduler
     want = stamp(meta, user, trust) if named else {"labels": {}, "annotations": {}}
     for field in ("labels", "annotations"):
         have = meta.get(field) or {}
@@ -254,8 +325,11 @@ async def _parse(request: web.Request) -> AdmissionReview | web.Response:
         return web.json_response({"error": f"not an AdmissionReview: {err}"}, status=400)
 
 
-def webhook_app(queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Trust | None = None) -> web.Application:
+def webhook_app(
+    queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Trust | None = None, config: HamiConfig = DEFAULT_HAMI
+) -> web.Application:
     trust = trust or Trust()
+    rules = config.rules()
 
     async def mutate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
@@ -269,7 +343,7 @@ def webhook_app(queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Tru
             return _patched(req, mutate_workload(req, trust))
         if req.kind.get("kind") != "Pod" or req.operation != "CREATE":
             return _review(req, {"allowed": True})
-        return _patched(req, mutate(req.object, req.user_info.username, scheduler_name, trust))
+        return _patched(req, mutate(req.object, req.user_info.username, scheduler_name, trust, config))
 
     async def validate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
@@ -280,7 +354,7 @@ def webhook_app(queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Tru
         if req.kind.get("kind") == "Pod" and req.object is not None:
             user = req.user_info.username
             if req.operation == "CREATE":
-                problem = check_create(req.object, req.namespace, user, trust, queues, scheduler_name)
+                problem = check_create(req.object, req.namespace, user, trust, queues, scheduler_name, rules)
             elif req.operation == "UPDATE" and req.old_object is not None:
                 problem = check_update(req.old_object, req.object, user, trust, scheduler_name)
         if problem is None:

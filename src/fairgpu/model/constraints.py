@@ -16,6 +16,21 @@ TAINT_EFFECTS: tuple[str, ...] = get_args(TaintEffect)
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 Policy = Literal["binpack", "spread"]  # hami.io/node-scheduler-policy, hami.io/gpu-scheduler-policy
 POLICIES: tuple[str, ...] = get_args(Policy)
+# Every name HAMi v2.10 gives hami.io/gpu-scheduler-policy, alone or comma-chained (`binpack,numa`).
+GPU_POLICY_NAMES = (*POLICIES, "mutex", "topology-aware", "numa")
+
+
+def gpu_policy_chain(value: str) -> tuple[str, bool]:
+    """A GPU policy chain → (binpack | spread | "", mutex). HAMi reads each name with PolicyContains:
+    binpack/spread order the cards, mutex takes only cards nobody uses; numa and topology-aware only order
+    HAMi's choice among fitting cards (any fitting card passes its device plugin), so fairgpu accepts them
+    and orders by its own scores. Raises ValueError for a name HAMi does not know."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in GPU_POLICY_NAMES]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not one of {', '.join(GPU_POLICY_NAMES)}")
+    order = next((n for n in names if n in POLICIES), "")
+    return order, "mutex" in names
 
 
 @dataclass(slots=True, frozen=True)

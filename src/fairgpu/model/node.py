@@ -16,6 +16,8 @@ class GpuDevice:
     memory_mib: int
     uuid: str = ""
     healthy: bool = True
+    split: int = 0  # tasks this card may hold (HAMi's per-card `count`); 0 = the node's split_count
+    mode: str = "hami-core"  # HAMi's sharing mode of the card (nvidia.com/vgpu-mode must contain it)
 
 
 @dataclass(slots=True)

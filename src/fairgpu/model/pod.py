@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fairgpu import resources as r
-from fairgpu.errors import RequestError
+from fairgpu.errors import QuantityError, RequestError
 from fairgpu.model.constraints import POLICIES, MatchExpression, Toleration
 from fairgpu.model.node import GPU_CORES
 
 T = TypeVar("T")
 
 
-def parse_request(name: str, raw: object, parse: Callable[[object], T]) -> T:
+def parse_request(name: str, raw: object, parse: Callable[[Any], T]) -> T:
     """One resource value, with a RequestError naming the resource if it is not a valid quantity."""
     try:
         return parse(raw)
-    except r.QuantityError as err:
+    except QuantityError as err:
         raise RequestError(str(err), name) from err
 
 
@@ -47,32 +47,103 @@ class GpuRequest:
         return self.count * self.cores / GPU_CORES
 
 
-def gpu_request(requests: Mapping[str, object]) -> GpuRequest | None:
-    """Apply HAMi's defaults (design/hami-interop.md §1.2) to a container's GPU resources.
+@dataclass(slots=True, frozen=True)
+class GpuRules:
+    """What HAMi's config (its device ConfigMap's `nvidia` section) says about reading a container's GPU
+    request: the resource names and the defaults. hamiconfig.HamiConfig builds one from a HAMi file."""
 
-    gpu alone → whole exclusive cards; gpumem/gpucores alone imply gpu 1; gpumem 0 or a percentage ≤ 0
-    means 100 % of memory.
-    """
-    given = {k: requests[k] for k in (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT) if k in requests}
-    if not given:
+    count_name: str = r.GPU
+    memory_name: str = r.GPUMEM
+    percentage_name: str = r.GPUMEM_PCT
+    cores_name: str = r.GPUCORES
+    default_memory: int = 0  # MiB; 0 = all of each card
+    default_cores: int = 0
+    default_gpu_num: int = 1
+    memory_factor: int = 1
+
+    @property
+    def names(self) -> tuple[str, str, str, str]:
+        return (self.count_name, self.memory_name, self.percentage_name, self.cores_name)
+
+
+DEFAULT_RULES = GpuRules()
+_INT32_MAX = 2**31 - 1
+_INT64 = 2**63
+
+
+def _as_int64(name: str, raw: object) -> int | None:
+    """Quantity.AsInt64: the value when it is a whole number within int64, else None."""
+    q = parse_request(name, raw, r.parse_quantity)
+    if q != q.to_integral_value() or not -_INT64 <= q < _INT64:
         return None
-    count = parse_request(r.GPU, given.get(r.GPU, 1), r.count)
-    cores_given = r.GPUCORES in given
-    cores = parse_request(r.GPUCORES, given.get(r.GPUCORES, 0), r.count)
-    mem = parse_request(r.GPUMEM, given.get(r.GPUMEM, 0), r.gpumem_mib)
-    pct = float(parse_request(r.GPUMEM_PCT, given.get(r.GPUMEM_PCT, 0), r.parse_quantity))
+    return int(q)
+
+
+def _value(name: str, raw: object) -> int:
+    """Quantity.Value: rounded up to a whole number (what HAMi's webhook compares)."""
+    return int(parse_request(name, raw, r.parse_quantity).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def webhook_defaults(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> dict[str, object]:
+    """One container's resources after HAMi's webhook (`MutateAdmission`): gpumem, gpumem-percentage or
+    gpucores without a GPU count add `defaultGPUNum` GPUs (`mutateContainerResource`); a GPU count without
+    gpucores becomes an exclusive card (gpucores 100) when the percentage is 100, or, without a percentage,
+    when no gpumem is given (`defaultExclusiveCoreIfNeeded`)."""
+    out = dict(requests)
+    count_name, mem_name, pct_name, cores_name = rules.names
+    if count_name not in out and any(k in out for k in (mem_name, pct_name, cores_name)) and rules.default_gpu_num > 0:
+        out[count_name] = str(rules.default_gpu_num)
+    exclusive = (_value(pct_name, out[pct_name]) == 100) if pct_name in out else mem_name not in out
+    if count_name in out and cores_name not in out and exclusive:
+        out[cores_name] = str(GPU_CORES)
+    return out
+
+
+def scheduler_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
+    """One container's request as HAMi's scheduler reads it (`GenerateResourceRequests`, then `Fit`'s clamp of
+    cores to 100): gpumem a plain integer in MiB times memoryFactor within int32, percentage clamped to 100
+    and ignored when ≤ 0, then defaultMemory (else 100 %) and defaultCores.
+
+    None when the container asks for no GPU (no count, or 0). RequestError where HAMi silently drops the
+    request (its device plugin would then fail the pod at Allocate): a count or gpumem that is not a whole
+    number, or a gpumem out of range."""
+    count_name, mem_name, pct_name, cores_name = rules.names
+    if count_name not in requests:
+        return None
+    count = _as_int64(count_name, requests[count_name])
+    if count is None or count < 0:
+        raise RequestError(f"{requests[count_name]!r} is not a whole number of GPUs", count_name)
     if count == 0:
-        if cores or mem or pct > 0:
-            raise RequestError("0 GPUs cannot carry gpucores/gpumem requests", r.GPU)
         return None
-    if cores > GPU_CORES:
-        raise RequestError(f"{cores} is more than 100 % of a GPU", r.GPUCORES)
-    if pct > 100:
-        raise RequestError(f"{pct:g} is more than 100 % of a GPU's memory", r.GPUMEM_PCT)
-    mem_pct = 100 if (mem or pct <= 0) else int(pct)
-    if not cores_given and mem == 0 and mem_pct == 100:
-        cores = GPU_CORES  # HAMi's webhook makes a gpu-only (or 100 %-memory) request an exclusive card
-    return GpuRequest(count=count, cores=cores, mem_mib=mem, mem_pct=mem_pct)
+    mem = 0
+    if mem_name in requests:
+        factor = max(rules.memory_factor, 1)
+        raw = _as_int64(mem_name, requests[mem_name])
+        if raw is None or raw < 0 or raw > _INT32_MAX // factor:
+            problem = "must be a plain integer number of MiB within int32 (HAMi drops the request otherwise)"
+            raise RequestError(f"{requests[mem_name]!r} {problem}", mem_name)
+        mem = raw * factor
+    pct = 101  # HAMi's "unset"
+    if pct_name in requests and (p := _as_int64(pct_name, requests[pct_name])) is not None:
+        pct = min(p, 100) if p > 0 else 101
+    if pct == 101 and mem == 0:
+        if rules.default_memory:
+            mem = rules.default_memory
+        else:
+            pct = 100
+    cores = rules.default_cores
+    if cores_name in requests and (c := _as_int64(cores_name, requests[cores_name])) is not None:
+        if c < 0:
+            raise RequestError(f"{requests[cores_name]!r} must not be negative", cores_name)
+        cores = c
+    return GpuRequest(count=count, cores=min(cores, GPU_CORES), mem_mib=mem, mem_pct=min(pct, 100))
+
+
+def gpu_request(requests: Mapping[str, object], rules: GpuRules = DEFAULT_RULES) -> GpuRequest | None:
+    """A container's GPU request exactly as HAMi reads it: its webhook's defaults, which fairgpu applies itself
+    because HAMi's webhook skips pods that name another scheduler, then its scheduler's rules."""
+    names = rules.names
+    return scheduler_request(webhook_defaults({k: requests[k] for k in names if k in requests}, rules), rules)
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,6 +162,8 @@ class PodSpec:
     tolerations: tuple[Toleration, ...] = ()
     node_policy: str = ""  # hami.io/node-scheduler-policy: binpack | spread ("" = the profile's scores)
     gpu_policy: str = ""  # hami.io/gpu-scheduler-policy
+    gpu_mutex: bool = False  # the GPU policy chain names `mutex`: only cards with no task on them
+    gpu_mode: str | None = None  # nvidia.com/vgpu-mode: a card's mode must be a substring of it
 
     def __post_init__(self) -> None:
         for name in ("node_policy", "gpu_policy"):
@@ -105,7 +178,15 @@ class PodSpec:
             return False
         return not any(s.lower() in low for s in self.gpu_exclude)
 
-    def key(self) -> tuple:
+    def allows_uuid(self, uuid: str) -> bool:
+        """HAMi's use-gpuuuid / nouse-gpuuuid (`CheckUUID`): exact UUIDs."""
+        return (not self.gpu_uuid_include or uuid in self.gpu_uuid_include) and uuid not in self.gpu_uuid_exclude
+
+    def allows_mode(self, mode: str) -> bool:
+        """HAMi's nvidia.com/vgpu-mode (`checkType`): the card's mode must be a substring of the annotation."""
+        return self.gpu_mode is None or mode in self.gpu_mode
+
+    def key(self) -> tuple[Any, ...]:
         """Identical keys fit the same places: the scheduler caches failures by it within a cycle."""
         return (
             self.cpu_m,
@@ -115,6 +196,8 @@ class PodSpec:
             self.gpu_exclude,
             self.gpu_uuid_include,
             self.gpu_uuid_exclude,
+            self.gpu_mutex,
+            self.gpu_mode,
             self.node_selector,
             self.affinity,
             self.tolerations,

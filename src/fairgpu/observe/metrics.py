@@ -187,6 +187,15 @@ def _cluster_metrics(sched: Scheduler) -> Iterator[Metric]:
     for state, values in (("allocated", acc.allocated), ("free", acc.free), ("fragmented", acc.fragmented)):
         gpus.add_metric([state], float(values.sum()))
     yield gpus
+    idle = GaugeMetricFamily(
+        P + "idle_gpus",
+        "Idle GPU-equivalents by cause as of the last cycle (docs/metrics.md, 'Idle GPUs by cause'); they sum "
+        "to the idle GPUs.",
+        labels=["cause"],
+    )
+    for cause, value in sched.idle_gpus(sched.view.now).items():
+        idle.add_metric([cause], value)
+    yield idle
     yield GaugeMetricFamily(
         P + "fairness_jain_index",
         "Jain's index of usage/entitlement over backlogged leaf queues entitled to something; 1 with fewer than two.",

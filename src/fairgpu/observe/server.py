@@ -22,6 +22,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.observe import views
 from fairgpu.observe.metrics import EngineCollector
 from fairgpu.observe.source import Source
@@ -36,9 +37,14 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
     def at(request: Request) -> None:
         raw = request.query_params.get("t")
         if raw is not None:
-            t = float(raw)
-            if not math.isfinite(t):
-                raise ValueError("t must be a finite number of seconds")
+            try:
+                t = float(raw)
+            except ValueError:
+                raise ValueError(f"t: {raw!r} is not a number of seconds") from None
+            if not math.isfinite(t) or t < 0:
+                raise ValueError(f"t: {raw!r} must be a finite, non-negative number of seconds")
+            if source.horizon is not None and t > source.horizon:
+                raise ValueError(f"t: {raw!r} is past the horizon ({source.horizon:g} s)")
             source.seek(t)
 
     def api(build):
@@ -56,16 +62,33 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
                     doc = build(request)
                 except KeyError as err:
                     return JSONResponse({"error": f"not found: {err.args[0]}"}, status_code=404)
+                except ValueError as err:  # a parameter out of range
+                    return JSONResponse({"error": str(err)}, status_code=400)
                 return JSONResponse({"time": source.now, **doc})
 
         return endpoint
 
+    def engine() -> Scheduler:
+        sched = source.sched
+        assert sched is not None, "api() answers 503 until an engine exists"
+        return sched
+
     def info(_: Request) -> dict[str, Any]:
-        names = source.sched.tree.names()
+        names = engine().tree.names()
         return {"name": source.name, "profile": source.profile, "horizon": source.horizon, "queues": names}
 
     def workload(request: Request) -> dict[str, Any]:
-        return source.sched.explain(request.path_params["name"], source.now).to_json()
+        return engine().explain(request.path_params["name"], source.now).to_json()
+
+    def workloads(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        return views.workloads_view(
+            engine(),
+            q.get("queue") or None,
+            q.get("search", ""),
+            _int_param(q, "offset", 0),
+            _int_param(q, "limit", views.MAX_WORKLOADS),
+        )
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -76,14 +99,24 @@ def create_app(source: Source, registry: CollectorRegistry) -> Starlette:
         Route("/metrics", metrics),
         Route("/", lambda _: FileResponse(STATIC / "index.html")),
         Route("/api/info", api(info)),
-        Route("/api/cluster", api(lambda _: views.cluster_view(source.sched))),
-        Route("/api/nodes/{name}", api(lambda rq: views.node_view(source.sched, rq.path_params["name"]))),
-        Route("/api/queues", api(lambda _: views.queue_view(source.sched, source.history))),
-        Route("/api/workloads", api(lambda rq: views.workloads_view(source.sched, rq.query_params.get("queue")))),
+        Route("/api/cluster", api(lambda _: views.cluster_view(engine()))),
+        Route("/api/nodes/{name}", api(lambda rq: views.node_view(engine(), rq.path_params["name"]))),
+        Route("/api/queues", api(lambda _: views.queue_view(engine(), source.history))),
+        Route("/api/workloads", api(workloads)),
         Route("/api/workloads/{name:path}", api(workload)),  # live workload names are namespace/name
         Mount("/static", StaticFiles(directory=STATIC)),
     ]
     return Starlette(routes=routes)
+
+
+def _int_param(params: Any, name: str, default: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}: {raw!r} is not a whole number") from None
 
 
 class _Serving:

@@ -11,7 +11,7 @@ from fairgpu.framework.scheduler import Scheduler
 from fairgpu.observe.accounting import gpu_accounting
 from fairgpu.observe.history import QueueHistory
 
-MAX_WORKLOADS = 500  # the workload picker lists at most this many; the API takes ?queue= to narrow it
+MAX_WORKLOADS = 500  # one page of the workload picker at most; ?offset= pages, ?queue= and ?search= narrow
 
 
 def cluster_view(sched: Scheduler) -> dict[str, Any]:
@@ -32,6 +32,8 @@ def cluster_view(sched: Scheduler) -> dict[str, Any]:
             "running_workloads": int(running.sum()),
             "pending_workloads": int(pending.sum()),
         },
+        # idle GPU-equivalents by cause, as of the engine's last cycle (they sum to its idle GPUs)
+        "idle_gpus": sched.idle_gpus(sched.view.now),
         "models": acc.by_model(st),
         # -1 marks a slot without a GPU (nodes with fewer GPUs than the largest)
         "heatmap": {
@@ -125,20 +127,30 @@ def queue_view(sched: Scheduler, history: QueueHistory) -> dict[str, Any]:
     }
 
 
-def workloads_view(sched: Scheduler, queue: str | None = None) -> dict[str, Any]:
-    """Pending and running workloads, oldest first, for the workload picker."""
+def workloads_view(
+    sched: Scheduler, queue: str | None = None, search: str = "", offset: int = 0, limit: int = MAX_WORKLOADS
+) -> dict[str, Any]:
+    """Pending and running workloads, oldest first, one page of each: `queue` and `search` (a substring
+    of the name) narrow both lists, and the totals count what they match, not the page."""
+    if queue is not None and queue not in sched.tree.index:
+        raise ValueError(f"queue: {queue!r} is not a queue")
+    if offset < 0 or not 0 < limit <= MAX_WORKLOADS:
+        raise ValueError(f"offset must be ≥ 0 and limit in 1..{MAX_WORKLOADS}")
+    needle = search.lower()
 
     def rows(state: str) -> list[dict[str, Any]]:
         return [
             {"workload": w.name, "queue": w.queue, "state": state, "submitted": w.submitted, "pods": w.pods,
              "placed": w.placed}
-            for w in sched.workloads(state, queue)[:MAX_WORKLOADS]
+            for w in chosen[state][offset : offset + limit]
         ]  # fmt: skip
 
-    pending, running = sched.workload_counts()
+    chosen = {s: [w for w in sched.workloads(s, queue) if needle in w.name.lower()] for s in ("pending", "running")}
     return {
         "pending": rows("pending"),
         "running": rows("running"),
-        "pending_total": int(pending.sum()),
-        "running_total": int(running.sum()),
+        "pending_total": len(chosen["pending"]),
+        "running_total": len(chosen["running"]),
+        "offset": offset,
+        "limit": limit,
     }

@@ -31,8 +31,9 @@ def _free_cores(view: EngineView) -> np.ndarray:
 
 def _chosen_free(pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
     """(N,) free cores of the GPU a one-GPU shared pod would take on each node (the fullest that fits)."""
+    assert mask.slots is not None
     free = np.where(mask.slots, _free_cores(view), GPU_CORES + 1)
-    return free.min(axis=1)
+    return np.asarray(free.min(axis=1))
 
 
 @dataclass(slots=True)
@@ -78,7 +79,7 @@ class BestFit:
         max_cpu = max(int(st.cpu_cap.max()), 1)
         max_gpu = max(int(st.node_cores_cap.max()), 1)
         left = 0.5 * (st.cpu_free - pod.cpu_m) / max_cpu + 0.5 * (st.node_cores_free - k * cores) / max_gpu
-        return np.floor(100.0 * (1.0 - left))
+        return np.asarray(np.floor(100.0 * (1.0 - left)))
 
     gpu_order = _fullest_first
 
@@ -97,7 +98,7 @@ class DotProd:
         max_cpu = max(int(st.cpu_cap.max()), 1)
         max_gpu = max(int(st.node_cores_cap.max()), 1)
         dot = (st.cpu_free / max_cpu) * (pod.cpu_m / max_cpu) + (st.node_cores_free / max_gpu) * (k * cores / max_gpu)
-        return np.floor(100.0 * (1.0 - dot / 2))
+        return np.asarray(np.floor(100.0 * (1.0 - dot / 2)))
 
     gpu_order = _fullest_first
 
@@ -148,6 +149,6 @@ class GpuClustering:
         band = np.where(same & ~other, 3, np.where(same, 2, np.where(~(shared | whole), 1, 0)))
         max_gpu = max(int(st.node_cores_cap.max()), 1)
         fill = 25 * (max_gpu - st.node_cores_free) // max_gpu
-        return (25 * band + fill).astype(np.float64)
+        return np.asarray(25 * band + fill, dtype=np.float64)
 
     gpu_order = _fullest_first

@@ -24,18 +24,23 @@ class Resources:
             return
         if g.exclusive:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
-            mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
+            if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
+                mask.restrict_slots(st.gpu_idle & (st.gpu_mem_cap >= g.mem_mib))
+            else:
+                mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
         else:
             need = memory_need(g, st)
             ok = (
                 st.gpu_usable
                 & ~st.gpu_exclusive
-                & (st.gpu_tasks < st.split[:, None])
+                & (st.gpu_tasks < st.gpu_split)
                 & (st.gpu_cores_free >= g.cores)
                 & (st.gpu_mem_free >= need)
             )
             if g.cores == 0:
                 ok &= st.gpu_cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
+            if pod.gpu_mutex:
+                ok &= st.gpu_tasks == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
 
@@ -59,7 +64,7 @@ class Resources:
         out.append(("insufficient GPU cores", ok.sum(axis=1) < g.count))
         ok &= st.gpu_mem_free >= need
         out.append(("insufficient GPU memory", ok.sum(axis=1) < g.count))
-        ok &= st.gpu_tasks < st.split[:, None]
+        ok &= st.gpu_tasks < st.gpu_split
         out.append(("GPU task limit reached", ok.sum(axis=1) < g.count))
         return out
 

@@ -14,7 +14,7 @@ the change each node would see; both are brought up to date only for nodes whose
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from fairgpu.state import ClusterState
 _CACHED_SHAPES = 512
 
 
-def _shape(pod: PodSpec) -> tuple:
+def _shape(pod: PodSpec) -> tuple[Any, ...]:
     g = pod.gpu
     return (pod.cpu_m, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
 
@@ -49,7 +49,7 @@ class _Aggregates:
     clock: int = 0
     # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
     # between two placements only the nodes that changed need scoring again
-    deltas: dict[tuple, tuple[int, np.ndarray]] = field(default_factory=dict)
+    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
 
 
 def _free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
@@ -83,7 +83,7 @@ class Fragmentation:
     # that may go anywhere leave it to that shape; an 8-GPU shape weighs up as whole nodes run out (0 = off)
     pressure: int = 0
     max_shapes: int = 128
-    _keys: dict[tuple, int] = field(default_factory=dict)
+    _keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -175,7 +175,7 @@ class Fragmentation:
 
     def _ok(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray) -> np.ndarray:
         """(rows, T): each shape fits on the node."""
-        return (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows]
+        return np.asarray((fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows])
 
     def _room(
         self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, fit_free: np.ndarray
@@ -204,10 +204,11 @@ class Fragmentation:
         self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray, cpu_after: np.ndarray
     ) -> np.ndarray:
         """Σ_t w_t · (free capacity usable by shape t) on these rows after a placement."""
-        return (self._ok(agg, rows, fit_count, cpu_after) * fit_free) @ self._w
+        return np.asarray((self._ok(agg, rows, fit_count, cpu_after) * fit_free) @ self._w)
 
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
+        assert pod.gpu is not None and agg.usable is not None
         f = agg.free[rows, slots]
         f_after = f - pod.gpu.cores
         was = f[:, None] >= self._need
@@ -217,17 +218,18 @@ class Fragmentation:
         usable_before = agg.usable[rows]
         usable_after = self._after(agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m)
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
-        return -pod.gpu.cores - usable_after + usable_before
+        return np.asarray(-pod.gpu.cores - usable_after + usable_before)
 
     def _node_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a CPU-only or whole-GPU pod goes to each node of `rows`."""
         k = pod.gpu.count if pod.gpu is not None else 0
         taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
+        assert agg.usable is not None
         usable_before = agg.usable[rows]
         usable_after = self._after(
             agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
         )
-        return -taken - usable_after + usable_before + self._starved(pod, agg, rows)
+        return np.asarray(-taken - usable_after + usable_before + self._starved(pod, agg, rows))
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
@@ -238,12 +240,12 @@ class Fragmentation:
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
         before = np.maximum(0.0, free - cpu / per_core)
         after = np.maximum(0.0, free - taken - (cpu - pod.cpu_m) / per_core)
-        return self.cpu_balance * (after - before)
+        return np.asarray(self.cpu_balance * (after - before))
 
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
         score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
-        return np.floor(score) if self.quantize else score
+        return np.asarray(np.floor(score) if self.quantize else score)
 
     # -- Score ----------------------------------------------------------------------------------------
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
@@ -267,13 +269,18 @@ class Fragmentation:
         agg.deltas[key] = (agg.clock, delta)
         nodes = np.flatnonzero(mask.nodes)
         # a shared pod's node scores by its best allowed GPU
-        best = np.where(mask.slots[nodes], delta[nodes], np.inf).min(axis=1) if shared else delta[nodes]
+        if shared:
+            assert mask.slots is not None
+            best = np.where(mask.slots[nodes], delta[nodes], np.inf).min(axis=1)
+        else:
+            best = delta[nodes]
         out[nodes] = self._to_score(best)
         return out
 
     def _gpu_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
         GPUs of one node with equal free cores are equivalent: each such group is computed once."""
+        assert pod.gpu is not None
         free = agg.free[rows]
         room = free >= max(pod.gpu.cores, 1)
         same = free[:, :, None] == free[:, None, :]
@@ -282,7 +289,7 @@ class Fragmentation:
         out = np.full(free.shape, np.inf)
         out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
         out = np.take_along_axis(out, first, axis=1)
-        return np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None]
+        return np.asarray(np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None])
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:

@@ -110,11 +110,11 @@ class Preemption:
     ) -> tuple[np.ndarray, int] | None:
         """The victims (beyond `chosen`) that make room for this pod, and the node they make it on."""
         pick = np.zeros(len(rest), dtype=bool)
-        if chosen.any():
-            now = room(chosen)
-            there = place_pod(pod, now, ctx.profile, ctx.exclude)
-            if there is not None:  # fits with the victims already chosen (e.g. where an evicted gang's pod ran)
-                return pick, there.node
+        # Fits with the victims already chosen (e.g. where an evicted gang's pod ran), or with none: a gang's
+        # first pods may fit in free room, and need no victim (nor have one on that node to take).
+        there = place_pod(pod, room(chosen), ctx.profile, ctx.exclude)
+        if there is not None:
+            return pick, there.node
         best = room(chosen | rest)
         mask = feasible(pod, best, ctx.profile, ctx.exclude)
         can = mask.nodes

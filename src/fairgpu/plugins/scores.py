@@ -89,7 +89,7 @@ class Spread:
         return slots[order]
 
 
-_POLICIES = {"binpack": Binpack(), "spread": Spread()}
+_POLICIES: dict[str, Binpack | Spread] = {"binpack": Binpack(), "spread": Spread()}
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from fairgpu.framework.placement import UNPLACED_CAUSES, place_pod, unplaced_cau
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
-from fairgpu.sim.traces import _field, _rows, load_openb_nodes, openb_pod
+from fairgpu.sim.traces import OPENB_FILL_OPTIONAL, _field, _rows, load_openb_nodes, openb_pod
 
 TUNING_RATIO = 1.3
 LOADS = tuple(range(0, 131, 5))
@@ -57,7 +57,7 @@ class FillPod:
 def load_fill_pods(path: Path) -> list[FillPod]:
     """The pod list sorted by name, time columns dropped."""
     rows = []
-    for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")):
+    for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"), OPENB_FILL_OPTIONAL):
         num_gpu = _field(path, line, row, "num_gpu", int)
         milli = _field(path, line, row, "gpu_milli", int)
         if num_gpu and (milli % 10 or milli == 0 or (milli > 1000)):

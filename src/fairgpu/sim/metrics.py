@@ -8,10 +8,12 @@ what its children hold); fairness_error and the Jain index are over leaf queues,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fairgpu import resources as r
+from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model.queue import QueueTree
 
@@ -27,6 +29,7 @@ class Timeline:
     entitled_gpus: list[np.ndarray] = field(default_factory=list)  # (Q,) GPU-equivalents entitled
     backlogged: list[np.ndarray] = field(default_factory=list)  # (Q,) bool
     allocated_gpus: list[float] = field(default_factory=list)
+    idle_gpus: list[np.ndarray] = field(default_factory=list)  # (C,) idle GPU-equivalents by cause (idle.CAUSES)
 
     def window_gpu_seconds(self, start: float, end: float, series: str = "gpus") -> np.ndarray:
         """(Q,) GPU-seconds each queue held (or, with series="entitled_gpus", was entitled to) in
@@ -61,6 +64,7 @@ class MetricsRecorder:
     jain_seconds: float = 0.0
     jain_time: float = 0.0
     allocated_gpu_seconds: float = 0.0
+    idle_gpu_seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(CAUSES)))  # by cause: sums to idle
     # time_to_fair_share: per queue, when its current backlogged episode began (None: none open)
     _open_since: list[float | None] = field(init=False)
     _was_backlogged: np.ndarray = field(init=False)
@@ -88,16 +92,20 @@ class MetricsRecorder:
         usage, entitled = v.usage_dom.copy(), v.entitled_dom.copy()
         gpus, allocated = v.usage[:, r.DIM_GPU].copy(), sched.state.allocated_gpu_equivalents()
         entitled_gpus = v.entitled[:, r.DIM_GPU].copy()
-        self._state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated)
+        idle = np.fromiter(sched.idle_gpus(t).values(), dtype=np.float64, count=len(CAUSES))
+        state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle)
+        self._state = state
         tl = self.timeline
-        series = (tl.t, tl.share, tl.entitled, tl.gpus, tl.entitled_gpus, tl.backlogged, tl.allocated_gpus)
+        series: tuple[list[Any], ...] = (
+            tl.t, tl.share, tl.entitled, tl.gpus, tl.entitled_gpus, tl.backlogged, tl.allocated_gpus, tl.idle_gpus
+        )  # fmt: skip
         if tl.t and tl.t[-1] == t:  # several cycles at one instant: the last one holds
             for values in series:
                 values.pop()
-        for values, value in zip(series, (t, usage, entitled, gpus, entitled_gpus, backlogged, allocated), strict=True):
+        for values, value in zip(series, (t, *state), strict=True):
             values.append(value)
-        for i in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
-            self._open_since[i] = t
+        for q in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
+            self._open_since[q] = t
         for i, since in enumerate(self._open_since):
             # Reached at 90 % of the entitlement, or when nothing of it waits any more.
             if since is not None and (usage[i] >= 0.9 * entitled[i] - 1e-12 or not backlogged[i]):
@@ -108,7 +116,7 @@ class MetricsRecorder:
     def _advance(self, t: float) -> None:
         if self._t is not None and self._state is not None and t > self._t:
             dt = t - self._t
-            usage, entitled, gpus, entitled_gpus, backlogged, allocated = self._state
+            usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle = self._state
             leaf = self.tree.is_leaf
             self.gpu_seconds += gpus * dt
             self.entitled_gpu_seconds += entitled_gpus * dt
@@ -117,6 +125,7 @@ class MetricsRecorder:
             self.backlogged_seconds += backlogged * dt
             self.error_seconds += 0.5 * float(np.abs(usage - entitled)[leaf].sum()) * dt
             self.allocated_gpu_seconds += allocated * dt
+            self.idle_gpu_seconds += idle * dt
             contenders = backlogged & leaf & (entitled > 0)
             if contenders.sum() >= 2:
                 x = usage[contenders] / entitled[contenders]

@@ -1,90 +1,30 @@
-"""`simulate --report out.html`: one self-contained HTML file (inline SVG and CSS, no script, no fetch)
-with the plots of one or more runs side by side, and the fill-experiment curve per policy."""
+"""`simulate --report out.html`: one self-contained HTML file (the vendored Vega-Lite inlined, no fetch)
+with the runs' charts and tables, and the fill-experiment curve per policy.
+
+Why Vega-Lite: a chart is a declarative spec built here from the results, so axes, ticks, legends and
+tooltips come from the library and tests can read the specs; the same library draws the dashboard. Runs of
+different profiles share one facet, hence one scale: by-eye comparison between columns is honest."""
 
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from fairgpu import resources as r
 from fairgpu.sim.runner import SimResult
 from fairgpu.sim.scenario import Scenario
 
 POINTS = 400  # samples per plotted series: timelines have one sample per event, far more than a plot shows
-COLORS = ("#2f6fde", "#f79009", "#12b76a", "#9e77ed", "#ee46bc", "#06aed4", "#f04438", "#667085")
-W, H, LEFT, BOTTOM, TOP, RIGHT = 460, 236, 52, 34, 28, 12
+VENDOR = Path(__file__).resolve().parent.parent / "observe" / "static" / "vendor"
+LIBRARIES = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
+WIDTH, HEIGHT = 420, 150
 
-
-@dataclass(slots=True)
-class Series:
-    label: str
-    x: Sequence[float]
-    y: Sequence[float]
-    color: str
-    dashed: bool = False
-    step: bool = True  # hold each value until the next x (simulator samples); False: straight segments
-
-
-def _ticks(hi: float) -> list[float]:
-    if hi <= 0:
-        return [0.0]
-    raw = hi / 4
-    mag = 10 ** np.floor(np.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    return [float(v) for v in np.arange(0, hi + step * 1e-9, step)]
-
-
-def line_chart(title: str, series: Sequence[Series], xlabel: str, ylabel: str, ymax: float | None = None) -> str:
-    """An SVG line chart; every series shares the axes, which start at 0."""
-    xs = [v for s in series for v in s.x] or [1.0]
-    ys = [v for s in series for v in s.y] or [1.0]
-    x_hi = max(max(xs), 1e-9)
-    y_hi = ymax if ymax is not None else max(max(ys), 1e-9) * 1.05
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
-
-    def px(v: float) -> float:
-        return LEFT + pw * v / x_hi
-
-    def py(v: float) -> float:
-        return TOP + ph * (1 - v / y_hi)
-
-    out = [
-        f'<svg class="chart" viewBox="0 0 {W} {H + 16 * ((len(series) + 2) // 3)}" role="img" '
-        f'aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    out.append(f'<text x="{LEFT}" y="16" class="title">{html.escape(title)}</text>')
-    for v in _ticks(y_hi):
-        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{py(v):.1f}" y2="{py(v):.1f}" class="grid"/>')
-        out.append(f'<text x="{LEFT - 4}" y="{py(v) + 3:.1f}" text-anchor="end">{v:g}</text>')
-    for v in _ticks(x_hi):
-        out.append(f'<text x="{px(v):.1f}" y="{H - BOTTOM + 13}" text-anchor="middle">{v:g}</text>')
-    out.append(f'<text x="{LEFT + pw / 2}" y="{H - 6}" text-anchor="middle">{html.escape(xlabel)}</text>')
-    out.append(
-        f'<text x="12" y="{TOP + ph / 2}" transform="rotate(-90 12 {TOP + ph / 2})" '
-        f'text-anchor="middle">{html.escape(ylabel)}</text>'
-    )
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" class="frame"/>')
-    for s in series:
-        pts = []
-        for i, (x, y) in enumerate(zip(s.x, s.y, strict=True)):
-            if s.step and i:
-                pts.append(f"{px(x):.1f},{py(s.y[i - 1]):.1f}")
-            pts.append(f"{px(x):.1f},{py(y):.1f}")
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        out.append(
-            f'<polyline points="{" ".join(pts)}" fill="none" stroke="{s.color}" stroke-width="1.6"{dash}>'
-            f"<title>{html.escape(s.label)}</title></polyline>"
-        )
-    for i, s in enumerate(series):  # legend, three entries a row
-        x, y = LEFT + (i % 3) * 140, H + 4 + 16 * (i // 3)
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        out.append(f'<line x1="{x}" x2="{x + 18}" y1="{y}" y2="{y}" stroke="{s.color}" stroke-width="2"{dash}/>')
-        out.append(f'<text x="{x + 22}" y="{y + 4}">{html.escape(s.label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+Spec = dict[str, Any]
 
 
 def _resample(t: Sequence[float], values: np.ndarray, horizon: float) -> tuple[np.ndarray, np.ndarray]:
@@ -96,37 +36,133 @@ def _resample(t: Sequence[float], values: np.ndarray, horizon: float) -> tuple[n
     return grid, held
 
 
-def share_charts(result: SimResult, leaves: Sequence[int], names: Sequence[str]) -> list[str]:
-    """One chart per leaf queue: its dominant share against its entitlement, over time."""
-    tl = result.timeline
-    if not tl.t:
-        return []
-    hours = result.horizon_s / 3600
-    grid, share = _resample(tl.t, np.stack(tl.share), result.horizon_s)
-    _, entitled = _resample(tl.t, np.stack(tl.entitled), result.horizon_s)
-    charts = []
-    for k, q in enumerate(leaves):
-        color = COLORS[k % len(COLORS)]
-        x = (grid / 3600).tolist()
-        held = [Series("share", x, share[:, q].tolist(), color)]
-        held.append(Series("entitled", x, entitled[:, q].tolist(), "#344054", True))
-        top = max(1e-9, float(share[:, q].max()), float(entitled[:, q].max())) * 1.05
-        title = f"{names[q]} — {result.profile}"
-        charts.append(line_chart(title, held, f"hours (of {hours:g})", "dominant share", top))
-    return charts
+def gpus_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
+    """GPUs each leaf queue held against its fair share, guarantee and limit: a row per queue, a column
+    per profile, one y scale for all of them."""
+    tree = scenario.tree()
+    names = tree.names()
+    rows: list[dict[str, Any]] = []
+    rules: list[dict[str, Any]] = []
+    for res in results:
+        tl = res.timeline
+        if not tl.t:
+            continue
+        grid, held = _resample(tl.t, np.stack(tl.gpus), res.horizon_s)
+        _, owed = _resample(tl.t, np.stack(tl.entitled_gpus), res.horizon_s)
+        hours = np.round(grid / 3600, 4).tolist()
+        for q in tree.leaves:
+            for series, values in (("held", held[:, q]), ("fair share", owed[:, q])):
+                rows += [
+                    {
+                        "kind": "series",
+                        "profile": res.profile,
+                        "queue": names[q],
+                        "series": series,
+                        "hours": h,
+                        "gpus": round(v, 3),
+                    }
+                    for h, v in zip(hours, values.tolist(), strict=True)
+                ]
+            spec = tree.queues[q]
+            for line, value in (("guarantee", spec.guaranteed[r.DIM_GPU]), ("limit", spec.limit[r.DIM_GPU])):
+                if np.isfinite(value) and value > 0:
+                    rules.append(
+                        {
+                            "kind": "rule",
+                            "profile": res.profile,
+                            "queue": names[q],
+                            "series": line,
+                            "gpus": float(value),
+                        }
+                    )
+    color = {
+        "field": "series",
+        "type": "nominal",
+        "title": None,
+        "scale": {
+            "domain": ["held", "fair share", "guarantee", "limit"],
+            "range": ["#2f6fde", "#f79009", "#12b76a", "#f04438"],
+        },
+    }
+    layers: list[Spec] = [
+        {
+            "transform": [{"filter": "datum.kind === 'series'"}],
+            "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.6},
+            "encoding": {
+                "x": {"field": "hours", "type": "quantitative", "title": "hours"},
+                "y": {"field": "gpus", "type": "quantitative", "title": "GPUs"},
+                "color": color,
+                "strokeDash": {
+                    "field": "series",
+                    "type": "nominal",
+                    "legend": None,
+                    "scale": {"domain": ["held", "fair share"], "range": [[1, 0], [5, 3]]},
+                },
+                "tooltip": [
+                    {"field": "queue"},
+                    {"field": "series"},
+                    {"field": "hours", "format": ".2f"},
+                    {"field": "gpus", "format": ".2f"},
+                ],
+            },
+        },
+    ]
+    if rules:
+        layers.append(
+            {
+                "transform": [{"filter": "datum.kind === 'rule'"}],
+                "mark": {"type": "rule", "strokeDash": [2, 3], "strokeWidth": 1.4},
+                "encoding": {
+                    "y": {"field": "gpus", "type": "quantitative"},
+                    "color": color,
+                    "tooltip": [{"field": "queue"}, {"field": "series"}, {"field": "gpus"}],
+                },
+            }
+        )
+    return {
+        "data": {"values": rows + rules},
+        "facet": {
+            "row": {"field": "queue", "title": None, "sort": [names[q] for q in tree.leaves]},
+            "column": {"field": "profile", "title": None, "sort": [res.profile for res in results]},
+        },
+        "spec": {"width": WIDTH, "height": HEIGHT, "layer": layers},
+        "title": "GPUs held per queue (blue) against its fair share (orange dashed), guarantee and limit",
+    }
 
 
-def utilization_chart(result: SimResult, total_gpus: int) -> str:
-    tl = result.timeline
-    grid, alloc = _resample(tl.t, np.asarray(tl.allocated_gpus, dtype=np.float64), result.horizon_s)
-    util = alloc / max(1, total_gpus) * 100
-    return line_chart(
-        f"GPU utilization — {result.profile} (mean {100 * result.utilization:.1f} %)",
-        [Series("allocated GPUs %", (grid / 3600).tolist(), util.tolist(), COLORS[0])],
-        "hours",
-        "% of GPUs allocated",
-        ymax=100.0,
-    )
+def utilization_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
+    total = max(1, sum(len(n.gpus) for n in scenario.nodes))
+    rows = []
+    for res in results:
+        if not res.timeline.t:
+            continue
+        grid, alloc = _resample(res.timeline.t, np.asarray(res.timeline.allocated_gpus, dtype=float), res.horizon_s)
+        rows += [
+            {
+                "profile": f"{res.profile} (mean {res.utilization:.1%})",
+                "hours": round(h / 3600, 4),
+                "pct": round(100 * a / total, 2),
+            }
+            for h, a in zip(grid.tolist(), alloc.tolist(), strict=True)
+        ]
+    return {
+        "data": {"values": rows},
+        "width": 2 * WIDTH,
+        "height": HEIGHT,
+        "mark": {"type": "line", "interpolate": "step-after"},
+        "encoding": {
+            "x": {"field": "hours", "type": "quantitative", "title": "hours"},
+            "y": {
+                "field": "pct",
+                "type": "quantitative",
+                "title": "% of GPUs allocated",
+                "scale": {"domain": [0, 100]},
+            },
+            "color": {"field": "profile", "type": "nominal", "title": None},
+            "tooltip": [{"field": "profile"}, {"field": "hours", "format": ".2f"}, {"field": "pct"}],
+        },
+        "title": "GPU utilization",
+    }
 
 
 def waits_by_queue(scenario: Scenario, result: SimResult, leaves: Sequence[str]) -> dict[str, np.ndarray]:
@@ -139,38 +175,140 @@ def waits_by_queue(scenario: Scenario, result: SimResult, leaves: Sequence[str])
     return {q: np.sort(np.asarray(w)) for q, w in out.items()}
 
 
-def wait_chart(result: SimResult, waits: Mapping[str, np.ndarray]) -> str:
-    """Empirical CDF of waits per queue: the fraction of a queue's workloads that waited at most x."""
-    series = []
-    for k, (q, w) in enumerate(waits.items()):
-        if len(w):
-            frac = np.arange(1, len(w) + 1) / len(w)
-            idx = np.unique(np.linspace(0, len(w) - 1, min(len(w), POINTS)).astype(int))
-            series.append(Series(q, (w[idx] / 3600).tolist(), frac[idx].tolist(), COLORS[k % len(COLORS)]))
-    title = f"Wait time distribution — {result.profile}"
-    return line_chart(title, series, "wait (hours)", "fraction of workloads", 1.0)
+def wait_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec:
+    """The fraction of a queue's workloads that started within x hours: a column per profile on shared
+    axes. Work that never started is not a wait that ended: its line stops below 1 and a cross marks how
+    many never started and how long the longest of them had waited by the end."""
+    leaves = scenario.tree().leaf_names()
+    lines, never = [], []
+    for res in results:
+        by_queue: dict[str, list[dict[str, Any]]] = {q: [] for q in leaves}
+        for row in res.workloads:
+            if row["queue"] in by_queue:
+                by_queue[row["queue"]].append(row)
+        for q, rows in by_queue.items():
+            if not rows:
+                continue
+            started = np.sort([w["wait_s"] for w in rows if w["first_start_s"] is not None])
+            if len(started):
+                idx = np.unique(np.linspace(0, len(started) - 1, min(len(started), POINTS)).astype(int))
+                lines += [
+                    {
+                        "kind": "line",
+                        "profile": res.profile,
+                        "queue": q,
+                        "hours": round(float(started[i]) / 3600, 4),
+                        "fraction": round((i + 1) / len(rows), 4),
+                    }
+                    for i in idx
+                ]
+            waiting = [w["wait_s"] for w in rows if w["first_start_s"] is None]
+            if waiting:
+                never.append(
+                    {
+                        "kind": "never",
+                        "profile": res.profile,
+                        "queue": q,
+                        "hours": round(max(waiting) / 3600, 4),
+                        "fraction": round(len(started) / len(rows), 4),
+                        "never_started": len(waiting),
+                    }
+                )
+    x = {"field": "hours", "type": "quantitative", "title": "wait (hours)"}
+    y = {"field": "fraction", "type": "quantitative", "title": "fraction started", "scale": {"domain": [0, 1]}}
+    color = {"field": "queue", "type": "nominal", "sort": list(leaves)}
+    layers: list[Spec] = [
+        {
+            "transform": [{"filter": "datum.kind === 'line'"}],
+            "mark": {"type": "line", "interpolate": "step-after"},
+            "encoding": {
+                "x": x,
+                "y": y,
+                "color": color,
+                "tooltip": [{"field": "queue"}, {"field": "hours", "format": ".2f"}, {"field": "fraction"}],
+            },
+        }
+    ]
+    if never:
+        layers.append(
+            {
+                "transform": [{"filter": "datum.kind === 'never'"}],
+                "mark": {"type": "point", "shape": "cross", "size": 120, "filled": True},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "color": color,
+                    "tooltip": [
+                        {"field": "queue"},
+                        {"field": "never_started", "title": "never started"},
+                        {"field": "hours", "title": "longest wait so far (h)", "format": ".2f"},
+                    ],
+                },
+            }
+        )
+    return {
+        "data": {"values": lines + never},
+        "facet": {"column": {"field": "profile", "title": None, "sort": [res.profile for res in results]}},
+        "spec": {"width": WIDTH, "height": HEIGHT, "layer": layers},
+        "title": "Wait until start (a cross: workloads that never started, at the longest wait they had)",
+    }
 
 
-def fill_chart(curves: Mapping[str, Mapping[float, float]]) -> str:
-    """The FGD fill experiment (design metrics.md): median unallocated GPU % against arrived load L %,
-    one line per policy."""
-    series = []
-    for k, (policy, points) in enumerate(curves.items()):
-        xs = sorted(points)
-        series.append(Series(policy, xs, [points[x] for x in xs], COLORS[k % len(COLORS)], step=False))
-    title = "Fill experiment: unallocated GPUs"
-    return line_chart(title, series, "arrived GPU load L (% of capacity)", "unallocated GPU %")
+def eviction_chart(scenario: Scenario, results: Sequence[SimResult]) -> Spec | None:
+    """When each queue lost work to preemption: a tick per eviction, a column per profile (None: none)."""
+    leaves = scenario.tree().leaf_names()
+    rows = [
+        {"profile": res.profile, "queue": q, "hours": round(t / 3600, 4), "workload": w}
+        for res in results
+        for t, w, q in res.eviction_log
+    ]
+    if not rows:
+        return None
+    horizon = max((res.horizon_s for res in results), default=1.0) / 3600
+    return {
+        "data": {"values": rows},
+        "facet": {"column": {"field": "profile", "title": None, "sort": [res.profile for res in results]}},
+        "spec": {
+            "width": WIDTH,
+            "height": {"step": 22},
+            "mark": {"type": "tick", "thickness": 2},
+            "encoding": {
+                "x": {"field": "hours", "type": "quantitative", "title": "hours", "scale": {"domain": [0, horizon]}},
+                "y": {"field": "queue", "type": "nominal", "sort": list(leaves), "title": None},
+                "color": {"field": "queue", "type": "nominal", "sort": list(leaves), "legend": None},
+                "tooltip": [{"field": "workload"}, {"field": "queue"}, {"field": "hours", "format": ".2f"}],
+            },
+        },
+        "title": f"Evictions ({sum(len(res.eviction_log) for res in results)} in all)",
+    }
+
+
+def fill_chart(curves: Mapping[str, Mapping[float, float]]) -> Spec:
+    """The FGD fill experiment: median unallocated GPU % against arrived load L %, one line per policy."""
+    rows = [
+        {"policy": p, "load": float(x), "unallocated": float(v)} for p, pts in curves.items() for x, v in pts.items()
+    ]
+    return {
+        "data": {"values": rows},
+        "width": 2 * WIDTH,
+        "height": 2 * HEIGHT,
+        "mark": {"type": "line", "point": True},
+        "encoding": {
+            "x": {"field": "load", "type": "quantitative", "title": "arrived GPU load L (% of capacity)"},
+            "y": {"field": "unallocated", "type": "quantitative", "title": "unallocated GPU %"},
+            "color": {"field": "policy", "type": "nominal", "sort": list(curves)},
+            "tooltip": [{"field": "policy"}, {"field": "load"}, {"field": "unallocated", "format": ".2f"}],
+        },
+        "title": "Fill experiment: unallocated GPUs",
+    }
 
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; color: #1d2330; margin: 24px; }
 h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; }
-.cols { display: grid; grid-template-columns: repeat(var(--cols), minmax(0, 1fr)); gap: 16px; }
-svg.chart { width: 100%; max-width: 560px; font-size: 11px; fill: #475467; }
-svg .grid { stroke: #eaecf0; } svg .title { font-size: 13px; font-weight: 600; fill: #1d2330; }
-svg .frame { fill: none; stroke: #98a2b3; }
 table { border-collapse: collapse; } th, td { border: 1px solid #d0d5dd; padding: 4px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th:first-child, td:first-child, td.name { text-align: left; }
+.chart { margin: 8px 0 16px; }
 """
 
 
@@ -183,45 +321,106 @@ def _table(results: Sequence[SimResult]) -> str:
         ("fairness error (0 = fair)", [f"{r.fairness_error:.3f}" for r in results]),
         ("Jain index (1 = fair)", [cell(r.jain_index, ".3f") for r in results]),
         ("evictions", [str(r.evictions) for r in results]),
+        *((f"idle GPU-hours: {c}", [f"{r.idle_gpu_hours[c]:.1f}" for r in results]) for c in results[0].idle_gpu_hours),
     ]
     head = "".join(f"<th>{html.escape(r.profile)}</th>" for r in results)
     body = "".join(f"<tr><td>{k}</td>{''.join(f'<td>{v}</td>' for v in vs)}</tr>" for k, vs in rows)
     return f'<table class="summary"><tr><th>metric</th>{head}</tr>{body}</table>'
 
 
+def _hours(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def queue_table(results: Sequence[SimResult]) -> str:
+    """Per queue and profile: what it held and was owed, its waits, and what happened to its work."""
+    cols = (
+        "queue",
+        "profile",
+        "GPU-h",
+        "entitled GPU-h",
+        "wait p50 (h)",
+        "wait p95 (h)",
+        "submitted",
+        "started",
+        "never started",
+        "preempted",
+        "lost GPU-h",
+    )
+    out = ['<table class="queues"><tr>' + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"]
+    for name in results[0].queues if results else ():
+        for i, res in enumerate(results):
+            q = res.queues[name]
+            cells = [
+                html.escape(name) if i == 0 else "",
+                html.escape(res.profile),
+                f"{q['gpu_hours']:.1f}",
+                f"{q['entitled_gpu_hours']:.1f}",
+                _hours(q["wait_p50_s"]),
+                _hours(q["wait_p95_s"]),
+                str(q["submitted"]),
+                str(q["submitted"] - q["never_started"]),
+                str(q["never_started"]),
+                str(q["preempted"]),
+                f"{q['lost_gpu_hours']:.1f}",
+            ]
+            out.append(
+                f'<tr data-queue="{html.escape(name)}" data-profile="{html.escape(res.profile)}">'
+                + "".join(f'<td class="{"name" if k < 2 else ""}">{c}</td>' for k, c in enumerate(cells))
+                + "</tr>"
+            )
+    out.append("</table>")
+    return "".join(out)
+
+
+def _script_json(doc: object) -> str:
+    return json.dumps(doc).replace("</", "<\\/")  # never closes the script element it sits in
+
+
 def render(
     scenario: Scenario, results: Sequence[SimResult], fill: Mapping[str, Mapping[float, float]] | None = None
 ) -> str:
-    """The report's HTML: one column per run, so two profiles read side by side."""
-    tree = scenario.tree()
-    names = tree.names()
+    """The report's HTML: tables, then one chart per topic with every profile on the same scales."""
     total_gpus = sum(len(n.gpus) for n in scenario.nodes)
-    cols = len(results)
-
-    def row(title: str, per_run: list[str]) -> str:
-        cells = "".join(
-            f'<div class="run"><h3>{html.escape(r.profile)}</h3>{c}</div>'
-            for r, c in zip(results, per_run, strict=True)
-        )
-        return f'<h2>{html.escape(title)}</h2><div class="cols" style="--cols:{cols}">{cells}</div>'
-
+    charts: dict[str, Spec] = {}
+    if results:
+        charts["gpus"] = gpus_chart(scenario, results)
+        charts["utilization"] = utilization_chart(scenario, results)
+        charts["waits"] = wait_chart(scenario, results)
+        evictions = eviction_chart(scenario, results)
+        if evictions is not None:
+            charts["evictions"] = evictions
+    if fill:
+        charts["fill"] = fill_chart(fill)
+    libraries = "".join(f"<script>{(VENDOR / lib).read_text(encoding='utf-8')}</script>" for lib in LIBRARIES)
     parts = [
         '<!doctype html><html lang="en"><head><meta charset="utf-8">',
         f"<title>fairgpu report — {html.escape(scenario.name)}</title>",
-        f"<style>{STYLE}</style></head><body>",
+        f"<style>{STYLE}</style>{libraries}</head><body>",
         f"<h1>fairgpu simulation report — {html.escape(scenario.name)}</h1>",
         f"<p>{html.escape(scenario.description or '')}</p>" if scenario.description else "",
         f"<p>{len(scenario.nodes)} nodes, {total_gpus} GPUs.</p>",
         _table(results) if results else "",
+        "<h2>Per queue</h2>" + queue_table(results) if results else "",
     ]
-    if results:
-        shares = ["\n".join(share_charts(r, tree.leaves, names)) for r in results]
-        parts.append(row("Share vs entitlement per queue", shares))
-        parts.append(row("Utilization", [utilization_chart(r, total_gpus) for r in results]))
-        leaves = tree.leaf_names()
-        parts.append(row("Wait times per queue", [wait_chart(r, waits_by_queue(scenario, r, leaves)) for r in results]))
-    if fill:
-        parts.append(f"<h2>Fill experiment</h2>{fill_chart(fill)}")
+    titles = {
+        "gpus": "Share vs entitlement per queue",
+        "utilization": "Utilization",
+        "waits": "Wait times per queue",
+        "evictions": "Eviction timeline",
+        "fill": "Fill experiment",
+    }
+    for key in charts:
+        parts.append(f'<h2>{titles[key]}</h2><div class="chart" id="chart-{key}" data-chart="{key}"></div>')
+        if key == "waits" and "evictions" not in charts:
+            parts.append('<h2>Eviction timeline</h2><p data-testid="no-evictions">No workload was evicted.</p>')
+    parts.append(
+        f"<script>const CHARTS = {_script_json(charts)};\n"
+        "for (const [key, spec] of Object.entries(CHARTS)) {\n"
+        "  vegaEmbed(`#chart-${key}`, spec, {actions: false, renderer: 'svg'})\n"
+        "    .then(() => document.getElementById(`chart-${key}`).dataset.rendered = 'true');\n"
+        "}</script>"
+    )
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)
 

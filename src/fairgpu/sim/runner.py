@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 
+from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
@@ -31,9 +32,12 @@ class SimResult:
     evictions: int
     time_to_fair_share_s: dict[str, Any]
     queues: dict[str, dict[str, Any]]
+    idle_gpu_hours: dict[str, float] = field(default_factory=dict)  # by cause (framework/idle.py): sums to idle
     cycles: int = 0
     starts: dict[str, float] = field(default_factory=dict)  # workload → start time
     timeline: Timeline = field(default_factory=Timeline)
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # one row per submitted workload
+    eviction_log: list[tuple[float, str, str]] = field(default_factory=list)  # (time, workload, queue)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +48,7 @@ class SimResult:
             "fairness_error": self.fairness_error,
             "jain_index": self.jain_index,
             "evictions": self.evictions,
+            "idle_gpu_hours": self.idle_gpu_hours,
             "time_to_fair_share_s": self.time_to_fair_share_s,
             "cycles": self.cycles,
             "queues": self.queues,
@@ -63,6 +68,7 @@ class Simulation:
         self.horizon = scenario.horizon if horizon is None else horizon
         self.tree = scenario.tree()
         self.sched = Scheduler(scenario.nodes, self.tree, profile)
+        self._idle_empty = self.sched.idle_gpus(0.0)  # read before anything is submitted
         self.by_name = {w.name: w for w in scenario.workloads}
         # (time, kind, seq, workload, run or evicted pods): kinds order what happens at one instant
         self._events: list[tuple[float, int, int, str, object]] = [
@@ -77,7 +83,10 @@ class Simulation:
         self.starts: dict[str, float] = {}
         self.completed: Counter[str] = Counter()
         self.preempted: Counter[str] = Counter()
-        self.lost_gpu_seconds: Counter[str] = Counter()
+        self.first_starts: dict[str, float] = {}
+        self.evicted: Counter[str] = Counter()  # per workload
+        self.eviction_log: list[tuple[float, str, str]] = []
+        self.lost_gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.cycles = 0
         self.observer: CycleObserver | None = None
 
@@ -116,6 +125,7 @@ class Simulation:
             self.observer.on_cycle(self.sched, result, now, time.perf_counter() - began)
         for name in result.started:
             self.starts[name] = now
+            self.first_starts.setdefault(name, now)
             self._run[name] += 1
             duration = self.by_name[name].duration
             if duration is not None:
@@ -129,6 +139,8 @@ class Simulation:
             return  # it finished on its own during the grace period
         wl, placed = self.by_name[name], self.sched.status(name).placed
         self.preempted[wl.queue] += 1
+        self.evicted[name] += 1
+        self.eviction_log.append((now, name, wl.queue))
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
             self.sched.shrink(name, pods)
             return
@@ -143,6 +155,9 @@ class Simulation:
         self.run_until(self.horizon)
         horizon, rec = self.horizon, self.rec
         rec.close(horizon)
+        # Before the first event the cluster is empty and nothing is pending: idle for that reason.
+        before = min(rec.timeline.t[0], horizon) if rec.timeline.t else horizon
+        idle_s = rec.idle_gpu_seconds + before * np.fromiter(self._idle_empty.values(), dtype=np.float64)
         tree = self.tree
         waits: list[list[float]] = [[] for _ in tree.queues]
         for wl in self.scenario.workloads:
@@ -150,9 +165,10 @@ class Simulation:
                 # A workload still waiting at the horizon counts with the wait it has had so far.
                 waits[tree.index[wl.queue]].append(self.starts.get(wl.name, horizon) - wl.submit_time)
         started = Counter(self.by_name[name].queue for name in self.starts)
+        ever = Counter(self.by_name[name].queue for name in self.first_starts)
         counts = np.array(
-            [[started[q], self.completed[q], self.preempted[q]] for q in tree.names()], dtype=np.int64
-        ).reshape(len(tree), 3)
+            [[started[q], self.completed[q], self.preempted[q], ever[q]] for q in tree.names()], dtype=np.int64
+        ).reshape(len(tree), 4)
         lost = np.array([self.lost_gpu_seconds[q] for q in tree.names()], dtype=np.float64)
         for values in (waits, counts, lost):  # an inner queue reports what its subtree did
             tree.rollup(values)
@@ -176,6 +192,7 @@ class Simulation:
                 "started": int(counts[i, 0]),
                 "completed": int(counts[i, 1]),
                 "preempted": int(counts[i, 2]),
+                "never_started": len(w) - int(counts[i, 3]),
                 "lost_gpu_hours": float(lost[i] / hours),
             }
         capacity = self.sched.state.total_gpus * horizon
@@ -189,10 +206,31 @@ class Simulation:
             evictions=sum(self.preempted.values()),
             time_to_fair_share_s=rec.time_to_fair_share(),
             queues=queues,
+            idle_gpu_hours={c: float(s / hours) for c, s in zip(CAUSES, idle_s, strict=True)},
             cycles=self.cycles,
             starts=dict(self.starts),
             timeline=rec.timeline,
+            workloads=self._workload_rows(),
+            eviction_log=list(self.eviction_log),
         )
+
+    def _workload_rows(self) -> list[dict[str, Any]]:
+        """What happened to each workload submitted before the horizon, for export and the report."""
+        rows = []
+        for wl in self.scenario.workloads:
+            if wl.submit_time > self.horizon:
+                continue
+            first = self.first_starts.get(wl.name)
+            state = self.sched.state_of(wl.name) or "finished"
+            if state == "pending" and first is not None:
+                state = "requeued"  # evicted, waiting to run again
+            rows.append({
+                "workload": wl.name, "queue": wl.queue, "user": wl.user, "pods": len(wl.pods),
+                "submitted_s": wl.submit_time, "first_start_s": first,
+                "wait_s": (first if first is not None else self.horizon) - wl.submit_time,
+                "evictions": self.evicted[wl.name], "state": state,
+            })  # fmt: skip
+        return rows
 
 
 def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:

@@ -12,16 +12,39 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from fairgpu import hamiconfig
 from fairgpu import resources as r
-from fairgpu.errors import ScenarioError
+from fairgpu.errors import QuantityError, RequestError, ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
-from fairgpu.model.constraints import MatchExpression, Operator, Policy, Taint, TaintEffect, Toleration
-from fairgpu.model.node import DEFAULT_SPLIT_COUNT
-from fairgpu.model.pod import parse_request
-from fairgpu.spec import Quantity, QueueDoc, Strict, parse_duration, validation_message
+from fairgpu.model.constraints import (
+    MatchExpression,
+    Operator,
+    Policy,
+    Taint,
+    TaintEffect,
+    Toleration,
+    gpu_policy_chain,
+)
+from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
+from fairgpu.spec import (
+    Quantity,
+    QueueDoc,
+    Strict,
+    load_yaml,
+    parse_duration,
+    require_memory_unit,
+    validation_message,
+)
 from fairgpu.state import ClusterState
+
+# Past these a scenario is a typo, not a cluster: refuse it with a line instead of running out of memory.
+MAX_NODES = 100_000
+MAX_WORKLOADS = 1_000_000
+MAX_PODS_PER_WORKLOAD = 10_000
+# Kubernetes PriorityClass values are 32-bit; user classes stop at one billion
+PRIORITY_RANGE = (-(2**31), 1_000_000_000)
 
 
 class TaintDoc(Strict):
@@ -63,7 +86,7 @@ class TolerationDoc(Strict):
 
 
 class NodeGroup(Strict):
-    count: int = Field(default=1, ge=0)
+    count: int = Field(default=1, ge=0, le=MAX_NODES)
     name: str = ""  # prefix of node names; defaults to the group's index
     gpus: int = Field(default=0, ge=0)
     gpu_model: str = ""
@@ -71,14 +94,16 @@ class NodeGroup(Strict):
     cpu: Quantity
     memory: Quantity
     labels: dict[str, str] = Field(default_factory=dict)
-    split_count: int = Field(default=DEFAULT_SPLIT_COUNT, ge=1)
+    split_count: int | None = Field(default=None, ge=1)  # default: hami.deviceSplitCount (10)
     taints: list[TaintDoc] = Field(default_factory=list)
     cordoned: bool = False
     unhealthy_gpus: int = Field(default=0, ge=0)  # the last this many GPUs of each node
 
     @field_validator("cpu", "memory", "gpu_memory")
     @classmethod
-    def _quantity(cls, v: Quantity) -> Quantity:
+    def _quantity(cls, v: Quantity, info: ValidationInfo) -> Quantity:
+        if info.field_name != "cpu":
+            require_memory_unit(v)
         if r.parse_quantity(v) < 0:
             raise ValueError(f"{v!r} must not be negative")
         return v
@@ -100,10 +125,10 @@ class WorkloadGroup(Strict):
     queue: str
     name: str = ""  # prefix of workload names; defaults to "<queue>-<index>"
     at: Quantity = 0
-    count: int = Field(default=1, ge=0)
+    count: int = Field(default=1, ge=0, le=MAX_WORKLOADS)
     every: Quantity = 0
-    pods: int = Field(default=1, ge=1)
-    priority: int = 0
+    pods: int = Field(default=1, ge=1, le=MAX_PODS_PER_WORKLOAD)
+    priority: int = Field(default=0, ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1])
     duration: Quantity
     duration_max: Quantity | None = None  # durations drawn uniformly in [duration, duration_max]
     user: str = ""
@@ -118,7 +143,15 @@ class WorkloadGroup(Strict):
     node_affinity: list[list[ExpressionDoc]] = Field(default_factory=list)  # any term; all its expressions
     tolerations: list[TolerationDoc] = Field(default_factory=list)
     node_scheduler_policy: Policy | None = None
-    gpu_scheduler_policy: Policy | None = None
+    gpu_scheduler_policy: str | None = None  # HAMi's chain: binpack, spread, mutex, topology-aware, numa
+    vgpu_mode: str | None = None  # nvidia.com/vgpu-mode: hami-core, mps (a card's mode must be a substring)
+
+    @field_validator("gpu_scheduler_policy")
+    @classmethod
+    def _gpu_policy(cls, v: str | None) -> str | None:
+        if v is not None:
+            gpu_policy_chain(v)
+        return v
 
     @field_validator("at", "every", "duration", "duration_max")
     @classmethod
@@ -133,6 +166,11 @@ class WorkloadGroup(Strict):
         unknown = sorted(set(v) - set(r.POD_RESOURCES))
         if unknown:
             raise ValueError(f"unknown resource {unknown[0]!r} (expected one of {', '.join(r.POD_RESOURCES)})")
+        if r.MEMORY in v:
+            try:
+                require_memory_unit(v[r.MEMORY])
+            except QuantityError as err:
+                raise RequestError(str(err), r.MEMORY) from None
         pod_from_requests(v)
         return v
 
@@ -151,27 +189,32 @@ class WorkloadGroup(Strict):
             raise ValueError("a node affinity term needs at least one expression")
         return v
 
-    def pod_spec(self) -> PodSpec:
+    def pod_spec(self, rules: GpuRules = DEFAULT_RULES) -> PodSpec:
         return replace(
-            pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude)),
+            pod_from_requests(self.requests, tuple(self.gpu_include), tuple(self.gpu_exclude), rules),
             gpu_uuid_include=tuple(self.gpu_uuid_include),
             gpu_uuid_exclude=tuple(self.gpu_uuid_exclude),
             node_selector=tuple(sorted(self.node_selector.items())),
             affinity=tuple(tuple(e.expression() for e in term) for term in self.node_affinity),
             tolerations=tuple(t.toleration() for t in self.tolerations),
             node_policy=self.node_scheduler_policy or "",
-            gpu_policy=self.gpu_scheduler_policy or "",
+            gpu_policy=gpu_policy_chain(self.gpu_scheduler_policy or "")[0],
+            gpu_mutex=gpu_policy_chain(self.gpu_scheduler_policy or "")[1],
+            gpu_mode=self.vgpu_mode,
         )
 
 
 def pod_from_requests(
-    req: dict[str, Quantity], include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
+    req: dict[str, Quantity],
+    include: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
+    rules: GpuRules = DEFAULT_RULES,
 ) -> PodSpec:
-    """A PodSpec from Kubernetes-style resource requests, HAMi defaults applied. Raises RequestError."""
+    """A PodSpec from Kubernetes-style resource requests, HAMi's rules applied. Raises RequestError."""
     return PodSpec(
         cpu_m=parse_request(r.CPU, req.get(r.CPU, 0), r.cpu_millicores),
         memory_mib=parse_request(r.MEMORY, req.get(r.MEMORY, 0), r.memory_mib),
-        gpu=gpu_request(req),
+        gpu=gpu_request(req, rules),
         gpu_include=include,
         gpu_exclude=exclude,
     )
@@ -185,6 +228,15 @@ class ScenarioDoc(Strict):
     cluster: ClusterDoc
     queues: list[QueueDoc] = Field(min_length=1)
     workloads: list[WorkloadGroup] = Field(default_factory=list)
+    hami: dict[str, Any] | None = None  # HAMi's device config, `nvidia` section keys (docs/hami.md)
+
+    @field_validator("hami")
+    @classmethod
+    def _hami(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        config = hamiconfig.from_mapping(v, "hami")
+        if config.device_core_scaling != 1:
+            raise ValueError("deviceCoreScaling: only 1 is simulated (a card's cores are 100 %)")
+        return v
 
     @field_validator("horizon")
     @classmethod
@@ -218,10 +270,18 @@ def build(doc: dict[str, Any]) -> Scenario:
     except ValidationError as err:
         raise ScenarioError(validation_message(err)) from err
 
+    total_nodes = sum(g.count for g in sd.cluster.nodes)
+    if total_nodes > MAX_NODES:
+        raise ScenarioError(f"cluster.nodes: {total_nodes:,} nodes in all; at most {MAX_NODES:,} are supported")
+    total_workloads = sum(g.count for g in sd.workloads)
+    if total_workloads > MAX_WORKLOADS:
+        raise ScenarioError(f"workloads: {total_workloads:,} in all; at most {MAX_WORKLOADS:,} are supported")
+    hami = hamiconfig.from_mapping(sd.hami, "hami")
     nodes: list[NodeSpec] = []
     for gi, grp in enumerate(sd.cluster.nodes):
         prefix = grp.name or f"node{gi}"
-        mem = r.memory_mib(grp.gpu_memory) if grp.gpus else 0
+        # What HAMi's device plugin would register: the card's memory × deviceMemoryScaling.
+        mem = hami.registered_memory(r.memory_mib(grp.gpu_memory)) if grp.gpus else 0
         for k in range(grp.count):
             name = f"{prefix}-{k}"
             healthy = grp.gpus - grp.unhealthy_gpus
@@ -235,7 +295,7 @@ def build(doc: dict[str, Any]) -> Scenario:
                     r.memory_mib(grp.memory),
                     gpus,
                     dict(grp.labels),
-                    split_count=grp.split_count,
+                    split_count=grp.split_count or hami.device_split_count,
                     schedulable=not grp.cordoned,
                     taints=tuple(t.taint() for t in grp.taints),
                 )
@@ -251,6 +311,7 @@ def build(doc: dict[str, Any]) -> Scenario:
         if q.parent is not None and q.parent not in names:
             raise ScenarioError(f"queues[{qi}].parent: {q.parent!r} is not a queue")
         queues.append(q.to_spec())
+    _check_guarantees(sd.queues, queues, nodes)
     try:
         tree = QueueTree(queues)
     except ValueError as err:
@@ -259,38 +320,61 @@ def build(doc: dict[str, Any]) -> Scenario:
     empty = ClusterState(nodes)
     rng = np.random.default_rng(sd.seed)
     workloads: list[Workload] = []
-    for wi, grp in enumerate(sd.workloads):
+    for wi, wg in enumerate(sd.workloads):
         where = f"workloads[{wi}]"
-        qi = tree.index.get(grp.queue)
-        if qi is None:
-            raise ScenarioError(f"{where}.queue: {grp.queue!r} is not a queue (known: {', '.join(names)})")
-        if not tree.is_leaf[qi]:
-            raise ScenarioError(f"{where}.queue: {grp.queue!r} has child queues; workloads go to leaf queues")
-        pod = grp.pod_spec()
+        leaf = tree.index.get(wg.queue)
+        if leaf is None:
+            raise ScenarioError(f"{where}.queue: {wg.queue!r} is not a queue (known: {', '.join(names)})")
+        if not tree.is_leaf[leaf]:
+            raise ScenarioError(f"{where}.queue: {wg.queue!r} has child queues; workloads go to leaf queues")
+        pod = wg.pod_spec(hami.rules())
         problem = empty.unplaceable_reason(pod)
         if problem:
             raise ScenarioError(f"{where}.requests: {problem}")
-        at, every = parse_duration(grp.at), parse_duration(grp.every)
-        lo = parse_duration(grp.duration)
-        hi = parse_duration(grp.duration_max) if grp.duration_max is not None else lo
-        prefix = grp.name or f"{grp.queue}-{wi}"
-        for k in range(grp.count):
+        at, every = parse_duration(wg.at), parse_duration(wg.every)
+        lo = parse_duration(wg.duration)
+        hi = parse_duration(wg.duration_max) if wg.duration_max is not None else lo
+        prefix = wg.name or f"{wg.queue}-{wi}"
+        for k in range(wg.count):
             workloads.append(
                 Workload(
                     name=f"{prefix}-{k}",
-                    queue=grp.queue,
-                    pods=(pod,) * grp.pods,
+                    queue=wg.queue,
+                    pods=(pod,) * wg.pods,
                     submit_time=at + k * every,
-                    priority=grp.priority,
+                    priority=wg.priority,
                     duration=float(rng.uniform(lo, hi)) if hi > lo else lo,
-                    user=grp.user,
-                    min_pods=grp.min_pods,
-                    preemptible=grp.preemptible,
+                    user=wg.user,
+                    min_pods=wg.min_pods,
+                    preemptible=wg.preemptible,
                 )
             )
     if len({w.name for w in workloads}) != len(workloads):
         raise ScenarioError("workloads: workload names collide; give each group a distinct name")
     return Scenario(sd.name, parse_duration(sd.horizon), nodes, queues, workloads, sd.description)
+
+
+def _check_guarantees(docs: list[QueueDoc], queues: list[QueueSpec], nodes: list[NodeSpec]) -> None:
+    """A guarantee larger than the whole cluster can never be honoured: say so rather than run."""
+    capacity = ClusterState(nodes).capacity_vector() if nodes else r.zeros()
+    for qi, (doc, spec) in enumerate(zip(docs, queues, strict=True)):
+        for key in doc.guaranteed:
+            dim, unit, scale = _GUARANTEE_DIMS[key]
+            if spec.guaranteed[dim] > capacity[dim] + 1e-9:
+                raise ScenarioError(
+                    f"queues[{qi}].guaranteed.{key}: {doc.guaranteed[key]} is more than the whole cluster has "
+                    f"({capacity[dim] * scale:g} {unit})"
+                )
+
+
+# quota resource → (fair dimension, unit of the message, factor from the dimension's unit)
+_GUARANTEE_DIMS = {
+    r.GPU: (r.DIM_GPU, "GPUs", 1.0),
+    r.GPUCORES: (r.DIM_GPU, "GPUs", 1.0),
+    r.GPUMEM: (r.DIM_GPUMEM, "MiB of GPU memory", 1.0),
+    r.CPU: (r.DIM_CPU, "CPUs", 1e-3),
+    r.MEMORY: (r.DIM_MEMORY, "MiB of memory", 1.0),
+}
 
 
 def builtin_scenarios() -> dict[str, str]:
@@ -313,11 +397,15 @@ def load(name_or_path: str) -> Scenario:
         if not path.is_file():
             known = ", ".join(builtin_scenarios())
             raise ScenarioError(f"scenario {name_or_path!r}: no such file or built-in scenario ({known})")
-        text = path.read_text()
+        text = read_text(path)
+    return build(load_yaml(text, f"scenario {name_or_path}"))
+
+
+def read_text(path: Path) -> str:
+    """A user's text file; a binary or unreadable one is a ScenarioError naming it."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ScenarioError(f"scenario {name_or_path}: not valid YAML{line}") from err
-    return build(doc)
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as err:
+        raise ScenarioError(f"{path}: {err.strerror}") from None

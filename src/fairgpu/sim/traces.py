@@ -20,6 +20,7 @@ from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, Workload
 from fairgpu.model.pod import GpuRequest
 from fairgpu.sim.scenario import Scenario
+from fairgpu.state import ClusterState
 
 # openb gives GPU models but not their memory. Public specs where known; G2/G3 are undisclosed internal
 # types, taken as 32 GiB. Fractional openb pods take memory in proportion to their compute share, so
@@ -32,19 +33,41 @@ PHILLY_GPUS_PER_NODE = 8
 PHILLY_NODE = {"cpu_m": 64_000, "memory_mib": 512 * 1024, "gpu_memory_mib": 32768}
 PHILLY_PER_GPU = {"cpu_m": 4_000, "memory_mib": 32 * 1024}
 PHILLY_THROUGHPUTS = "simulation_throughputs.json.gz"  # Gavel's, beside the trace CSV
+# columns the published files carry that the loaders do not need; anything else is refused
+OPENB_OPTIONAL = ("pod_phase", "scheduled_time")
+OPENB_FILL_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+PHILLY_OPTIONAL = ("needs_data_dir", "iso_duration_s_p100", "iso_duration_s_k80")
 
 T = TypeVar("T")
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def _rows(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) of a CSV whose header has every required column and nothing unknown; a binary
+    file, a row longer than the header or a broken quote is a ScenarioError naming file and line."""
     if not path.is_file():
         raise ScenarioError(f"{path}: no such file")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ScenarioError(f"{path}: missing column {missing[0]!r}")
-        yield from enumerate(reader, start=2)
+    line = 1
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise ScenarioError(f"{path}: missing column {missing[0]!r}")
+            unknown = [c for c in header if c not in required and c not in optional]
+            if unknown:
+                known = ", ".join((*required, *optional))
+                raise ScenarioError(f"{path}: unknown column {unknown[0]!r} (known: {known})")
+            for line, row in enumerate(reader, start=2):
+                if None in row:
+                    raise ScenarioError(f"{path}:{line}: more fields than the header's {len(header)} columns")
+                yield line, row
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}:{line + 1}: not a text CSV (bytes that are not UTF-8)") from None
+    except csv.Error as err:
+        raise ScenarioError(f"{path}:{line + 1}: not a valid CSV ({err})") from None
 
 
 def _field(path: Path, line: int, row: dict[str, str], col: str, conv: Callable[[str], T], *, min_: float = 0) -> T:
@@ -53,9 +76,20 @@ def _field(path: Path, line: int, row: dict[str, str], col: str, conv: Callable[
         value = conv(raw)
     except ValueError:
         raise ScenarioError(f"{path}:{line}: {col}: {raw!r} is not a number") from None
-    if isinstance(value, int | float) and (not math.isfinite(value) or value < min_):
+    if isinstance(value, int | float) and not math.isfinite(value):
+        raise ScenarioError(f"{path}:{line}: {col}: {raw!r} is not a finite number")
+    if isinstance(value, int | float) and value < min_:
         raise ScenarioError(f"{path}:{line}: {col}: {raw!r} must be ≥ {min_:g}")
     return value
+
+
+def _unique(path: Path, column: str, names: list[tuple[int, str]]) -> None:
+    """Names are keys (nodes, workloads): a repeated one is an error naming both lines."""
+    first: dict[str, int] = {}
+    for line, name in names:
+        if name in first:
+            raise ScenarioError(f"{path}:{line}: {column}: {name!r} is also on line {first[name]}")
+        first[name] = line
 
 
 def openb_pod(cpu_milli: int, memory_mib: int, num_gpu: int, gpu_milli: int, gpu_spec: str) -> PodSpec:
@@ -72,7 +106,7 @@ def openb_pod(cpu_milli: int, memory_mib: int, num_gpu: int, gpu_milli: int, gpu
 
 
 def load_openb_nodes(path: Path) -> list[NodeSpec]:
-    nodes = []
+    nodes, names = [], []
     for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
         gpus = _field(path, line, row, "gpu", int)
         model = (row.get("model") or "").strip()
@@ -80,6 +114,7 @@ def load_openb_nodes(path: Path) -> list[NodeSpec]:
             raise ScenarioError(f"{path}:{line}: model: a node with GPUs needs a GPU model")
         mem = OPENB_GPU_MEMORY_MIB.get(model, OPENB_DEFAULT_GPU_MEMORY_MIB)
         name = row["sn"].strip()
+        names.append((line, name))
         nodes.append(
             NodeSpec(
                 name=name,
@@ -90,6 +125,7 @@ def load_openb_nodes(path: Path) -> list[NodeSpec]:
         )
     if not nodes:
         raise ScenarioError(f"{path}: no nodes")
+    _unique(path, "sn", names)
     return nodes
 
 
@@ -108,8 +144,9 @@ def load_openb(pods_path: Path, nodes_path: Path) -> Scenario:
         "creation_time",
         "deletion_time",
     )
-    workloads = []
-    for line, row in _rows(pods_path, cols):
+    empty = ClusterState(nodes)
+    workloads, names = [], []
+    for line, row in _rows(pods_path, cols, OPENB_OPTIONAL):
         pod = openb_pod(
             _field(pods_path, line, row, "cpu_milli", int),
             _field(pods_path, line, row, "memory_mib", int),
@@ -117,12 +154,18 @@ def load_openb(pods_path: Path, nodes_path: Path) -> Scenario:
             _field(pods_path, line, row, "gpu_milli", int),
             row.get("gpu_spec") or "",
         )
+        problem = empty.unplaceable_reason(pod)
+        if problem:  # e.g. more GPUs than any node of the node list has
+            raise ScenarioError(f"{pods_path}:{line}: {problem} in {nodes_path.name}")
         created = _field(pods_path, line, row, "creation_time", float)
         deleted = _field(pods_path, line, row, "deletion_time", float)
         sched_raw = (row.get("scheduled_time") or "").strip()
         started = _field(pods_path, line, row, "scheduled_time", float) if sched_raw else created
+        if started < created:
+            raise ScenarioError(f"{pods_path}:{line}: scheduled_time is before creation_time")
         if deleted < started:
-            raise ScenarioError(f"{pods_path}:{line}: deletion_time is before the pod started")
+            raise ScenarioError(f"{pods_path}:{line}: deletion_time is before the pod was created or started")
+        names.append((line, row["name"].strip()))
         workloads.append(
             Workload(
                 name=row["name"].strip(),
@@ -134,6 +177,7 @@ def load_openb(pods_path: Path, nodes_path: Path) -> Scenario:
         )
     if not workloads:
         raise ScenarioError(f"{pods_path}: no pods")
+    _unique(pods_path, "name", names)
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
     horizon = max(w.submit_time + (w.duration or 0) for w in workloads)
     return Scenario(f"openb:{pods_path.name}", horizon, nodes, queues, workloads, "Alibaba openb trace, queue = QoS")
@@ -188,7 +232,8 @@ def load_philly(path: Path, gpus: int) -> Scenario:
     workloads = []
     throughputs = _philly_throughputs(path.parent / PHILLY_THROUGHPUTS)
     required = ("vc", "job_seq", "job_type", "total_steps", "arrival_time_s", "num_gpus", "iso_duration_s_v100")
-    for line, row in _rows(path, required):
+    names = []
+    for line, row in _rows(path, required, PHILLY_OPTIONAL):
         n = _field(path, line, row, "num_gpus", int, min_=1)
         if n > gpus:
             raise ScenarioError(f"{path}:{line}: num_gpus: {n} is more than the cluster's {gpus} GPUs")
@@ -208,9 +253,10 @@ def load_philly(path: Path, gpus: int) -> Scenario:
             duration = _field(path, line, row, "iso_duration_s_v100", float)
         else:
             duration = _philly_derived_duration(path, line, row, n, throughputs)
+        names.append((line, f"{vc}-{row['job_seq'].strip()}"))
         workloads.append(
             Workload(
-                name=f"{vc}-{row['job_seq'].strip()}",
+                name=names[-1][1],
                 queue=vc,
                 pods=tuple(pods),
                 submit_time=_field(path, line, row, "arrival_time_s", float),
@@ -219,6 +265,7 @@ def load_philly(path: Path, gpus: int) -> Scenario:
         )
     if not workloads:
         raise ScenarioError(f"{path}: no jobs")
+    _unique(path, "vc, job_seq", names)
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
     horizon = max(w.submit_time for w in workloads)
     return Scenario(f"philly:{path.name}", horizon, nodes, queues, workloads, f"Philly VC trace on {gpus} GPUs")

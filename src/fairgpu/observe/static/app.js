@@ -1,9 +1,11 @@
-// The fairgpu dashboard: plain DOM, inline SVG and canvas; every figure comes from the JSON API.
+// The fairgpu dashboard: plain DOM, Vega-Lite charts (vendored) and a canvas heat map; every figure comes
+// from the JSON API.
 "use strict";
 
-const state = { info: null, t: null, playing: false, resource: "gpu", timer: null };
+const state = { info: null, t: null, playing: false, resource: "gpu", timer: null,
+  wl: { queue: "", search: "", offset: 0 } };
+const PAGE = 50;  // workloads per page of the picker
 const COLORS = ["#2f6fde", "#12b76a", "#f79009", "#9e77ed", "#ee46bc", "#06aed4", "#f04438", "#667085"];
-const SVGNS = "http://www.w3.org/2000/svg";
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -16,12 +18,6 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
-function s(tag, attrs) {
-  const el = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
-  return el;
-}
-
 function fmt(x, digits = 1) {
   return x === null || x === undefined ? "—" : Number(x).toFixed(digits);
 }
@@ -30,6 +26,10 @@ function fmtTime(t) {
   if (t === null || t === undefined) return "unknown";
   const hrs = Math.floor(t / 3600), min = Math.floor((t % 3600) / 60), sec = Math.floor(t % 60);
   return `t=${t.toFixed(0)}s (${hrs}h${String(min).padStart(2, "0")}m${String(sec).padStart(2, "0")}s)`;
+}
+
+function embed(el, spec) {  // a Vega-Lite chart; resolves when it is drawn (SVG, so tests can read it)
+  return vegaEmbed(el, spec, { actions: false, renderer: "svg" }).then(() => { el.dataset.rendered = "true"; });
 }
 
 async function api(path) {
@@ -51,16 +51,30 @@ function card(label, value, id) {
   return h("div", { class: "card" }, h("div", { class: "value", "data-testid": id }, value), h("div", { class: "label" }, label));
 }
 
-function heatmap(doc, key, title) {
-  const hm = doc.heatmap, cols = Math.max(1, ...hm[key].map((r) => r.length));
-  const perRow = Math.max(1, Math.min(hm.nodes.length, Math.floor(1200 / (cols * 4 + 3))));
-  const cell = hm.nodes.length > 200 ? 4 : 12;
-  const rows = Math.ceil(hm.nodes.length / perRow);
-  const canvas = h("canvas", { width: perRow * (cols * cell + 3), height: rows * (cell + 3), "data-testid": `heatmap-${key}`,
-    title: `${title}: one row of cells per node, one cell per GPU; click a node` });
+function heatmap(doc, key, title, width) {
+  // Fits the width it is given: one row per node with its name while they fit on screen, else as many
+  // nodes per row as fit; hovering names the node, the GPU and what is allocated on it.
+  const hm = doc.heatmap, n = hm.nodes.length, cols = Math.max(1, ...hm[key].map((r) => r.length));
+  const labelled = n <= 48;
+  const label = labelled ? Math.min(160, 8 + 7 * Math.max(...hm.nodes.map((x) => x.length))) : 0;
+  const gap = labelled ? 0 : 3;
+  // the largest cell (14 px down to 3) with which every node fits the width and about 480 px of height
+  const fit = (c) => Math.max(1, Math.min(n, Math.floor((width - label) / (cols * c + gap))));
+  let cell = labelled ? Math.max(3, Math.min(14, Math.floor((width - label) / cols))) : 3;
+  for (let c = 14; !labelled && c > 3; c--) {
+    if (Math.ceil(n / fit(c)) * (c + 2) <= 480) { cell = c; break; }
+  }
+  const blockW = cols * cell + gap;
+  const perRow = labelled ? 1 : fit(cell);
+  const rows = Math.ceil(n / perRow);
+  const canvas = h("canvas", { width: label + perRow * blockW, height: rows * (cell + 2), "data-testid": `heatmap-${key}`,
+    "data-nodes-per-row": perRow, "data-cell": cell, role: "img", "aria-label": `${title}, one cell per GPU` });
   const ctx = canvas.getContext("2d");
-  hm[key].forEach((slots, n) => {
-    const x0 = (n % perRow) * (cols * cell + 3), y0 = Math.floor(n / perRow) * (cell + 3);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  hm[key].forEach((slots, i) => {
+    const x0 = label + (i % perRow) * blockW, y0 = Math.floor(i / perRow) * (cell + 2);
+    if (labelled) { ctx.fillStyle = "#475467"; ctx.fillText(hm.nodes[i], 2, y0 + cell / 2, label - 6); }
     slots.forEach((v, j) => {
       if (v < 0) return;
       const a = v / 100;  // light grey (nothing allocated, still visible as a GPU) to blue (all of it)
@@ -68,13 +82,31 @@ function heatmap(doc, key, title) {
       ctx.fillRect(x0 + j * cell, y0, cell - 1, cell);
     });
   });
-  canvas.addEventListener("click", (ev) => {
+  const tip = h("div", { class: "tip", "data-testid": `heatmap-tip-${key}`, hidden: "" });
+  const at = (ev) => {
     const rect = canvas.getBoundingClientRect();
-    const x = (ev.clientX - rect.left) * (canvas.width / rect.width), y = (ev.clientY - rect.top) * (canvas.height / rect.height);
-    const n = Math.floor(y / (cell + 3)) * perRow + Math.floor(x / (cols * cell + 3));
-    if (n < hm.nodes.length) location.hash = `#/node/${encodeURIComponent(hm.nodes[n])}`;
+    const x = (ev.clientX - rect.left) * (canvas.width / rect.width) - label, y = (ev.clientY - rect.top) * (canvas.height / rect.height);
+    if (x < 0 && !labelled) return null;
+    const i = Math.floor(y / (cell + 2)) * perRow + (labelled ? 0 : Math.floor(x / blockW));
+    const gpu = labelled ? Math.floor(x / cell) : Math.floor((x % blockW) / cell);
+    return i < n ? { node: hm.nodes[i], gpu: gpu >= 0 && gpu < hm[key][i].length ? gpu : null, i } : null;
+  };
+  canvas.addEventListener("mousemove", (ev) => {
+    const hit = at(ev);
+    if (!hit) { tip.hidden = true; return; }
+    const v = hit.gpu === null ? null : hm[key][hit.i][hit.gpu];
+    tip.textContent = hit.gpu === null || v < 0 ? hit.node : `${hit.node} · GPU ${hit.gpu}: ${v}% ${key === "cores_pct" ? "cores" : "memory"} allocated`;
+    tip.style.left = `${ev.offsetX + 12}px`;
+    tip.style.top = `${ev.offsetY + 12}px`;
+    tip.hidden = false;
   });
-  return h("div", {}, h("h3", {}, title), canvas, h("div", { class: "legend" }, "grey: 0 % allocated · blue: 100 % · no cell: no GPU in that slot"));
+  canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
+  canvas.addEventListener("click", (ev) => {
+    const hit = at(ev);
+    if (hit) location.hash = `#/node/${encodeURIComponent(hit.node)}`;
+  });
+  return h("div", { class: "heatmap" }, h("h3", {}, title), h("div", { class: "heatwrap" }, canvas, tip),
+    h("div", { class: "legend" }, "grey: 0 % allocated · blue: 100 % · no cell: no GPU in that slot · hover for the node, click to open it"));
 }
 
 async function clusterView(root) {
@@ -97,7 +129,8 @@ async function clusterView(root) {
     h("table", { "data-testid": "models" },
       h("tr", {}, ["model", "GPUs", "allocated", "free", "fragmented", "GPU memory GiB (allocated / total)"].map((c) => h("th", {}, c))),
       models),
-    h("div", { class: "heat" }, heatmap(doc, "cores_pct", "GPU cores allocated"), heatmap(doc, "memory_pct", "GPU memory allocated")),
+    h("div", { class: "heat" }, ...[["cores_pct", "GPU cores allocated"], ["memory_pct", "GPU memory allocated"]].map(([k, title]) =>
+      heatmap(doc, k, title, Math.max(240, Math.floor((root.clientWidth - 24) / 2) - 4)))),
     h("p", {}, nodes));
 }
 
@@ -130,41 +163,43 @@ async function nodeView(root, name) {
 }
 
 // ---- queue view -------------------------------------------------------------------------------
-function stepPath(times, values, x, y, now) {
-  let d = "";
-  values.forEach((v, i) => {
-    const px = x(times[i]).toFixed(1), py = y(v).toFixed(1);
-    d += i === 0 ? `M${px},${py}` : `H${px}V${py}`;
-  });
-  return d + (times.length ? `H${x(now).toFixed(1)}` : "");  // the last sample holds until now
-}
-
 function queueChart(doc, q, res) {
-  const W = 420, H = 160, L = 48, B = 20, times = doc.times;
   const hist = q.history[res];
   const guar = q.guaranteed[res], lim = q.limit[res];
-  const tmax = Math.max(1, state.info.horizon ?? times[times.length - 1] ?? 1);
-  const vmax = Math.max(1e-9, ...hist.usage, ...hist.fair_share, guar ?? 0) * 1.1;
-  const x = (t) => L + ((W - L - 8) * t) / tmax, y = (v) => H - B - ((H - B - 8) * v) / vmax;
-  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${q.name} ${res}` });
-  svg.append(s("line", { x1: L, y1: H - B, x2: W - 8, y2: H - B, stroke: "#98a2b3" }), s("line", { x1: L, y1: 8, x2: L, y2: H - B, stroke: "#98a2b3" }));
-  for (const [v, label] of [[0, "0"], [vmax / 1.1, fmt(vmax / 1.1, res === "gpu" ? 1 : 0)]]) {
-    const tx = s("text", { x: L - 4, y: y(v) + 4, "text-anchor": "end", "font-size": 10, fill: "#667085" });
-    tx.textContent = label;
-    svg.append(tx);
+  const tmax = Math.max(1, state.info.horizon ?? doc.time ?? 1);
+  const hours = (t) => t / 3600;
+  const values = [];
+  doc.times.forEach((t, i) => {
+    values.push({ hours: hours(t), value: hist.usage[i], series: "usage" }, { hours: hours(t), value: hist.fair_share[i], series: "fair share" });
+  });
+  if (doc.times.length) {  // the last sample holds until now
+    const last = doc.times.length - 1;
+    values.push({ hours: hours(doc.time), value: hist.usage[last], series: "usage" }, { hours: hours(doc.time), value: hist.fair_share[last], series: "fair share" });
   }
-  const end = s("text", { x: W - 8, y: H - 4, "text-anchor": "end", "font-size": 10, fill: "#667085" });
-  end.textContent = `${(tmax / 3600).toFixed(1)} h`;
-  svg.append(end);
-  if (guar) svg.append(s("line", { x1: L, x2: W - 8, y1: y(guar), y2: y(guar), stroke: "#12b76a", "stroke-dasharray": "2 3" }));
-  svg.append(s("path", { d: stepPath(times, hist.fair_share, x, y, doc.time), fill: "none", stroke: "#f79009", "stroke-width": 1.5, "stroke-dasharray": "5 3" }));
-  svg.append(s("path", { d: stepPath(times, hist.usage, x, y, doc.time), fill: "none", stroke: "#2f6fde", "stroke-width": 1.5 }));
-  svg.append(s("line", { x1: x(doc.time), x2: x(doc.time), y1: 8, y2: H - B, stroke: "#f04438" }));
-  return h("div", { class: "chart", "data-testid": "queue-chart", "data-queue": q.name },
+  const rules = [];
+  if (guar) rules.push({ value: guar, series: "guarantee" });
+  if (lim !== null) rules.push({ value: lim, series: "limit" });
+  const color = { field: "series", type: "nominal", title: null,
+    scale: { domain: ["usage", "fair share", "guarantee", "limit"], range: ["#2f6fde", "#f79009", "#12b76a", "#f04438"] } };
+  const spec = {
+    width: "container", height: 140, autosize: { type: "fit-x", contains: "padding" },
+    layer: [
+      { data: { values }, mark: { type: "line", interpolate: "step-after" },
+        encoding: { x: { field: "hours", type: "quantitative", title: "hours", scale: { domain: [0, hours(tmax)] } },
+          y: { field: "value", type: "quantitative", title: res },
+          color, strokeDash: { field: "series", type: "nominal", legend: null, scale: { domain: ["usage", "fair share"], range: [[1, 0], [5, 3]] } },
+          tooltip: [{ field: "series" }, { field: "hours", format: ".2f" }, { field: "value", format: ".2f" }] } },
+      { data: { values: rules }, mark: { type: "rule", strokeDash: [2, 3] },
+        encoding: { y: { field: "value", type: "quantitative" }, color, tooltip: [{ field: "series" }, { field: "value" }] } },
+      { data: { values: [{ hours: hours(doc.time) }] }, mark: { type: "rule", color: "#98a2b3" }, encoding: { x: { field: "hours", type: "quantitative" } } },
+    ],
+  };
+  const plot = h("div", { class: "plot", "data-testid": "queue-plot" });
+  const box = h("div", { class: "chart", "data-testid": "queue-chart", "data-queue": q.name },
     h("strong", {}, q.name), ` — ${res}: usage `, h("span", { "data-testid": "queue-usage" }, fmt(q.usage[res], 2)),
     ` · fair share `, h("span", { "data-testid": "queue-fair-share" }, fmt(q.fair_share[res], 2)),
-    ` · guarantee ${fmt(guar, 2)}${lim === null ? "" : ` · limit ${fmt(lim, 2)}`} · pending ${q.pending_workloads}`,
-    svg, h("div", { class: "legend" }, "blue: usage · orange dashed: fair share · green dotted: guarantee"));
+    ` · guarantee ${fmt(guar, 2)}${lim === null ? "" : ` · limit ${fmt(lim, 2)}`} · pending ${q.pending_workloads}`, plot);
+  return { box, draw: () => embed(plot, spec) };
 }
 
 function treeList(doc, names) {
@@ -178,22 +213,42 @@ function treeList(doc, names) {
 
 async function queuesView(root) {
   const doc = await api("/api/queues");
+  const made = doc.queues.map((q) => queueChart(doc, q, state.resource));
+  const charts = h("div", { class: "charts" }, made.map((c) => c.box));
   const picker = h("select", { "aria-label": "resource", onchange: (e) => { state.resource = e.target.value; render(); } },
     doc.resources.map((r) => h("option", r === state.resource ? { value: r, selected: "" } : { value: r }, r)));
   root.replaceChildren(h("h2", {}, "Queues"),
     h("div", { class: "queues" },
       h("div", { class: "tree" }, h("h3", {}, "Tree (usage / fair share, dominant)"), treeList(doc, doc.roots)),
       h("div", {}, h("p", {}, "Resource ", picker, " (gpu in GPUs, gpumem and memory in MiB, cpu in millicores)"),
-        h("div", { class: "charts" }, doc.queues.map((q) => queueChart(doc, q, state.resource))))));
+        charts)));
+  await Promise.all(made.map((c) => c.draw()));  // drawn once in the page, so "container" has a width
 }
 
 // ---- workload view ----------------------------------------------------------------------------
 async function workloadsView(root, name) {
-  const list = await api("/api/workloads");
+  const wl = state.wl;
+  const query = new URLSearchParams({ offset: wl.offset, limit: PAGE, search: wl.search });
+  if (wl.queue) query.set("queue", wl.queue);
+  const list = await api(`/api/workloads?${query}`);
+  const most = Math.max(list.pending_total, list.running_total);
+  const go = (change) => { Object.assign(state.wl, change); render(); };
+  const search = h("input", { type: "search", placeholder: "search names", value: wl.search, "aria-label": "search workloads",
+    "data-testid": "workload-search", onchange: (e) => go({ search: e.target.value, offset: 0 }) });
+  const queue = h("select", { "aria-label": "queue", "data-testid": "workload-queue", onchange: (e) => go({ queue: e.target.value, offset: 0 }) },
+    h("option", { value: "" }, "all queues"),
+    state.info.queues.map((q) => h("option", q === wl.queue ? { value: q, selected: "" } : { value: q }, q)));
+  const pager = h("div", { class: "pager" },
+    h("button", { type: "button", "data-testid": "page-prev", ...(wl.offset === 0 ? { disabled: "" } : {}), onclick: () => go({ offset: Math.max(0, wl.offset - PAGE) }) }, "‹ prev"),
+    h("span", { "data-testid": "page-label" }, most ? ` ${wl.offset + 1}–${Math.min(most, wl.offset + PAGE)} of ${most} ` : " none "),
+    h("button", { type: "button", "data-testid": "page-next", ...(wl.offset + PAGE >= most ? { disabled: "" } : {}), onclick: () => go({ offset: wl.offset + PAGE }) }, "next ›"));
   const picker = h("div", { class: "picker", "data-testid": "workload-list" },
-    h("div", {}, h("strong", {}, `pending ${list.pending_total} · running ${list.running_total}`)),
+    h("div", { class: "filters" }, search, queue),
+    h("div", {}, h("strong", { "data-testid": "workload-totals" }, `pending ${list.pending_total} · running ${list.running_total}`),
+      wl.queue || wl.search ? " matching" : ""),
+    pager,
     [...list.pending, ...list.running].map((w) =>
-      h("a", { href: `#/workload/${encodeURIComponent(w.workload)}` }, `${w.workload} [${w.queue}] ${w.state}${w.placed ? ` ${w.placed}/${w.pods}` : ""}`)));
+      h("a", { href: `#/workload/${encodeURIComponent(w.workload)}`, "data-testid": "workload-item" }, `${w.workload} [${w.queue}] ${w.state}${w.placed ? ` ${w.placed}/${w.pods}` : ""}`)));
   const detail = h("div", { "data-testid": "workload-detail" });
   root.replaceChildren(h("h2", {}, "Workloads"), h("div", { class: "workloads" }, picker, detail));
   if (!name) {
@@ -225,6 +280,9 @@ async function render() {
   const root = document.getElementById("view");
   const [, view, arg] = (location.hash || "#/cluster").split("/");
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === (view === "node" ? "cluster" : view === "workload" ? "workloads" : view)));
+  const loading = document.getElementById("loading");
+  const shown = setTimeout(() => { loading.hidden = false; }, 150);  // only when the answer is slow
+  root.setAttribute("aria-busy", "true");
   try {
     if (view === "node") await nodeView(root, decodeURIComponent(arg));
     else if (view === "queues") await queuesView(root);
@@ -234,6 +292,9 @@ async function render() {
   } catch (err) {
     root.replaceChildren(h("p", { class: "error" }, String(err.message || err)));
   }
+  clearTimeout(shown);
+  loading.hidden = true;
+  root.removeAttribute("aria-busy");
   document.getElementById("time-label").textContent = fmtTime(state.t);
 }
 

@@ -1,0 +1,208 @@
+"""Preemption rules as a tenant sees them: who is evicted, for whom, and when — in asymmetric scenarios
+where a broken rule picks a different victim (no ping-pong, min_runtime, fair share only up to the share,
+the victim order, `preemptible: false`, the grace period)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conftest import gpu_node, whole
+from fairgpu import resources as r
+from fairgpu.catalog import load_profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import QueueSpec, QueueTree, Workload
+from fairgpu.model.queue import PreemptionPolicy
+from fairgpu.sim import scenario as scenarios
+from fairgpu.sim.runner import Simulation
+
+
+def gpus(n: float) -> np.ndarray:
+    return r.quota_vector({"nvidia.com/gpu": n}, default=np.inf)
+
+
+def held(sched: Scheduler, queue: str) -> float:
+    return float(sched.view.usage[sched.tree.index[queue], r.DIM_GPU])
+
+
+def engine(queues: list[QueueSpec], nodes: int = 1) -> Scheduler:
+    return Scheduler([gpu_node(f"n{i}") for i in range(nodes)], QueueTree(queues), load_profile("fairgpu"))
+
+
+def run(sched: Scheduler, queue: str, n: int, t: float, size: int = 1, prefix: str = "", **kw) -> list[str]:
+    """Submit n workloads of `size` GPUs at t (the names they get)."""
+    names = [f"{prefix or queue}{i}" for i in range(n)]
+    for name in names:
+        sched.submit(Workload(name, queue, (whole(size),), submit_time=t, duration=36000.0, **kw))
+    return names
+
+
+def evicted(result) -> list[str]:
+    return sorted(e.workload for e in result.evictions)
+
+
+def test_a_small_reclaim_never_evicts_a_much_larger_victim():
+    """No ping-pong: a 1-GPU reclaim from an 8-GPU victim would leave the reclaiming queue above the
+    victim's (it would borrow the other 7 back at once, and the victim's queue then take them by fair
+    share). So it waits; the same reclaim from 1-GPU victims evicts exactly one."""
+    for size, count, expect in ((8, 1, 0), (1, 8, 1)):
+        sched = engine([QueueSpec("a", guaranteed=gpus(8)), QueueSpec("b")])
+        run(sched, "b", count, 0.0, size=size)
+        sched.cycle(0.0)
+        assert held(sched, "b") == 8
+        run(sched, "a", 1, 10.0)
+        assert len(sched.cycle(10.0).evictions) == expect, (size, count)
+
+
+def test_a_victim_younger_than_its_queues_min_runtime_is_not_evicted():
+    """b's jobs: seven started at 0 s, one at 500 s; b's min_runtime is 300 s. A reclaim at 600 s would
+    lose least by evicting the youngest, but it has run only 100 s: an old one goes instead."""
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b", preemption=PreemptionPolicy(min_runtime=300))])
+    old = run(sched, "b", 7, 0.0)
+    sched.cycle(0.0)
+    run(sched, "b", 1, 500.0, prefix="young")
+    sched.cycle(500.0)
+    run(sched, "a", 1, 600.0)
+    result = sched.cycle(600.0)
+    assert len(result.evictions) == 1 and result.evictions[0].workload in old
+    # Before min_runtime has passed for any of b's work, nothing is evicted.
+    early = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b", preemption=PreemptionPolicy(min_runtime=300))])
+    run(early, "b", 8, 0.0)
+    early.cycle(0.0)
+    run(early, "a", 1, 200.0)
+    assert early.cycle(200.0).evictions == []
+
+
+def fair_share_cluster(b_policy: PreemptionPolicy) -> Scheduler:
+    """16 GPUs; weights a 1, b 2, c 1, all with more demand than share: entitled a 4, b 8, c 4. Running:
+    a 5 (ratio 1.25), b 4 (0.5), c 7 (1.75); a and b each have one more 1-GPU job pending."""
+    fair = PreemptionPolicy(reclaim=False, fair_share=True)
+    sched = engine(
+        [QueueSpec("a", 1, preemption=fair), QueueSpec("b", 2, preemption=b_policy), QueueSpec("c", 1)], nodes=2
+    )
+    run(sched, "a", 5, 0.0)
+    run(sched, "b", 4, 0.0)
+    run(sched, "c", 7, 0.0)
+    sched.cycle(0.0)
+    for q in ("a", "b", "c"):
+        sched.submit(Workload(f"{q}-more", q, (whole(4),), submit_time=5.0, duration=36000.0, priority=-1))
+    run(sched, "a", 1, 10.0, prefix="a-next")
+    run(sched, "b", 1, 10.0, prefix="b-next")
+    sched.refresh_shares(10.0)
+    ratio = dict(zip(sched.tree.names(), sched.view.share_ratio, strict=True))
+    assert np.allclose([ratio["a"], ratio["b"], ratio["c"]], [1.25, 0.5, 1.75])
+    return sched
+
+
+def test_fair_share_preemption_stops_at_the_preemptors_share():
+    """a is above its share (1.25) and c further above (1.75): a may not evict c to grow further, though
+    c would stay above a afterwards."""
+    sched = fair_share_cluster(PreemptionPolicy(enabled=False))
+    result = sched.cycle(10.0)
+    assert result.evictions == [] and "a-next0" in sched.pending
+
+
+def test_fair_share_victims_come_from_the_queue_furthest_above_its_share():
+    """b (ratio 0.5) reclaims its fair share: c (1.75) is further above its share than a (1.25), so c's
+    work goes, not a's — though a's could go without breaking no-ping-pong either."""
+    sched = fair_share_cluster(PreemptionPolicy(reclaim=False, fair_share=True))
+    result = sched.cycle(10.0)
+    assert len(result.evictions) == 1 and result.evictions[0].workload.startswith("c")
+    assert result.evictions[0].reason == "preempted for b-next0"
+
+
+def test_preemptible_false_protects_work_of_a_queue_within_its_guarantee():
+    """Queue a (guarantee 8) runs four non-preemptible jobs that started last and four preemptible ones
+    that started first. A higher-priority job of its own evicts a preemptible one, though the others
+    would lose less work. Once a borrows above its guarantee, a lender may reclaim non-preemptible work."""
+    within = PreemptionPolicy(within_queue="LowerPriority")
+    sched = engine([QueueSpec("a", guaranteed=gpus(8), preemption=within)])
+    movable = run(sched, "a", 4, 0.0, prefix="movable")
+    sched.cycle(0.0)
+    run(sched, "a", 4, 100.0, prefix="pinned", preemptible=False)
+    sched.cycle(100.0)
+    run(sched, "a", 1, 200.0, prefix="urgent", priority=10)
+    result = sched.cycle(200.0)
+    assert len(result.evictions) == 1 and result.evictions[0].workload in movable
+    # Above its guarantee, the protection ends: b reclaims from the pinned (cheapest) work.
+    lent = engine([QueueSpec("a", guaranteed=gpus(2)), QueueSpec("b", guaranteed=gpus(6))])
+    run(lent, "a", 4, 0.0, prefix="movable")
+    lent.cycle(0.0)
+    pinned = run(lent, "a", 4, 100.0, prefix="pinned", preemptible=False)
+    lent.cycle(100.0)
+    run(lent, "b", 1, 200.0)
+    result = lent.cycle(200.0)
+    assert len(result.evictions) == 1 and result.evictions[0].workload in pinned
+
+
+def test_an_eviction_gives_the_victim_its_queues_grace_period_before_the_preemptor_runs():
+    """b's grace period is 300 s: the victim is told so, keeps its GPU until it leaves, and the preemptor
+    does not start before the grace has passed, even on a cycle in between."""
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("b", preemption=PreemptionPolicy(grace_period=300))])
+    run(sched, "b", 8, 0.0)
+    sched.cycle(0.0)
+    run(sched, "a", 1, 1000.0)
+    (ev,) = sched.cycle(1000.0).evictions
+    assert (ev.grace, ev.at) == (300.0, 1300.0)
+    assert held(sched, "b") == 8
+    assert sched.cycle(1100.0).started == [] and sched.cycle(1100.0).evictions == []
+    sched.remove(ev.workload)
+    assert sched.cycle(1300.0).started == ["a0"]
+
+
+def pools() -> Scheduler:
+    """n0 (pool x) full of b's borrowed 1-GPU jobs; n1 (pool y) half held by c within its guarantee (never
+    a victim), half free. a is guaranteed 12 GPUs and uses none."""
+    sched = Scheduler(
+        [gpu_node("n0", labels={"pool": "x"}), gpu_node("n1", labels={"pool": "y"})],
+        QueueTree([QueueSpec("a", guaranteed=gpus(12)), QueueSpec("b"), QueueSpec("c", guaranteed=gpus(4))]),
+        load_profile("fairgpu"),
+    )
+    for i in range(4):
+        sched.submit(Workload(f"c{i}", "c", (whole(1, node_selector=(("pool", "y"),)),), duration=36000.0))
+    for i in range(8):
+        sched.submit(Workload(f"b{i}", "b", (whole(1, node_selector=(("pool", "x"),)),), duration=36000.0))
+    sched.cycle(0.0)
+    assert held(sched, "b") == 8 and held(sched, "c") == 4
+    return sched
+
+
+def test_a_gang_whose_first_pod_fits_in_free_room_reclaims_room_for_the_rest():
+    """The gang's first pod (4 GPUs) fits in n1's free half, where there is no victim; its second pod takes
+    the four cheapest of b's jobs on n0. (It used to give up: no victim on the node its first pod fits.)"""
+    sched = pools()
+    sched.submit(Workload("gang", "a", (whole(4),) * 2, submit_time=10.0, duration=3600.0))
+    result = sched.cycle(10.0)
+    assert len(result.evictions) == 4 and all(e.workload.startswith("b") for e in result.evictions)
+    for e in result.evictions:
+        sched.remove(e.workload)
+    assert sched.cycle(11.0).started == ["gang"]
+
+
+def test_evictions_after_which_the_preemptor_would_still_not_fit_are_not_made():
+    """Pod by pod, evicting all of b makes room: 4 GPUs on n1, 8 on n0. But the first pod asks HAMi to
+    spread (the node with most room), so once b is gone it would take n0 and leave the 8-GPU pod nowhere:
+    the dry run catches it and nothing is evicted. Without `spread` the same gang evicts b and starts."""
+    for policy, evictions in (("spread", 0), ("", 8)):
+        sched = pools()
+        pods = (whole(4, node_policy=policy), whole(8))
+        sched.submit(Workload("gang", "a", pods, submit_time=10.0, duration=3600.0))
+        result = sched.cycle(10.0)
+        assert len(result.evictions) == evictions, policy
+        for e in result.evictions:
+            sched.remove(e.workload)
+        assert sched.cycle(11.0).started == ([] if policy else ["gang"])
+
+
+def test_in_a_scenario_the_victims_keep_their_gpus_through_the_grace_period():
+    """The reclaim scenario (grace 300 s, written in its YAML): a gets its guarantee back exactly when the
+    grace of b's victims ends — not at once."""
+    sc = scenarios.load("reclaim")
+    res = Simulation(sc, load_profile("fairgpu")).run()
+    returns, grace, a = 2 * 3600, 300, sc.tree().index["a"]
+    tl = res.timeline
+
+    def gpus_at(t: float) -> float:
+        return float(tl.gpus[int(np.searchsorted(tl.t, t, side="right")) - 1][a])
+
+    assert sc.tree().queues[sc.tree().index["b"]].preemption.grace_period == grace
+    assert gpus_at(returns + grace - 1) < 32 <= gpus_at(returns + grace)
