@@ -234,10 +234,10 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
     for i, pod in enumerate([whole(1, cpu_m=4000)] * 5 + [fraction(30, 1024)] * 5):
         view.state.assign(f"p{i}", place_pod(pod, view, prof))
         agg = frag._aggregates(view.state)
-        np.testing.assert_array_equal(agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0))
+        np.testing.assert_array_equal(agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0))
         boost = np.where(agg.hosts < 8, np.exp2(np.ceil(np.log2(8 / np.maximum(agg.hosts, 1)))), 1.0)
         np.testing.assert_allclose(frag._w, frag._p * boost, rtol=1e-6)
-    t = frag._keys[(120_000, 8, 100, (), ())]
+    t = frag._keys[(120_000, 0, 8, 100, (), ())]
     assert agg.hosts[t] == 2 and frag._w[t] == pytest.approx(4 * frag._p[t])
     assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
 

@@ -26,9 +26,10 @@ from fairgpu.state import ClusterState
 _CACHED_SHAPES = 512
 
 
-def _shape(pod: PodSpec) -> tuple[Any, ...]:
+def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
     g = pod.gpu
-    return (pod.cpu_m, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
+    mem = pod.memory_mib if memory else 0
+    return (pod.cpu_m, mem, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class _Aggregates:
     state: ClusterState
     free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
     cpu: np.ndarray  # (N,)
+    mem: np.ndarray  # (N,) free memory (MiB), or zeros when the measure leaves memory out
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
     fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
@@ -76,16 +78,22 @@ class Fragmentation:
     # take a shape (say, the only ones with 120 cores beside 8 GPUs) costs more than breaking one of
     # hundreds alike (0 = FGD's weights alone)
     scarce: int = 0
-    # weigh a shape up by the cluster's free GPU capacity over the part of it the shape can use (models it
-    # allows, nodes with enough GPUs free), to a power of two, up to this factor: a shape's demand lands only
-    # on capacity it can use, so a unit of that capacity is worth demand / usable capacity. A shape that
-    # allows a model holding a tenth of the free GPUs weighs ten times its share of the mix there, and pods
-    # that may go anywhere leave it to that shape; an 8-GPU shape weighs up as whole nodes run out (0 = off)
+    # weigh a shape up by the cluster's free GPU capacity over the part of it the shape can use (nodes where
+    # it fits: a model it allows, enough GPUs free, CPU and, with `memory`, memory), to a power of two, up to
+    # this factor: a shape's demand lands only on capacity it can use, so a unit of that capacity is worth
+    # demand / usable capacity. A shape that allows a model holding a tenth of the free GPUs weighs ten times
+    # its share of the mix there, and pods that may go anywhere leave it to that shape; an 8-GPU shape asking
+    # 120 cores, which only the few 128-core nodes can host, weighs up from the start (0 = off)
     pressure: int = 0
+    # a node's free GPUs count as lost to a shape when its free memory cannot host the shape, as FGD counts
+    # them for CPU: a pod taking memory strands the GPUs of the shapes that needed it just as one taking CPU
+    # does (FGD's own measure, the `fgd` baseline, sees CPU only)
+    memory: bool = False
     max_shapes: int = 128
     _keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
@@ -108,7 +116,7 @@ class Fragmentation:
             return  # CPU-only pods leave every node's GPU fragmentation as it is
         self._cpu_per_gpu[0] += pod.cpu_m
         self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
-        key = _shape(pod)
+        key = _shape(pod, self.memory)
         t = self._keys.get(key)
         if t is None:
             if len(self._keys) >= self.max_shapes:
@@ -116,6 +124,7 @@ class Fragmentation:
             t = self._keys[key] = len(self._keys)
             self._count = np.append(self._count, 0.0)
             self._cpu = np.append(self._cpu, pod.cpu_m)
+            self._mem = np.append(self._mem, pod.memory_mib if self.memory else 0)
             self._k = np.append(self._k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
@@ -134,6 +143,7 @@ class Fragmentation:
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> _Aggregates:
         agg, cpu = self._agg, state.cpu_free
+        mem = state.mem_free if self.memory else np.zeros_like(state.mem_free)
         if agg is None or agg.state is not state:
             free = _free_cores(state, slice(None))
             fit = free[:, :, None] >= self._need
@@ -145,10 +155,20 @@ class Fragmentation:
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
             seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
             agg = _Aggregates(
-                state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version, np.zeros(0), np.zeros(0)
+                state,
+                free,
+                cpu.copy(),
+                mem.copy(),
+                fit.sum(axis=1),
+                fit_free,
+                access,
+                seen,
+                version,
+                np.zeros(0),
+                np.zeros(0),
             )
-            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0)
-            agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free)
+            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
+            agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
         rows = np.flatnonzero(agg.seen != state.node_version)
         if rows.size:
@@ -157,31 +177,44 @@ class Fragmentation:
             agg.seen[rows] = state.node_version[rows]
             sub = _free_cores(state, rows)
             fit = sub[:, :, None] >= self._need
-            agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
-            agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows])
+            agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+            agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
             agg.fit_count[rows] = fit.sum(axis=1)
             agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
             agg.free[rows] = sub
             agg.cpu[rows] = cpu[rows]
-            agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
-            agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows])
+            agg.mem[rows] = mem[rows]
+            agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+            agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
         self._reweigh(agg)
         if agg.usable is not None and rows.size:
-            agg.usable[rows] = self._after(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows])
+            agg.usable[rows] = self._after(
+                agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows]
+            )
         if agg.usable is None:
             every = np.arange(state.num_nodes)
-            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu)
+            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
         return agg
 
-    def _ok(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+    def _ok(
+        self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+    ) -> np.ndarray:
         """(rows, T): each shape fits on the node."""
-        return np.asarray((fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows])
+        return np.asarray(
+            (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & (mem[:, None] >= self._mem) & agg.access[rows]
+        )
 
     def _room(
-        self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, fit_free: np.ndarray
+        self,
+        agg: _Aggregates,
+        rows: np.ndarray | slice,
+        fit_count: np.ndarray,
+        fit_free: np.ndarray,
+        cpu: np.ndarray,
+        mem: np.ndarray,
     ) -> np.ndarray:
-        """(T,) free GPU cores on these rows that each shape could take, CPU aside (cpu_balance weighs that)."""
-        return (((fit_count >= self._k) & agg.access[rows]) * fit_free).sum(axis=0, dtype=np.float64)
+        """(T,) free GPU cores on these rows that each shape could take."""
+        return self._usable(agg, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64)
 
     def _reweigh(self, agg: _Aggregates) -> None:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
@@ -201,10 +234,29 @@ class Fragmentation:
             agg.deltas.clear()
 
     def _after(
-        self, agg: _Aggregates, rows: np.ndarray, fit_count: np.ndarray, fit_free: np.ndarray, cpu_after: np.ndarray
+        self,
+        agg: _Aggregates,
+        rows: np.ndarray,
+        fit_count: np.ndarray,
+        fit_free: np.ndarray,
+        cpu_after: np.ndarray,
+        mem_after: np.ndarray,
     ) -> np.ndarray:
         """Σ_t w_t · (free capacity usable by shape t) on these rows after a placement."""
-        return np.asarray((self._ok(agg, rows, fit_count, cpu_after) * fit_free) @ self._w)
+        return np.asarray(self._usable(agg, rows, fit_count, fit_free, cpu_after, mem_after) @ self._w)
+
+    def _usable(
+        self,
+        agg: _Aggregates,
+        rows: np.ndarray | slice,
+        fit_count: np.ndarray,
+        fit_free: np.ndarray,
+        cpu: np.ndarray,
+        mem: np.ndarray,
+    ) -> np.ndarray:
+        """(rows, T) free GPU cores each shape could use on these rows: those of the GPUs with room for it
+        where the whole shape fits, else none."""
+        return np.asarray(self._ok(agg, rows, fit_count, cpu, mem) * fit_free)
 
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
@@ -216,7 +268,9 @@ class Fragmentation:
         fit_count = agg.fit_count[rows] - was + now
         fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
         usable_before = agg.usable[rows]
-        usable_after = self._after(agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m)
+        usable_after = self._after(
+            agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m, self._mem_after(pod, agg, rows)
+        )
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
         return np.asarray(-pod.gpu.cores - usable_after + usable_before)
 
@@ -227,9 +281,17 @@ class Fragmentation:
         assert agg.usable is not None
         usable_before = agg.usable[rows]
         usable_after = self._after(
-            agg, rows, agg.fit_count[rows] - k, agg.fit_free[rows] - taken, agg.cpu[rows] - pod.cpu_m
+            agg,
+            rows,
+            agg.fit_count[rows] - k,
+            agg.fit_free[rows] - taken,
+            agg.cpu[rows] - pod.cpu_m,
+            self._mem_after(pod, agg, rows),
         )
         return np.asarray(-taken - usable_after + usable_before + self._starved(pod, agg, rows))
+
+    def _mem_after(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(agg.mem[rows] - (pod.memory_mib if self.memory else 0))
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
@@ -255,7 +317,7 @@ class Fragmentation:
             return out
         agg = self._aggregates(view.state)
         shared = pod.gpu is not None and not pod.gpu.exclusive
-        key = _shape(pod)  # deltas do not depend on memory: a shared pod's GPUs are masked per call
+        key = _shape(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
         hit = agg.deltas.get(key)
         if hit is None:
             n = view.state.num_nodes
