@@ -214,7 +214,7 @@ class Fragmentation:
         mem: np.ndarray,
     ) -> np.ndarray:
         """(T,) free GPU cores on these rows that each shape could take."""
-        return self._usable(agg, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64)
+        return np.asarray(self._usable(agg, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64))
 
     def _reweigh(self, agg: _Aggregates) -> None:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
