@@ -1,6 +1,9 @@
 """The long chaos soak (issue 11, item 8): two replicas, ~2,000 pods, an unreliable API server, leader
-kills and node deletions, audited from the fake's own history (tests/chaos.py). One JSON line per seed
-with the violation counts and the faults injected, then a summary line.
+kills, node deletions and webhook restarts, audited from the fake's own history (tests/chaos.py,
+tests/audit.py). One JSON line per seed with the violation counts and the faults injected, then a summary.
+
+A seed that overruns its --limit by WATCHDOG_S (240 s) (something the run's own bounds did not catch) is killed:
+every thread's stack goes to stderr, a line {"seed": N, "hung": true} to stdout, and the exit code is 3.
 
     python bench/soak.py --seeds 10 --pods 2000
 """
@@ -9,16 +12,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
+import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from chaos import Chaos, run_chaos
 from fakeapi.server import FakeApiServer
+
+WATCHDOG_S = 240.0  # past the limit: the driver's bound, settling, stopping, the audit's replay
+
+
+def watchdog(seed: int, after: float) -> threading.Timer:
+    def kill() -> None:
+        print(json.dumps({"seed": seed, "hung": True, "after_s": after}), flush=True)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(3)
+
+    timer = threading.Timer(after, kill)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def main() -> None:
@@ -33,7 +53,10 @@ def main() -> None:
     logging.basicConfig(level=logging.CRITICAL)
     totals: dict[str, int] = {}
     faults: dict[str, int] = {}
+    pods = binds = unfinished = 0
+    seconds = 0.0
     for seed in range(args.first_seed, args.first_seed + args.seeds):
+        timer = watchdog(seed, args.limit + WATCHDOG_S)
         fake = FakeApiServer().start()
         try:
             with tempfile.TemporaryDirectory() as tmp:
@@ -41,12 +64,16 @@ def main() -> None:
                 report = asyncio.run(run_chaos(fake, fake.kubeconfig(f"{tmp}/kc"), chaos))
         finally:
             fake.stop()
+            timer.cancel()
         print(json.dumps(report), flush=True)
         for k, v in report["violations"].items():
             totals[k] = totals.get(k, 0) + v
         for k, v in report["faults"].items():
             faults[k] = faults.get(k, 0) + v
-    print(json.dumps({"seeds": args.seeds, "violations": totals, "faults": faults}))
+        pods, binds, seconds = pods + report["pods"], binds + report["binds"], seconds + report["seconds"]
+        unfinished += not report["finished"]
+    summary = {"seeds": args.seeds, "violations": totals, "faults": faults, "pods": pods, "binds": binds}
+    print(json.dumps({**summary, "seconds": round(seconds, 1), "unfinished": unfinished}))
 
 
 if __name__ == "__main__":

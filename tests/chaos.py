@@ -1,19 +1,12 @@
-"""A chaos soak of the live scheduler and its independent auditor (issue 11, item 8).
+"""A chaos soak of the live scheduler (issue 11, item 8), audited by tests/audit.py.
 
 Two or more controller replicas with leader election run against the wire-level fake while it answers
-random 5xx, 409 and 429, loses answers of committed writes, drops watches, and while leaders are killed
-and nodes deleted (their pods collected, as the pod GC does). Pods of several tenants arrive over time
-(whole GPUs, fractions, gangs), run for a while and finish.
-
-The auditor shares no code with fairgpu: it replays the fake's store history (every committed write, in
-order) and its request log, and counts violations of what users rely on:
-- overcommit: at some moment the pods bound to a GPU (read from their HAMi records) exceed its cores,
-  memory or task count;
-- partial_gangs: at the end, a gang runs with fewer than its minimum members (gangs the chaos itself cut,
-  by deleting a node under them, are not counted);
-- non_leader_binds: a Binding written by a replica that was not the lease's holder at that moment;
-- lost_pods: at the end, a pod neither bound nor pending with a PodScheduled=False reason;
-- over_limit: at some moment a tenant's bound GPUs exceed its queue's limit.
+random 5xx, 409 and 429, loses answers of committed writes, drops watches, and while leaders are killed,
+nodes deleted (their pods collected, as the pod GC does) and fairgpu's admission webhook restarted. Pods of
+several tenants arrive over time through the API and its webhooks (whole GPUs, fractions, gangs); a pod
+refused while the webhook is down is created again later, as a Job controller would. Pods run for a while
+and finish. The run is bounded in time whatever happens: a replica that does not stop when cancelled is
+reported (stuck_replicas), never waited for.
 """
 
 from __future__ import annotations
@@ -22,24 +15,25 @@ import asyncio
 import json
 import random
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
+from audit import GROUP, MIN, REGISTER, audit, end_state
+from chaos_webhook import POD_WEBHOOKS, ChaosWebhook
 from fairgpu.catalog import load_profile
+from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
-from fairgpu.k8s.port import NODES, QUEUES, Kind
+from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fakeapi.server import _BY_PATH, FakeApiServer
 from fakeapi.store import clone
 
 T = TypeVar("T")
 QUIET_S = 10.0
-REGISTER = "hami.io/node-nvidia-register"
-ALLOCATED = "hami.io/vgpu-devices-allocated"
-GROUP, MIN = "fairgpu.io/pod-group", "fairgpu.io/min-members"
 POD_RES = _BY_PATH[("", "v1", "pods")]
 NAMESPACE = Kind("", "v1", "namespaces", False)
 LEASE_NAMESPACE = "fairgpu-system"
@@ -93,103 +87,12 @@ def workload(rng: random.Random, tenant: str, i: int) -> list[dict]:
     return [chaos_pod(tenant, f"g{i}-{j}", {"nvidia.com/gpu": "1"}, labels) for j in range(size)]
 
 
-# -- the auditor ----------------------------------------------------------------------------------------
-def _devices(value: str) -> list[tuple[str, int, int]]:
-    """(uuid, memory MiB, cores) of every device in a HAMi allocation record."""
-    out = []
-    for seg in value.split(";"):
-        for dev in (d for d in seg.split(":") if d):
-            uuid, _vendor, mem, cores = dev.split(",")
-            out.append((uuid, int(mem), int(cores)))
-    return out
-
-
-def _running(pod: dict) -> bool:
-    return bool(pod["spec"].get("nodeName")) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
-@dataclass
-class Audit:
-    overcommit: list[str] = field(default_factory=list)
-    partial_gangs: list[str] = field(default_factory=list)
-    non_leader_binds: list[str] = field(default_factory=list)
-    lost_pods: list[str] = field(default_factory=list)
-    over_limit: list[str] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.__dict__.items()}
-
-
-def audit(store, requests: list[dict], limits: dict[str, float], cut_gangs: set[str]) -> Audit:
-    """Replay every committed write; check the moment after each pod write, and the final state."""
-    out = Audit()
-    capacity: dict[str, tuple[int, int]] = {}  # uuid → (memory, tasks)
-    held: dict[str, list[tuple[str, int, int]]] = {}  # pod key → its devices while it runs
-    use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # uuid → cores, memory, tasks
-    tenant_gpus: dict[str, float] = defaultdict(float)
-    for entry in store.log:
-        plural = entry.resource.plural
-        if plural == "nodes" and entry.type != "DELETED":
-            for d in json.loads((entry.obj["metadata"].get("annotations") or {}).get(REGISTER, "[]")):
-                capacity[d["id"]] = (int(d["devmem"]), int(d["count"]))
-            continue
-        if plural != "pods":
-            continue
-        meta = entry.obj["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        ann = meta.get("annotations") or {}
-        now = _running(entry.obj) and entry.type != "DELETED" and ALLOCATED in ann
-        before = held.pop(key, None)
-        if before is not None:
-            for uuid, mem, cores in before:
-                u = use[uuid]
-                u[0], u[1], u[2] = u[0] - cores, u[1] - mem, u[2] - 1
-                tenant_gpus[meta["namespace"]] -= cores / 100
-        if not now:
-            continue
-        devices = _devices(ann[ALLOCATED])
-        held[key] = devices
-        for uuid, mem, cores in devices:
-            u = use[uuid]
-            u[0], u[1], u[2] = u[0] + cores, u[1] + mem, u[2] + 1
-            tenant_gpus[meta["namespace"]] += cores / 100
-            cap_mem, cap_tasks = capacity.get(uuid, (0, 0))
-            if u[0] > 100 or u[1] > cap_mem or u[2] > cap_tasks:
-                out.overcommit.append(f"rev {entry.rev}: {uuid} cores {u[0]} mem {u[1]} tasks {u[2]} ({key})")
-        limit = limits.get(meta["namespace"])
-        if limit is not None and tenant_gpus[meta["namespace"]] > limit + 1e-9:
-            out.over_limit.append(f"rev {entry.rev}: {meta['namespace']} holds {tenant_gpus[meta['namespace']]:g}")
-    # The end state.
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for (_, plural, ns, _name), obj in store.objects.items():
-        if plural != "pods":
-            continue
-        labels = obj["metadata"].get("labels") or {}
-        if GROUP in labels:
-            groups[f"{ns}/{labels[GROUP]}"].append(obj)
-        if obj["spec"].get("nodeName") or obj["metadata"].get("deletionTimestamp"):
-            continue
-        conds = (obj.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") for c in conds):
-            out.lost_pods.append(f"{ns}/{obj['metadata']['name']}")
-    for gid, members in groups.items():
-        need = int((members[0]["metadata"]["labels"]).get(MIN, "1"))
-        running = sum(1 for m in members if _running(m))
-        if 0 < running < need and gid not in cut_gangs:
-            out.partial_gangs.append(f"{gid}: {running} of {need} run")
-    # Bindings against the lease's holder at their moment (both from the request log, in commit order).
-    holder = None
-    for r in sorted(requests, key=lambda r: r["t"]):
-        if r["code"] >= 300:
-            continue
-        if "/leases" in r["path"] and r["verb"] in ("PUT", "POST"):
-            holder = r["agent"]
-        elif r["path"].endswith("/binding") and r["verb"] == "POST" and r["agent"] != holder:
-            out.non_leader_binds.append(f"{r['path']} by {r['agent']!r} while {holder!r} held the lease")
-    return out
-
-
 # -- the run --------------------------------------------------------------------------------------------
+STOP_S = 5.0  # a cancelled replica has stopped within this long, or is reported stuck
+RETRY_S = 0.5  # a pod refused while the webhook is down is created again after this long
+SETTLE_S = 30.0  # after the run, without faults, the replicas finish what is under way for at most this long
+
+
 @dataclass
 class Replica:
     ident: str
@@ -212,8 +115,19 @@ class Chaos:
     lease: tuple[float, float, float] = (3.0, 2.0, 0.25)  # duration, renew deadline, retry period
     kill_every: float = 8.0  # a leader is killed this often
     node_deletions: int = 2
+    webhook_restarts: int = 2
+    webhook_down_s: tuple[float, float] = (0.5, 2.0)
     fault_rate: float = 0.02
-    faults: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Arrival:
+    """One workload's pods on their way in: those not created yet, and when to try them again."""
+
+    tenant: str
+    pods: list[dict]
+    keys: list[str]
+    retry_at: float = 0.0
 
 
 async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float]) -> Replica:
@@ -227,10 +141,23 @@ async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float])
     return Replica(ident, port, elector, ctl, tasks)
 
 
-async def _stop(r: Replica) -> None:
+async def _stop(r: Replica, stuck: list[str]) -> None:
+    """Cancel a replica's tasks. One still running STOP_S later is a violation (a stopped controller that runs
+    on may bind without the lease): it is reported with where it waits, then cancelled again, a bounded
+    number of times, and left behind if it still runs."""
     for t in r.tasks:
         t.cancel()
-    await asyncio.gather(*r.tasks, return_exceptions=True)
+    _, pending = await asyncio.wait(r.tasks, timeout=STOP_S)
+    for t in pending:
+        frames = t.get_stack()
+        where = f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno}" if frames else "?"
+        stuck.append(f"{r.ident}: {t.get_coro().__qualname__} ran on after its cancellation, at {where}")
+    for _ in range(20):
+        if not pending:
+            break
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.1)
     await r.port.close()
 
 
@@ -257,8 +184,167 @@ async def on_fake(fake: FakeApiServer, fn: Callable[[], T]) -> T:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), fake.loop))
 
 
+class Run:
+    """One chaos run: the driver's state and its faults."""
+
+    def __init__(self, fake: FakeApiServer, kubeconfig: str, c: Chaos, port: KubeClient, hook: ChaosWebhook) -> None:
+        self.fake, self.kubeconfig, self.c, self.port, self.hook = fake, kubeconfig, c, port, hook
+        self.store = fake.api.store
+        self.rng = random.Random(c.seed)
+        self.tenants = [f"t{k}" for k in range(c.tenants)]
+        self.replicas: list[Replica] = []
+        self.stuck: list[str] = []
+        self.refused: list[str] = []  # pods the API refused for good (the webhook denied them)
+        self.arriving: list[Arrival] = []
+        self.workloads: list[list[str]] = []  # pod keys of each workload whose pods are all created
+        self.run_until: dict[int, float] = {}
+        self.cut_gangs: set[str] = set()
+        self.generated = self.created = self.workload_count = 0
+        self.faults = dict.fromkeys(("leader_kills", "node_deletions", "watch_drops", "webhook_refusals"), 0)
+        self.restarting: asyncio.Task | None = None
+
+    async def arrivals(self, now: float, started: float) -> None:
+        """New workloads, spread over arrival_s, and those refused earlier, created through the API."""
+        c = self.c
+        due = int(min(1.0, (now - started) / c.arrival_s) * c.pods)
+        while self.generated < due:
+            tenant = self.rng.choice(self.tenants)
+            pods = workload(self.rng, tenant, self.workload_count)
+            self.workload_count += 1
+            self.generated += len(pods)
+            self.arriving.append(Arrival(tenant, pods, [f"{tenant}/{p['metadata']['name']}" for p in pods]))
+        ready = [a for a in self.arriving if a.retry_at <= now]
+        await asyncio.gather(*(self._create(a, now) for a in ready))
+        for a in ready:
+            if not a.pods:
+                self.arriving.remove(a)
+                self.workloads.append(a.keys)
+
+    async def _create(self, a: Arrival, now: float) -> None:
+        results = await asyncio.gather(*(self.port.create(PODS, p, a.tenant) for p in a.pods), return_exceptions=True)
+        left = []
+        for pod, result in zip(a.pods, results, strict=True):
+            key = f"{a.tenant}/{pod['metadata']['name']}"
+            if isinstance(result, KubeError) and result.code >= 500:  # the webhook unreachable: failurePolicy Fail
+                left.append(pod)
+                self.faults["webhook_refusals"] += 1
+            elif isinstance(result, BaseException):
+                self.refused.append(f"{key}: {result}")
+                a.keys.remove(key)
+            else:
+                self.created += 1
+        a.pods, a.retry_at = left, now + RETRY_S
+
+    def housekeeping(self) -> None:
+        """On the fake's loop. Workloads that have run long enough finish (all their pods deleted at once), as
+        do pods the eviction of a victim or a rolled back gang marked for deletion."""
+        t, pods, store = time.monotonic(), self.store.objects, self.store
+        for w, keys in enumerate(self.workloads):
+            objs = [pods.get(("", "pods", *k.split("/", 1))) for k in keys]
+            live = [o for o in objs if o is not None]
+            if not live:
+                continue
+            # A workload that lost a pod (its node went, or its gang was rolled back) fails as a Job would.
+            if len(live) < len(objs) or all((o.get("status") or {}).get("phase") == "Running" for o in live):
+                self.run_until.setdefault(w, t + (0.0 if len(live) < len(objs) else self.rng.uniform(*self.c.run_s)))
+            if self.run_until.get(w, float("inf")) <= t:
+                for o in live:
+                    store._write(POD_RES, "DELETED", clone(o), o)
+        for o in [o for o in list(pods.values()) if o.get("kind") == "Pod" and o["metadata"].get("deletionTimestamp")]:
+            store._write(POD_RES, "DELETED", clone(o), o)
+
+    def delete_node(self, name: str) -> list[str]:
+        """On the fake's loop: a node goes, and the pods bound to it with it (pod GC). The gangs cut that way."""
+        gone: list[str] = []
+        store = self.store
+        obj = store.objects.get(("", "nodes", "", name))
+        if obj is None:
+            return gone
+        store._write(NODE_RES, "DELETED", clone(obj), obj)
+        for o in [o for (g, p, *_), o in store.objects.items() if p == "pods" and o["spec"].get("nodeName") == name]:
+            labels = o["metadata"].get("labels") or {}
+            if GROUP in labels:
+                gone.append(f"{o['metadata']['namespace']}/{labels[GROUP]}")
+            store._write(POD_RES, "DELETED", clone(o), o)
+        return gone
+
+    async def kill_leader(self) -> None:
+        """The leader dies without a word; a fresh replica starts in its place."""
+        leader = next((r for r in self.replicas if r.elector.leading.is_set()), None)
+        if leader is None:
+            return
+        await _stop(leader, self.stuck)
+        self.replicas.remove(leader)
+        self.faults["leader_kills"] += 1
+        ident = f"r{len(self.replicas) + self.faults['leader_kills'] + 1}"
+        self.replicas.append(await _start(self.kubeconfig, ident, self.c.lease))
+
+    def idle(self) -> tuple[bool, bool]:
+        """On the fake's loop: (no pod bound, no pod left)."""
+        pods = [o for o in self.store.objects.values() if o.get("kind") == "Pod"]
+        return not any(o["spec"].get("nodeName") for o in pods), not pods
+
+    async def drive(self) -> float:
+        """The run until everything finished or cannot run, or until limit_s; its length in seconds."""
+        c, rng = self.c, self.rng
+        self.replicas = [await _start(self.kubeconfig, f"r{i}", c.lease) for i in range(2)]
+        started = time.monotonic()
+        next_kill = started + c.kill_every
+        node_times = sorted(started + rng.uniform(0.2, 0.8) * c.arrival_s for _ in range(c.node_deletions))
+        hook_times = sorted(started + rng.uniform(0.1, 0.8) * c.arrival_s for _ in range(c.webhook_restarts))
+        idle_since: float | None = None
+        while (now := time.monotonic()) < started + c.limit_s:
+            await self.arrivals(now, started)
+            await on_fake(self.fake, self.housekeeping)
+            if node_times and now >= node_times[0]:
+                node_times.pop(0)
+                name = f"node-{rng.randrange(c.nodes):03d}"
+                self.cut_gangs.update(await on_fake(self.fake, lambda name=name: self.delete_node(name)))
+                self.faults["node_deletions"] += 1
+            if hook_times and now >= hook_times[0] and (self.restarting is None or self.restarting.done()):
+                hook_times.pop(0)
+                self.restarting = asyncio.create_task(self.hook.restart(rng.uniform(*c.webhook_down_s)))
+            if now >= next_kill and now < started + c.arrival_s + 5:
+                next_kill = now + c.kill_every
+                await self.kill_leader()
+            if rng.random() < 0.05:
+                self.fake.control("drop-watches")
+                self.faults["watch_drops"] += 1
+            # Done: every pod created, and either none left or none bound for QUIET_S (longer than a leader's
+            # take-over and a waiting workload's retry), so what still waits cannot run.
+            if self.generated >= c.pods and not self.arriving and now > started + c.arrival_s:
+                nothing_bound, nothing_left = await on_fake(self.fake, self.idle)
+                if not nothing_bound:
+                    idle_since = None
+                elif nothing_left:
+                    break
+                else:
+                    idle_since = idle_since or now
+                    if now - idle_since > QUIET_S:
+                        break
+            await asyncio.sleep(0.1)
+        return time.monotonic() - started
+
+    async def settle(self) -> None:
+        """Arrivals and faults stop, and the replicas get up to SETTLE_S to finish what is under way (a gang is
+        bound member by member; a new pod waits for its first explanation) before the end state is judged, as
+        a run cut at its limit may be caught mid-way. What is still wrong after that is a violation."""
+        self.fake.control("clear-faults")
+        end = time.monotonic() + SETTLE_S
+        while time.monotonic() < end:
+            lost, partial = await on_fake(self.fake, lambda: end_state(self.store, self.cut_gangs))
+            if not lost and not partial:
+                return
+            await asyncio.sleep(0.5)
+
+    async def teardown(self) -> None:
+        for r in self.replicas:
+            await _stop(r, self.stuck)
+        if self.restarting is not None:
+            await asyncio.wait({self.restarting}, timeout=STOP_S + 10)
+
+
 async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
-    rng = random.Random(c.seed)
     fake.api.store.log = deque(fake.api.store.log, maxlen=5_000_000)  # the auditor replays all of it
     fake.control("device-plugin")
     port = await KubeClient.connect(kubeconfig)  # the driver's own client: no faults
@@ -272,134 +358,43 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
         if not await on_fake(fake, lambda ns=ns: ("", "namespaces", "", ns) in fake.api.store.objects):
             await port.create(NAMESPACE, {"metadata": {"name": ns}})
     limits = {tenants[0]: float(c.gpus * 2)}  # one tenant is capped
+    queues: dict[str, tuple[str, ...]] = {}
     for k, t in enumerate(tenants):
         spec: dict = {"namespaces": [t], "weight": 1 + k % 2}
         if t in limits:
             spec["limit"] = {"nvidia.com/gpu": str(int(limits[t]))}
         await port.create(QUEUES, {"metadata": {"name": f"q-{t}"}, "spec": spec})
+        queues[f"q-{t}"] = (t,)
+    hook = await asyncio.to_thread(ChaosWebhook, Path(kubeconfig).parent, queues)
+    await hook.register(fake, port)
     _inject(fake, c)
-    kubeconfig_ = kubeconfig
-    replicas = [await _start(kubeconfig_, f"r{i}", c.lease) for i in range(2)]
-    started = time.monotonic()
-    loop_end = started + c.limit_s
-    created = 0
-    pods_by_workload: list[list[str]] = []
-    run_until: dict[int, float] = {}
-    cut_gangs: set[str] = set()
-    deleted_nodes: list[str] = []
-    kills = node_kills = drops = 0
-    next_kill = started + c.kill_every
-    node_times = sorted(started + rng.uniform(0.2, 0.8) * c.arrival_s for _ in range(c.node_deletions))
-    store = fake.api.store
-    i = 0
-    idle_since: float | None = None
-    while time.monotonic() < loop_end:
-        now = time.monotonic()
-        # Arrivals, spread over arrival_s.
-        due = int(min(1.0, (now - started) / c.arrival_s) * c.pods)
-        while created < due:
-            tenant = rng.choice(tenants)
-            pods = workload(rng, tenant, i)
-            i += 1
-            await on_fake(fake, lambda pods=pods, tenant=tenant: [store.create(POD_RES, tenant, o) for o in pods])
-            created += len(pods)
-            pods_by_workload.append([f"{tenant}/{p['metadata']['name']}" for p in pods])
-
-        # Workloads that have run long enough finish (all their pods deleted at once), as do pods the
-        # eviction of a victim or a rolled back gang marked for deletion.
-        def housekeeping() -> None:
-            t = time.monotonic()
-            pods = store.objects
-            for w, keys in enumerate(pods_by_workload):
-                objs = [pods.get(("", "pods", *k.split("/", 1))) for k in keys]
-                live = [o for o in objs if o is not None]
-                if not live:
-                    continue
-                # A workload that lost a pod (its node went, or its gang was rolled back) fails as a Job would.
-                if len(live) < len(objs) or all((o.get("status") or {}).get("phase") == "Running" for o in live):
-                    run_until.setdefault(w, t + (0.0 if len(live) < len(objs) else rng.uniform(*c.run_s)))
-                if run_until.get(w, float("inf")) <= t:
-                    for o in live:
-                        store._write(POD_RES, "DELETED", clone(o), o)
-            for o in [
-                o for o in list(pods.values()) if o.get("kind") == "Pod" and o["metadata"].get("deletionTimestamp")
-            ]:
-                store._write(POD_RES, "DELETED", clone(o), o)
-
-        await on_fake(fake, housekeeping)
-        # A node goes, and the pods bound to it with it (pod GC); gangs cut that way are the chaos' doing.
-        if node_times and now >= node_times[0]:
-            node_times.pop(0)
-            name = f"node-{rng.randrange(c.nodes):03d}"
-
-            def delete_node(name: str = name) -> list[str]:
-                gone = []
-                obj = store.objects.get(("", "nodes", "", name))
-                if obj is None:
-                    return gone
-                store._write(NODE_RES, "DELETED", clone(obj), obj)
-                for o in [
-                    o for (g, p, *_), o in store.objects.items() if p == "pods" and o["spec"].get("nodeName") == name
-                ]:
-                    labels = o["metadata"].get("labels") or {}
-                    if GROUP in labels:
-                        gone.append(f"{o['metadata']['namespace']}/{labels[GROUP]}")
-                    store._write(POD_RES, "DELETED", clone(o), o)
-                return gone
-
-            cut_gangs.update(await on_fake(fake, delete_node))
-            deleted_nodes.append(name)
-            node_kills += 1
-        # The leader dies without a word; a fresh replica starts in its place.
-        if now >= next_kill and now < started + c.arrival_s + 5:
-            next_kill = now + c.kill_every
-            leader = next((r for r in replicas if r.elector.leading.is_set()), None)
-            if leader is not None:
-                await _stop(leader)
-                replicas.remove(leader)
-                replicas.append(await _start(kubeconfig_, f"r{len(replicas) + kills + 2}", c.lease))
-                kills += 1
-        if rng.random() < 0.05:
-            fake.control("drop-watches")
-            drops += 1
-        # Done: every pod created, none bound, and either none waiting or none bound for QUIET_S (longer than a
-        # leader's take-over and a waiting workload's retry), so what still waits cannot run.
-        if created >= c.pods and now > started + c.arrival_s:
-
-            def idle() -> tuple[bool, bool]:
-                pods = [o for o in store.objects.values() if o.get("kind") == "Pod"]
-                return not any(o["spec"].get("nodeName") for o in pods), not pods
-
-            nothing_bound, nothing_left = await on_fake(fake, idle)
-            if not nothing_bound:
-                idle_since = None
-            elif nothing_left:
-                break
-            else:
-                idle_since = idle_since or now
-                if now - idle_since > QUIET_S:
-                    break
-        await asyncio.sleep(0.1)
-    elapsed = time.monotonic() - started
-    fake.control("clear-faults")
-    for r in replicas:
-        await _stop(r)
-    await port.close()
+    run = Run(fake, kubeconfig, c, port, hook)
+    elapsed, finished = c.limit_s, False
+    try:
+        try:  # the loop bounds itself; this bounds an await inside it that would not end
+            async with asyncio.timeout(c.limit_s + 30):
+                elapsed = await run.drive()
+                finished = elapsed < c.limit_s
+        except TimeoutError:
+            run.stuck.append("the driver's loop overran its limit by 30 s")
+        await run.settle()
+    finally:
+        await run.teardown()
+        await asyncio.to_thread(hook.stop)
+        await port.close()
     requests = fake.control("requests")["requests"]
     state = fake.control("state")
-    result = audit(store, requests, limits, cut_gangs)
+    calls = await on_fake(fake, lambda: list(fake.api.admission.calls))
+    result = audit(run.store, requests, limits, run.cut_gangs, (calls, POD_WEBHOOKS, set(tenants)))
+    result.stuck_replicas += run.stuck
+    result.lost_pods += run.refused
     return {
         "seed": c.seed,
-        "pods": created,
+        "pods": run.created,
         "seconds": round(elapsed, 1),
-        "finished": elapsed < c.limit_s,
+        "finished": finished,
         "violations": result.counts(),
         "examples": {k: v[:3] for k, v in result.__dict__.items() if v},
-        "faults": {
-            **state["injected"],
-            "leader_kills": kills,
-            "node_deletions": node_kills,
-            "watch_drops": drops,
-        },
+        "faults": {**state["injected"], **run.faults, "webhook_restarts": hook.restarts},
         "binds": sum(1 for r in requests if r["path"].endswith("/binding") and r["code"] == 201),
     }

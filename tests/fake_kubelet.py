@@ -1,7 +1,9 @@
 """What the nodes would do, for tests over the wire: HAMi's device plugin serves each bound GPU pod the way
 its Allocate does (`hami_allocate`, below), the kubelet starts the pod (Running and Ready), and stops a pod
 marked for deletion once its grace period has passed (then deletes it with grace 0); it also audits every
-GPU on every allocation for over-commitment.
+GPU on every allocation for over-commitment. With `complete`, a pod's containers exit (Succeeded) once it has
+run for its `fairgpu.io/expected-runtime`, on the given clock: a scaled clock runs a simulated hour in
+seconds. `runs` keeps when each pod ran, on that clock.
 
 Every refusal of the device plugin double, and every limit it would set that differs from what HAMi's own
 scheduler would have written for the pod, is a violation: the integration tests assert there are none."""
@@ -9,16 +11,20 @@ scheduler would have written for the pod, is a violation: the integration tests 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from fairgpu import resources as r
 from fairgpu.errors import FormatError, KubeError, RequestError
 from fairgpu.k8s import hami
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.port import NODES, PODS, KubePort
+from fairgpu.k8s.translate import EXPECTED_RUNTIME
 from fairgpu.model import gpu_request
+from fairgpu.spec import parse_duration
 
 GPU_MEM = 81920
 SPLIT = 10
@@ -41,6 +47,10 @@ class Allocation:
 def _containers(pod: dict) -> list[dict]:
     spec = pod.get("spec") or {}
     return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _limits(c: dict) -> dict:
@@ -152,8 +162,12 @@ def scheduler_limits(pod: dict, node: dict) -> list[dict[str, str]]:
 
 
 class FakeNodes:
-    def __init__(self, port: KubePort) -> None:
+    def __init__(
+        self, port: KubePort, clock: Callable[[], float] = time.time, scale: float = 1.0, complete: bool = False
+    ) -> None:
         self.port = port
+        self.clock, self.scale, self.complete = clock, scale, complete  # scale: clock seconds per real second
+        self.runs: dict[str, list[list[float]]] = defaultdict(list)  # pod key → [started, ended] on the clock
         self.informer = Informer(port, PODS, self._event)
         self.todo: asyncio.Queue[str] = asyncio.Queue()
         self.violations: list[str] = []
@@ -164,6 +178,10 @@ class FakeNodes:
 
     def _event(self, kind: str, obj: dict) -> None:
         key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if kind == "DELETED":
+            self._ended(key)
+            self.started.discard(key)  # a new pod of that name starts afresh
+            self.stopping.discard(key)
         if kind != "DELETED" and obj["metadata"].get("deletionTimestamp") and key not in self.stopping:
             self.stopping.add(key)
             self._spawn(self._stop(key, obj["metadata"].get("deletionGracePeriodSeconds", 0)))
@@ -172,7 +190,12 @@ class FakeNodes:
         if kind != "DELETED" and obj["spec"].get("nodeName") and waiting:
             self.todo.put_nowait(key)
 
-    def audit(self, node: str) -> None:
+    def audit(self, n: dict) -> None:
+        """Every card fairgpu put a pod on holds no more than its registered cores (devcore), memory and task
+        count, and a cores-100 task on a 100-core card is alone (HAMi's Fit)."""
+        node = n["metadata"]["name"]
+        register = (n["metadata"].get("annotations") or {}).get(hami.NODE_REGISTER)
+        caps = {d.uuid: (d.cores, d.memory_mib, d.count) for d in hami.decode_register(register)} if register else {}
         cores: dict[str, int] = defaultdict(int)
         mem: dict[str, int] = defaultdict(int)
         tasks: dict[str, int] = defaultdict(int)
@@ -182,6 +205,8 @@ class FakeNodes:
             ann = obj["metadata"].get("annotations") or {}
             if obj["spec"].get("nodeName") != node or hami.ALLOCATED not in ann:
                 continue
+            if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # its containers have exited: it holds no GPU
             try:
                 segments = hami.decode_devices(ann[hami.ALLOCATED])
             except FormatError:
@@ -196,8 +221,9 @@ class FakeNodes:
                     if d.cores >= 100:
                         exclusive.add(d.uuid)
         for uuid in tasks.keys() & ours:
-            shared_whole = uuid in exclusive and tasks[uuid] > 1
-            if cores[uuid] > 100 or mem[uuid] > GPU_MEM or tasks[uuid] > SPLIT or shared_whole:
+            cap_cores, cap_mem, split = caps.get(uuid, (100, GPU_MEM, SPLIT))
+            shared_whole = uuid in exclusive and tasks[uuid] > 1 and cap_cores == 100
+            if cores[uuid] > cap_cores or mem[uuid] > cap_mem or tasks[uuid] > split or shared_whole:
                 self.violations.append(f"{node} {uuid}: cores {cores[uuid]} mem {mem[uuid]} tasks {tasks[uuid]}")
 
     async def run(self) -> None:
@@ -223,9 +249,34 @@ class FakeNodes:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _ended(self, key: str, at: float | None = None) -> None:
+        runs = self.runs.get(key)
+        if runs and len(runs[-1]) == 1:
+            runs[-1].append(self.clock() if at is None else at)
+
+    async def _exit(self, key: str, obj: dict, started: float, runtime: float) -> None:
+        """The containers finish their work `runtime` after they started (whenever this loop gets to notice):
+        the pod Succeeds, its containers' statuses saying when they ran, as a kubelet's do."""
+        await asyncio.sleep(max(0.0, started + runtime - self.clock()) / self.scale)
+        now = self.informer.cache.get(key)
+        uid = obj["metadata"].get("uid")
+        if now is None or now["metadata"].get("uid") != uid or now["metadata"].get("deletionTimestamp"):
+            return  # evicted meanwhile
+        ns, name = key.split("/", 1)
+        self._ended(key, started + runtime)
+        ran = {"startedAt": _stamp(started), "finishedAt": _stamp(started + runtime), "exitCode": 0}
+        statuses = [{"name": c["name"], "state": {"terminated": ran}} for c in _containers(obj)]
+        done = {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}
+        done["containerStatuses"] = statuses
+        try:
+            await self.port.patch(PODS, name, {"metadata": {"uid": uid}, "status": done}, ns, subresource="status")
+        except KubeError as err:
+            if err.code not in (404, 409):  # gone, or another pod of its name
+                raise
+
     async def _stop(self, key: str, grace: float) -> None:
         """The containers ignore SIGTERM: the pod goes when its grace period is over."""
-        await asyncio.sleep(grace)
+        await asyncio.sleep(grace / self.scale)
         ns, name = key.split("/", 1)
         try:
             await self.port.delete(PODS, name, ns, grace_seconds=0)
@@ -244,12 +295,27 @@ class FakeNodes:
     async def _allocate(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
         node = obj["spec"]["nodeName"]
-        self.audit(node)
         try:
+            self.audit(await self.port.get(NODES, node))
             if any(r.GPU in _limits(c) for c in _containers(obj)):  # the kubelet calls HAMi's Allocate
                 await self._device_plugin(key, obj, node)
+            started = self.clock()
             running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-            await self.port.patch(PODS, name, {"status": running}, ns, subresource="status")
+            state = {"running": {"startedAt": _stamp(started)}}
+            running["containerStatuses"] = [{"name": c["name"], "state": state} for c in _containers(obj)]
+            self.runs[key].append([started])  # the containers start; a deletion from now on ends the run
+            uid = {"uid": obj["metadata"]["uid"]}  # never another pod made since under this name
+            try:
+                await self.port.patch(PODS, name, {"metadata": uid, "status": running}, ns, subresource="status")
+            except KubeError as err:
+                self.runs[key].pop()
+                current = self.informer.cache.get(key)
+                if err.code == 409 and (current is None or current["metadata"].get("uid") != uid["uid"]):
+                    return  # this pod is gone; a new one of its name is allocated on its own
+                raise
+            runtime = (obj["metadata"].get("annotations") or {}).get(EXPECTED_RUNTIME)
+            if self.complete and runtime is not None:
+                self._spawn(self._exit(key, obj, started, parse_duration(runtime)))
         except AllocateError as err:
             self.violations.append(f"{key}: HAMi's device plugin would fail it: {err}")
         except KubeError as err:

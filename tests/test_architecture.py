@@ -101,10 +101,12 @@ def test_the_framework_never_imports_plugins(module):
     assert not {d for d in GRAPH[module] if _within(d, ("fairgpu.plugins",))}
 
 
-@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _within(m, (*DRIVERS, "fairgpu.observe"))))
+@pytest.mark.parametrize(
+    "module", sorted(m for m in GRAPH if _within(m, (*DRIVERS, "fairgpu.observe", "fairgpu.twin")))
+)
 def test_drivers_never_import_each_other(module):
     mine = next((d for d in DRIVERS if _within(module, (d,))), None)
-    others = tuple(d for d in DRIVERS if d != mine)  # observe/ may import neither
+    others = tuple(d for d in DRIVERS if d != mine)  # observe/ and twin/ (what both drivers share) import neither
     assert not {d for d in GRAPH[module] if _within(d, others)}, f"{module} imports another driver"
 
 

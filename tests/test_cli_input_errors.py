@@ -53,8 +53,10 @@ def test_duplicate_key_inside_a_flow_mapping(tmp_path: Path) -> None:
         (lambda d: d["cluster"]["nodes"][0].__setitem__("memory", 512), "cluster.nodes[0].memory: 512 needs a unit"),
         (lambda d: d["cluster"]["nodes"][0].__setitem__("gpu_memory", "80"), "cluster.nodes[0].gpu_memory: '80'"),
         (lambda d: d["workloads"][0]["requests"].__setitem__("memory", 512), "workloads[0].requests.memory: 512"),
+        (lambda d: d["queues"][0].__setitem__("guaranteed", {"memory": 512}), "queues[0].guaranteed: 512"),
+        (lambda d: d["queues"][1].__setitem__("limit", {"memory": "64"}), "queues[1].limit: '64'"),
     ],
-    ids=["node-memory", "gpu-memory", "request-memory"],
+    ids=["node-memory", "gpu-memory", "request-memory", "queue-guarantee", "queue-limit"],
 )
 def test_bare_memory_number_needs_a_unit(tmp_path: Path, where, needle: str) -> None:
     doc = small_doc()
@@ -266,3 +268,24 @@ def test_no_error_escapes_as_a_traceback_in_a_subprocess(tmp_path: Path) -> None
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "nodes.csv:4" in proc.stderr
+
+
+def test_philly_without_gavels_throughputs_says_which_file_is_missing(tmp_path: Path) -> None:
+    """A job with no V100 duration needs Gavel's throughput file beside the CSV, and the error says so."""
+    row = "vc1,7,ResNet-18 (batch size 16),100,0,1,\n"
+    p = write(tmp_path, "philly.csv", PHILLY_HEAD + row)
+    err = run_error("simulate", "--trace", f"philly:{p}", "--gpus", "8", "--json")
+    assert "philly.csv:2: iso_duration_s_v100: empty, and no simulation_throughputs.json.gz beside the trace" in err
+    gavel = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "gavel-philly-vc"
+    (tmp_path / "simulation_throughputs.json.gz").write_bytes((gavel / "simulation_throughputs.json.gz").read_bytes())
+    assert invoke("simulate", "--trace", f"philly:{p}", "--gpus", "8", "--json").exit_code == 0
+
+
+def test_a_run_over_no_time_is_an_error_not_a_crash() -> None:
+    from fairgpu.catalog import load_profile
+    from fairgpu.errors import ScenarioError
+    from fairgpu.sim import scenario as scenario_mod
+    from fairgpu.sim.runner import Simulation
+
+    with pytest.raises(ScenarioError, match="horizon must be positive"):
+        Simulation(scenario_mod.load("demo"), load_profile("fairgpu"), horizon=0.0)

@@ -95,6 +95,10 @@ def test_fill_smoke_through_the_cli(tmp_path: Path) -> None:
         app, ["fill", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--seeds", "42"]
     )
     assert table.exit_code == 0 and "failed up to 130 % load, by cause" in table.stdout
+    # the progress bar's feed: once before the runs, then once as each policy × seed run finishes
+    calls: list[tuple[int, int]] = []
+    fill_experiment(nodes, pods, ["random", "fgd"], [42, 43], workers=2, progress=lambda *a: calls.append(a))
+    assert calls == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
 
 
 def test_failures_by_cause_count_each_run_up_to_the_load() -> None:

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fairgpu import hamiconfig
+from fairgpu.catalog import load_profile
 from fairgpu.errors import BindError, FormatError, KubeError, RequestError
+from fairgpu.framework.cardfit import fit_containers
+from fairgpu.framework.placement import place_pod
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.translate import PodInfo, pod_info
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, QueueSpec, QueueTree
 from fairgpu.model.pod import scheduler_request, webhook_defaults
 
 CORPUS = json.loads((Path(__file__).parent / "hami_corpus" / "hami_v2.10.0.json").read_text())
@@ -128,6 +135,8 @@ def _check(case: dict):
         return g.mem_for(given["card_mib"])
     if kind == "webhook_exclusive":
         return webhook_defaults(_resources(given), rules).get(rules.cores_name)
+    if kind in ("fit", "pod_fit"):
+        return _fit(case)
     if kind in ("check_uuid", "check_type"):
         key = {"use": "use-gpu", "nouse": "nouse-gpu"}
         suffix = "uuid" if kind == "check_uuid" else "type"
@@ -136,6 +145,57 @@ def _check(case: dict):
         spec = pod_info(pod).spec
         return spec.allows_uuid(given["uuid"]) if kind == "check_uuid" else spec.allows_model(given["model"])
     raise AssertionError(f"unknown kind {kind}")
+
+
+def _request(r: dict | None) -> GpuRequest | None:
+    """HAMi's ContainerDeviceRequest as fairgpu's: Memreq wins when set, else the percentage (101 = unset)."""
+    if r is None:
+        return None
+    pct = r["mempct"] if not r["memreq"] and r["mempct"] not in (0, 101) else 100
+    return GpuRequest(count=r["nums"], cores=min(r["cores"], 100), mem_mib=r["memreq"], mem_pct=pct)
+
+
+def _fit(case: dict):
+    """One node with HAMi's DeviceUsage list (usage written straight into the state's arrays, as HAMi's cache
+    holds it), the request placed by fairgpu's engine (profile fairgpu): HAMi's Fit result, or its
+    per-container device lists."""
+    given = case["input"]
+    devices = given["devices"]
+    gpus = tuple(
+        GpuDevice("NVIDIA", d["totalmem"], d["id"], d["health"], d["count"], "hami-core", d["totalcore"], d["numa"])
+        for d in devices
+    )
+    sched = Scheduler([NodeSpec("n", 64000, 256000, gpus)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    st = sched.state
+    for j, d in enumerate(devices):
+        st.gpu_tasks[0, j] = d["used"]
+        st.gpu_cores_free[0, j] -= d["usedcores"]
+        st.gpu_mem_free[0, j] -= d["usedmem"]
+        st.node_cores_free[0] -= d["usedcores"]
+    st.gpu_idle[:] = st.gpu_usable & (st.gpu_tasks == 0)
+    st.node_idle_gpus[:] = st.gpu_idle.sum(axis=1)
+    annotations = {**given.get("annotations", {})}
+    if given.get("policy"):
+        annotations[hami.GPU_POLICY] = given["policy"]
+    meta = {"name": "p", "namespace": "n", "annotations": annotations}
+    base = pod_info({"metadata": meta, "spec": {"containers": []}}).spec
+    requests = [_request(r) for r in given["containers"]] if case["kind"] == "pod_fit" else [_request(given["request"])]
+    wanted = [g for g in requests if g is not None]
+    pod = dc_replace(base, gpu=wanted[0], more_gpus=tuple(wanted[1:]))
+    placed = place_pod(pod, sched.view, sched.profile)
+    fits, picks = fit_containers(st, pod, np.array([0]))
+    assert (placed is not None) == bool(fits[0]), "the engine's filter and HAMi's card order disagree"
+    if placed is None:
+        return {"fit": False} if case["kind"] == "fit" else "fail"
+    if case["kind"] == "fit":
+        return {"fit": True, "devices": [devices[s]["id"] for s in picks[0][0]]}
+    assert pod.per_container or len(wanted) == 1
+    entries = iter(placed.containers())
+    out = []
+    for r in requests:
+        rng = next(entries) if r is not None else range(0)
+        out.append([[devices[placed.slots[e]]["id"], placed.mem_mib[e], placed.cores[e]] for e in rng])
+    return out
 
 
 def _agrees(case: dict, got) -> bool:
@@ -160,5 +220,5 @@ def test_fairgpu_agrees_with_hamis_own_test(case: dict) -> None:
 
 
 def test_corpus_size_and_differences_are_what_the_report_says() -> None:
-    assert len(CASES) == 92
+    assert len(CASES) == 114
     assert len(DIFFERENCES) == 3 and all(any((c["kind"], c["name"]) == k for c in CASES) for k in DIFFERENCES)

@@ -185,7 +185,8 @@ def test_selection_annotations_in_kubernetes_mode():
     bad = {**ann, hami.GPU_POLICY: "fastest", hami.NUMA_BIND: "true"}
     obj = {"metadata": {"name": "p", "namespace": "n", "annotations": bad}, "spec": {"containers": [_c("a", gpus)]}}
     problem = pod_info(obj).problem
-    assert "hami.io/gpu-scheduler-policy" in problem and "nvidia.com/numa-bind" in problem
+    assert "hami.io/gpu-scheduler-policy" in problem and "nvidia.com/numa-bind" not in problem
+    assert pod_info(obj).spec.numa_bind  # scheduled with HAMi's NUMA rule (framework/cardfit.py)
 
 
 def test_register_decoding_is_as_strict_as_hamis_and_encodes_in_gos_order():
@@ -286,6 +287,9 @@ def test_scenario_hami_key_registers_nodes_as_hamis_device_plugin_would():
     assert sc.nodes[0].split_count == 3 and sc.nodes[0].gpus[0].memory_mib == 32768
     p = sc.workloads[0].pods[0]
     assert (p.gpu.mem_mib, p.gpu.cores, p.gpu_mutex) == (1000, 10, True)
+    doc["hami"] = {"deviceCoreScaling": 2}  # devcore 200, as HAMi's device plugin registers it (old: refused)
+    sc = scenario_mod.build(doc)
+    assert sc.nodes[0].gpus[0].cores == 200 and ClusterState(sc.nodes).capacity_vector()[0] == 4.0
     doc["hami"] = {"deviceSplitCount": 0}
     with pytest.raises(Exception, match=r"hami"):
         scenario_mod.build(doc)

@@ -88,8 +88,8 @@ def test_cluster_queues_become_queues_under_their_cohort(tmp_path: Path) -> None
     assert queues["research"]["spec"] == {"weight": 2.0}
     vision = queues["vision"]["spec"]
     assert vision["parent"] == "research" and vision["weight"] == 3.0
-    assert vision["guaranteed"] == {"cpu": "96", "memory": "768Gi".replace("768Gi", str(768 * 2**30)),
-                                    "nvidia.com/gpu": "12"}  # fmt: skip
+    # memory keeps a unit: a Queue refuses a bare byte count
+    assert vision["guaranteed"] == {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "12"}
     assert vision["limit"] == {"nvidia.com/gpu": "18"}  # nominal 12 + borrowing 6
     assert vision["lendable"] == {"nvidia.com/gpu": "3"}
     assert vision["preemption"] == {"reclaim": True, "within_queue": "LowerPriority"}
@@ -132,3 +132,12 @@ def test_bad_kueue_input_is_one_line(tmp_path: Path) -> None:
     )
     result = run(tmp_path, cycle)
     assert result.exit_code == 2 and "cohorts form a cycle" in result.stderr
+
+
+def test_memory_quota_keeps_its_size_in_a_unit(tmp_path: Path) -> None:
+    # 512Gi + 256Gi across two flavors is 768Gi; a decimal 1G is not a whole number of KiB: kilobytes
+    decimal = KUEUE.replace("{name: memory, nominalQuota: 256Gi}", "{name: memory, nominalQuota: 1G}")
+    queues = {q["metadata"]["name"]: q for q in yaml.safe_load_all(run(tmp_path, decimal).stdout)}
+    memory = queues["vision"]["spec"]["guaranteed"]["memory"]
+    assert memory == "550755813.888k"  # 512 × 2^30 + 10^9 bytes, exactly
+    QueueDoc.model_validate({"name": "v", "guaranteed": {"memory": memory}})

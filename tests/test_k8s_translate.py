@@ -158,7 +158,9 @@ def test_pod_problems_name_the_field_and_do_not_stop_translation():
     p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10Gi"})]))
     assert p.problem.startswith("spec.containers[0].resources.nvidia.com/gpumem:")
     p = pod_info(_pod([_c("a", {"nvidia.com/gpu": "1"}), _c("b", {"nvidia.com/gpu": "1"})]))
-    assert "2 containers ask for GPUs" in p.problem and p.gpu_containers == (0, 1)
+    assert p.problem is None and p.gpu_containers == (0, 1)  # several GPU app containers: scheduled
+    p = pod_info(_pod([_c("b", {"nvidia.com/gpu": "1"})], init=[_c("i", {"nvidia.com/gpu": "1"})]))
+    assert "2 containers ask for GPUs, one of them an init container" in p.problem
     with pytest.raises(RequestError, match=r"spec.containers\[0\].resources.cpu"):
         pod_info(_pod([_c("a", requests={"cpu": "lots"})]))
 
@@ -189,3 +191,8 @@ def test_queue_cr_maps_scenario_keys_and_names_bad_fields():
         queue_from_cr({"metadata": {"name": "x"}, "spec": {"weight": 0}})
     with pytest.raises(ValueError, match=r"^spec.colour"):
         queue_from_cr({"metadata": {"name": "x"}, "spec": {"colour": "red"}})
+    # A bare memory number would be bytes: a 512-byte limit would block the queue outright.
+    with pytest.raises(ValueError, match=r"^spec.limit: .*needs a unit"):
+        queue_from_cr({"metadata": {"name": "x"}, "spec": {"limit": {"memory": 512}}})
+    ok = queue_from_cr({"metadata": {"name": "x"}, "spec": {"limit": {"memory": "512Gi"}}})
+    assert ok.spec.limit[3] == 512 * 1024  # MiB

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from chaos import audit, chaos_node, chaos_pod
+from audit import audit
+from chaos import chaos_node, chaos_pod
 from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
 from fairgpu.k8s import hami

@@ -96,7 +96,9 @@ def check_annotations_match_engine(ctl: Controller, pods: dict[str, dict]) -> in
         # main container, the sidecar's empty segment, and the empty one HAMi's decoder reads after the last ";"
         assert len(segments) == 3 and segments[1] == segments[2] == []
         gpus = state.nodes[placement.node].gpus
-        want = [(gpus[s].uuid, m, placement.cores) for s, m in zip(placement.slots, placement.mem_mib, strict=True)]
+        want = [
+            (gpus[s].uuid, m, c) for s, c, m in zip(placement.slots, placement.cores, placement.mem_mib, strict=True)
+        ]
         assert [(d.uuid, d.memory_mib, d.cores) for d in segments[0]] == want
         p = pod_info(obj)
         assert len(segments[0]) == p.spec.gpu.count

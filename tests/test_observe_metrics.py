@@ -89,8 +89,8 @@ def test_per_gpu_allocation_matches_the_placements_pods_hold(scraped):
     cores, mem, pods = defaultdict(float), defaultdict(float), defaultdict(int)
     for key in st.placed_keys():
         p = st.placement(key)
-        for slot, m in zip(p.slots, p.mem_mib, strict=True):
-            cores[(st.node_names[p.node], str(slot))] += p.cores / 100
+        for slot, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
+            cores[(st.node_names[p.node], str(slot))] += c / 100
             mem[(st.node_names[p.node], str(slot))] += m * MIB
             pods[(st.node_names[p.node], str(slot))] += 1
     assert sum(pods.values()) > 0 and any(0 < c < 1 for c in cores.values())  # shared GPUs are in play

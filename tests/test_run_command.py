@@ -100,10 +100,10 @@ def test_admission_answers_during_a_slow_scheduling_cycle(fake_api, tmp_path, mo
     step = Controller.step
     cycles: list[float] = []
 
-    def slow_step(self: Controller) -> None:
+    async def slow_step(self: Controller) -> None:
         cycles.append(time.monotonic())
-        time.sleep(3.0)  # a deliberately slow engine cycle, on the controller's loop
-        step(self)
+        time.sleep(3.0)  # a deliberately slow engine cycle, holding the controller's loop
+        await step(self)
 
     monkeypatch.setattr(Controller, "step", slow_step)
     _request(f"{fake_api.url}/api/v1/nodes", "POST", node(0))

@@ -162,6 +162,24 @@ def test_stopping_steps_early_leaves_the_rest_pending(two_nodes):
     assert started(s.cycle(1)) == ["j2", "j3", "j4"]
 
 
+def test_cycle_counts_evaluated_attempts_apart_from_memo_skips(two_nodes):
+    # benchmarks time real decisions apart from cache skips by these counters
+    s = Scheduler(two_nodes, tree("a"), load_profile("kube-default"))
+    s.submit(job("fits", "a", whole(6), t=0))
+    s.submit(job("big", "a", whole(8), pods=3, t=1))  # evaluated: one pod places, then one fails
+    s.submit(job("big-again", "a", whole(8), t=2))  # same shape as big's next pod: answered by the memo
+    s.submit(job("small", "a", whole(1), t=3))
+    result = s.cycle(0)
+    assert result.attempts == 4
+    assert result.evaluated == 3 and result.searches == 0
+    s = Scheduler(two_nodes, tree("a", "b"), load_profile("fairgpu"))
+    s.submit(job("big", "a", whole(8), pods=3, t=0))
+    s.submit(job("big-b", "b", whole(8), pods=3, t=1))
+    result = s.cycle(0)
+    # b's gang of the same shape skips evaluation but still searches for victims for its own queue
+    assert (result.attempts, result.evaluated, result.searches) == (2, 1, 2)
+
+
 def test_hierarchical_queues_charge_the_parent():
     queues = QueueTree([QueueSpec("org"), QueueSpec("t1", parent="org"), QueueSpec("t2", parent="org")])
     s = Scheduler([gpu_node("n0")], queues, load_profile("fairgpu"))

@@ -107,15 +107,15 @@ def test_placement_for_whole_gpus_takes_each_cards_memory() -> None:
     devs = (GpuDevice(A100, 81920), GpuDevice("A100-40GB", 40960))
     s = ClusterState([NodeSpec("mixed", 64_000, 1 << 18, devs)])
     p = s.placement_for(whole(2, cpu_m=3000, memory_mib=2048), 0, (1, 0))
-    assert p == Placement(0, (1, 0), 100, (40960, 81920), 3000, 2048)
+    assert p == Placement(0, (1, 0), (100, 100), (40960, 81920), 3000, 2048)
 
 
 def test_placement_for_fractional_and_percentage() -> None:
     s = ClusterState([node("a", 2, mem=40960)])
-    assert s.placement_for(frac(30, 4096), 0, (1,)) == Placement(0, (1,), 30, (4096,), 500, 512)
+    assert s.placement_for(frac(30, 4096), 0, (1,)) == Placement(0, (1,), (30,), (4096,), 500, 512)
     pct = PodSpec(gpu=GpuRequest(2, 20, 0, 25))
     assert s.placement_for(pct, 0, (0, 1)).mem_mib == (10240, 10240)
-    assert s.placement_for(PodSpec(100, 200), 0, ()) == Placement(0, (), 0, (), 100, 200)
+    assert s.placement_for(PodSpec(100, 200), 0, ()) == Placement(0, (), (), (), 100, 200)
 
 
 def test_cores_100_with_gpumem_records_its_gpumem_and_still_takes_the_whole_card() -> None:
@@ -147,8 +147,8 @@ def test_whole_gpu_pod_needs_an_idle_gpu() -> None:
     assert not can(s, whole(2), 0, (0, 1))
     assert can(s, whole(), 0, (1,))
     # Even a 100-core placement that asks for no memory may not join a busy card.
-    assert not s.fits(Placement(0, (0,), 100, (0,)))
-    assert s.fits(Placement(0, (1,), 100, (0,)))
+    assert not s.fits(Placement(0, (0,), (100,), (0,)))
+    assert s.fits(Placement(0, (1,), (100,), (0,)))
 
 
 def test_cores_100_fractional_request_needs_an_idle_gpu() -> None:
@@ -224,10 +224,10 @@ def test_unhealthy_and_missing_gpus_never_fit() -> None:
     s = ClusterState([node("a", 2, unhealthy=(1,)), node("b", 4)])
     assert s.node_idle_gpus.tolist() == [1, 4]
     assert not can(s, frac(10, 10), 0, (1,))
-    assert not s.fits(Placement(0, (2,), 10, (10,)))  # padding slot: node a has no third GPU
-    assert not s.fits(Placement(0, (7,), 10, (10,)))  # out of range
-    assert not s.fits(Placement(5, (), 0, ()))  # no such node
-    assert not s.fits(Placement(-1, (), 0, ()))
+    assert not s.fits(Placement(0, (2,), (10,), (10,)))  # padding slot: node a has no third GPU
+    assert not s.fits(Placement(0, (7,), (10,), (10,)))  # out of range
+    assert not s.fits(Placement(5))  # no such node
+    assert not s.fits(Placement(-1))
     assert can(s, frac(10, 10), 0, (0,))
 
 
@@ -421,11 +421,11 @@ class ClusterMachine(RuleBasedStateMachine):
         mem: dict = defaultdict(int)
         excl: dict = defaultdict(bool)
         for p in self.placed.values():
-            for s, m in zip(p.slots, p.mem_mib, strict=True):
+            for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
                 tasks[p.node, s] += 1
-                cores[p.node, s] += p.cores
+                cores[p.node, s] += c
                 mem[p.node, s] += m
-                excl[p.node, s] |= p.cores >= 100
+                excl[p.node, s] |= c >= 100
         return tasks, cores, mem, excl
 
     def oracle_fits(self, p: Placement) -> bool:
@@ -437,17 +437,17 @@ class ClusterMachine(RuleBasedStateMachine):
         if len(set(p.slots)) < len(p.slots):
             return False
         tasks, cores, mem, excl = self.usage()
-        for s, m in zip(p.slots, p.mem_mib, strict=True):
+        for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
             if s >= len(nd.gpus) or not nd.gpus[s].healthy:
                 return False
             key = (p.node, s)
             if excl[key] or tasks[key] >= nd.split_count:
                 return False
-            if cores[key] + p.cores > 100 or mem[key] + m > nd.gpus[s].memory_mib:
+            if cores[key] + c > 100 or mem[key] + m > nd.gpus[s].memory_mib:
                 return False
-            if p.cores >= 100 and tasks[key] > 0:
+            if c >= 100 and tasks[key] > 0:
                 return False
-            if p.cores == 0 and cores[key] >= 100:
+            if c == 0 and cores[key] >= 100:
                 return False
         return True
 

@@ -50,3 +50,43 @@ def test_best_fit_weighs_cpu_and_gpus_left_each_over_the_largest_node():
         assert p is not None
         view.state.assign(key, p)
     assert place_pod(whole(1), view, best_fit).node == 0
+
+
+def _fragmentation(**args: object):
+    from fairgpu.catalog import profile_from_dict
+
+    score = [{"name": "Fragmentation", "args": args}]
+    return profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": score})
+
+
+def _fill(view, profile, pods: list[PodSpec], node: int) -> None:
+    """Place `pods` on `node` (the others avoided), as earlier cycles would have."""
+    avoid = np.ones(view.state.num_nodes, dtype=bool)
+    avoid[node] = False
+    for i, pod in enumerate(pods):
+        p = place_pod(pod, view, profile, avoid)
+        assert p is not None and p.node == node
+        view.state.assign(f"fill{node}-{i}", p)
+
+
+def test_fgd_puts_a_cpu_only_pod_where_it_strands_no_gpu():
+    """y has one GPU left and 12 cores, just enough for the mix's 1-GPU, 10-core pods; x is idle with 128
+    cores. A CPU-only pod on y would leave y's last GPU without the CPU to use it, on x it strands nothing:
+    FGD puts it on x, though y comes first and an 8-GPU pod is in the mix too (x alone can take one)."""
+    profile = _fragmentation()
+    view = Scheduler([gpu_node("y", cpu_m=82_000), gpu_node("x")], QueueTree([QueueSpec("q")]), profile).view
+    _fill(view, profile, [whole(1, cpu_m=10_000)] * 7, node=0)
+    assert place_pod(whole(8), view, profile).node == 1  # an 8-GPU pod seen (waiting), so part of the mix
+    assert place_pod(PodSpec(cpu_m=4000), view, profile).node == 1
+
+
+def test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
+    """The mix so far: 1-GPU pods with 16 cores each. p has 8 idle GPUs but 32 cores, too few to feed them;
+    q and r have CPU to spare. With the cpu_balance term, a 1-GPU pod needing 1 core goes to p (where it
+    uses a GPU that would idle anyway for want of CPU) and q's CPU stays for CPU-hungry pods; q comes first
+    in node order, and FGD's own measure sees no difference between them."""
+    profile = _fragmentation(cpu_balance=1.0)
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=32_000), gpu_node("r")]
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
+    _fill(view, profile, [whole(1, cpu_m=16_000)] * 4, node=2)
+    assert place_pod(whole(1, cpu_m=1000), view, profile).node == 1

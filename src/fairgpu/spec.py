@@ -143,6 +143,8 @@ class QueueDoc(Strict):
     @classmethod
     def _vector(cls, v: dict[str, Quantity] | None) -> dict[str, Quantity] | None:
         if v is not None:
+            if r.MEMORY in v:
+                require_memory_unit(v[r.MEMORY])
             r.quota_vector(v, default=0.0)
         return v
 

@@ -5,6 +5,7 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,14 +25,24 @@ def scratch_key(*parts: object) -> str:
 
 @dataclass(slots=True, frozen=True)
 class Placement:
-    """Where one pod runs: a node, its GPU slots, and what it takes on each."""
+    """Where one pod runs: a node, and per card entry (its GPU slot, the cores and MiB it takes there).
+
+    A pod with several GPU containers lists each container's entries in turn (`segments` says how many each
+    has; empty means one container), so one card may appear once per container, as in HAMi."""
 
     node: int
     slots: tuple[int, ...] = ()
-    cores: int = 0  # per GPU
-    mem_mib: tuple[int, ...] = ()  # per GPU, same order as slots
+    cores: tuple[int, ...] = ()  # per entry, same order as slots
+    mem_mib: tuple[int, ...] = ()  # per entry, same order as slots
     cpu_m: int = 0
     memory_mib: int = 0
+    segments: tuple[int, ...] = ()  # entries per GPU container, in container order; () = one container
+
+    def containers(self) -> list[range]:
+        """The entry indices of each GPU container."""
+        sizes = self.segments or ((len(self.slots),) if self.slots else ())
+        starts = itertools.accumulate(sizes, initial=0)
+        return [range(a, b) for a, b in itertools.pairwise(starts)]
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,6 +111,9 @@ _SHARED = (
     "gpu_mem_cap",
     "gpu_cores_cap",
     "gpu_usable",
+    "gpu_numa",
+    "gpu_whole",
+    "uniform_cores",
     "node_cores_cap",
     "_unplaceable",
 )
@@ -126,6 +140,8 @@ class ClusterState:
         self.gpu_model = np.full((n, g), -1, dtype=np.int32)
         self.gpu_mem_cap = np.zeros((n, g), dtype=np.int64)
         self.gpu_split = np.zeros((n, g), dtype=np.int32)  # tasks each card may hold
+        self.gpu_cores_cap = np.zeros((n, g), dtype=np.int32)  # HAMi's devcore (100 × deviceCoreScaling)
+        self.gpu_numa = np.zeros((n, g), dtype=np.int32)
         for i, nd in enumerate(self.nodes):
             for j, dev in enumerate(nd.gpus):
                 self.gpu_split[i, j] = dev.split or nd.split_count
@@ -133,7 +149,12 @@ class ClusterState:
                 self.gpu_healthy[i, j] = dev.healthy
                 self.gpu_model[i, j] = model_id[dev.model]
                 self.gpu_mem_cap[i, j] = dev.memory_mib
-        self.gpu_cores_cap = np.where(self.gpu_valid, GPU_CORES, 0).astype(np.int32)
+                self.gpu_cores_cap[i, j] = dev.cores
+                self.gpu_numa[i, j] = dev.numa
+        # HAMi's Fit makes a cores-100 task exclusive only on a card of exactly 100 cores (devcore); with
+        # deviceCoreScaling ≠ 1 it is an ordinary share of the card's cores.
+        self.gpu_whole = self.gpu_valid & (self.gpu_cores_cap == GPU_CORES)
+        self.uniform_cores = bool(np.array_equal(self.gpu_whole, self.gpu_valid))
 
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
@@ -174,7 +195,7 @@ class ClusterState:
             np.add.at(new.gpu_mem_free, (n, s), fp.slot_mem)
             np.add.at(new.gpu_tasks, (n, s), -1)
             np.add.at(new.node_cores_free, n, cores)
-            whole = cores >= GPU_CORES
+            whole = (cores >= GPU_CORES) & new.gpu_whole[n, s]
             new.gpu_exclusive[n[whole], s[whole]] = False
             new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
             new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
@@ -193,9 +214,10 @@ class ClusterState:
         return float(self.gpu_mem_cap.sum() / max(1, self.total_gpus))
 
     def capacity_vector(self) -> np.ndarray:
-        """Cluster capacity over the fair dimensions (gpu, gpumem, cpu, memory)."""
+        """Cluster capacity over the fair dimensions (gpu, gpumem, cpu, memory). GPUs count in the unit pods are
+        charged in, GPU-equivalents of 100 cores: a card of devcore 200 (deviceCoreScaling 2) holds two."""
         return np.array(
-            [self.total_gpus, self.gpu_mem_cap.sum(), self.cpu_cap.sum(), self.mem_cap.sum()],
+            [self.gpu_cores_cap.sum() / GPU_CORES, self.gpu_mem_cap.sum(), self.cpu_cap.sum(), self.mem_cap.sum()],
             dtype=np.float64,
         )
 
@@ -234,16 +256,25 @@ class ClusterState:
         return float((self.gpu_cores_cap - self.gpu_cores_free).sum()) / GPU_CORES
 
     # -- mutation -----------------------------------------------------------------------------------
-    def placement_for(self, pod: PodSpec, node: int, slots: Sequence[int] | np.ndarray) -> Placement:
-        """The Placement that pod would get on these slots of that node."""
+    def placement_for(
+        self, pod: PodSpec, node: int, slots: Sequence[int] | np.ndarray, segments: tuple[int, ...] = ()
+    ) -> Placement:
+        """The Placement that pod would get on these slots of that node: its GPU containers' cards in turn,
+        `segments` of them each (one container when empty)."""
         slots = tuple(int(s) for s in slots)
         if pod.gpu is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
-        cap = self.gpu_mem_cap[node, list(slots)]
         # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
-        mem = tuple(int(m) for m in np.broadcast_to(pod.gpu.mem_for(cap), cap.shape))
-        return Placement(node, slots, pod.gpu.cores, mem, pod.cpu_m, pod.memory_mib)
+        cores: list[int] = []
+        mem: list[int] = []
+        start = 0
+        for g, size in zip(pod.gpus, segments or (len(slots),), strict=True):
+            cap = self.gpu_mem_cap[node, list(slots[start : start + size])]
+            mem += [int(m) for m in np.broadcast_to(g.mem_for(cap), cap.shape)]
+            cores += [g.cores] * size
+            start += size
+        return Placement(node, slots, tuple(cores), tuple(mem), pod.cpu_m, pod.memory_mib, segments)
 
     def assign(self, key: str, p: Placement) -> None:
         if key in self._ledger:
@@ -267,22 +298,32 @@ class ClusterState:
         return list(self._ledger)
 
     def fits(self, p: Placement) -> bool:
-        """Whether a placement fits now, under HAMi's per-GPU rules."""
+        """Whether a placement fits now, under HAMi's per-card rules (`Fit`), each entry seeing the ones
+        before it as HAMi's scheduler fits a pod's containers in turn."""
         i = p.node
         if not (0 <= i < self.num_nodes) or self.cpu_free[i] < p.cpu_m or self.mem_free[i] < p.memory_mib:
             return False
-        if len(set(p.slots)) != len(p.slots):
-            return False  # one container never gets two slots of one GPU
-        for s, m in zip(p.slots, p.mem_mib, strict=True):
+        if not len(p.slots) == len(p.cores) == len(p.mem_mib) or sum(p.segments) not in (0, len(p.slots)):
+            return False
+        for entries in p.containers():
+            if len({p.slots[e] for e in entries}) != len(entries):
+                return False  # one container never gets two slots of one GPU
+        used: dict[int, tuple[int, int, int, bool]] = {}  # slot → (tasks, free cores, free MiB, exclusive)
+        for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
             if not (0 <= s < self.gpu_valid.shape[1]) or not (self.gpu_valid[i, s] and self.gpu_healthy[i, s]):
                 return False
-            tasks, free_cores = self.gpu_tasks[i, s], self.gpu_cores_free[i, s]
-            if self.gpu_exclusive[i, s] or tasks >= self.gpu_split[i, s] or free_cores < p.cores:
+            tasks, free_cores, free_mem, exclusive = used.get(
+                s, (int(self.gpu_tasks[i, s]), int(self.gpu_cores_free[i, s]), int(self.gpu_mem_free[i, s]),
+                    bool(self.gpu_exclusive[i, s]))
+            )  # fmt: skip
+            whole = bool(self.gpu_whole[i, s])
+            if exclusive or tasks >= self.gpu_split[i, s] or free_cores < c or free_mem < m:
                 return False
-            if self.gpu_mem_free[i, s] < m or (p.cores >= GPU_CORES and tasks > 0):
-                return False
-            if p.cores == 0 and free_cores == 0:
+            if whole and c >= GPU_CORES and tasks > 0:
+                return False  # HAMi: cores 100 on a 100-core card wants it to itself
+            if c == 0 and free_cores == 0 and self.gpu_cores_cap[i, s] != 0:
                 return False  # HAMi: a 0-core task cannot land on a card whose cores are all taken
+            used[s] = (tasks + 1, free_cores - c, free_mem - m, whole and c >= GPU_CORES)
         return True
 
     def _apply(self, p: Placement, sign: int) -> None:
@@ -292,16 +333,19 @@ class ClusterState:
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
             return
-        s = list(p.slots)
-        self.gpu_cores_free[i, s] += sign * p.cores
-        self.node_cores_free[i] += sign * p.cores * len(s)
-        self.gpu_mem_free[i, s] += sign * np.asarray(p.mem_mib, dtype=np.int64)
-        self.gpu_tasks[i, s] -= sign
-        if p.cores >= GPU_CORES:
-            self.gpu_exclusive[i, s] = sign < 0
-        idle = (self.gpu_tasks[i, s] == 0) & self.gpu_healthy[i, s]
-        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, s].sum())
-        self.gpu_idle[i, s] = idle
+        s = np.asarray(p.slots, dtype=np.intp)
+        cores = np.asarray(p.cores, dtype=np.int64)
+        rows = np.full(len(s), i, dtype=np.intp)
+        np.add.at(self.gpu_cores_free, (rows, s), sign * cores)
+        self.node_cores_free[i] += sign * int(cores.sum())
+        np.add.at(self.gpu_mem_free, (rows, s), sign * np.asarray(p.mem_mib, dtype=np.int64))
+        np.add.at(self.gpu_tasks, (rows, s), -sign)
+        whole = (cores >= GPU_CORES) & self.gpu_whole[i, s]
+        self.gpu_exclusive[i, s[whole]] = sign < 0
+        u = np.unique(s)
+        idle = (self.gpu_tasks[i, u] == 0) & self.gpu_healthy[i, u]
+        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, u].sum())
+        self.gpu_idle[i, u] = idle
 
     # -- checks -------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -313,11 +357,11 @@ class ClusterState:
         for p in self._ledger.values():
             cpu[p.node] -= p.cpu_m
             mem[p.node] -= p.memory_mib
-            for s, m in zip(p.slots, p.mem_mib, strict=True):
-                cores[p.node, s] -= p.cores
+            for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
+                cores[p.node, s] -= c
                 gmem[p.node, s] -= m
                 tasks[p.node, s] += 1
-                exclusive[p.node, s] |= p.cores >= GPU_CORES
+                exclusive[p.node, s] |= c >= GPU_CORES and self.gpu_whole[p.node, s]
         checks: dict[str, tuple[np.ndarray, np.ndarray]] = {
             "free CPU": (self.cpu_free, cpu),
             "free memory": (self.mem_free, mem),

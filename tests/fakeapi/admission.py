@@ -105,6 +105,20 @@ class Admission:
         self.store = store
         self.services: dict[tuple[str, str], str] = {}  # (namespace, service) → "127.0.0.1:PORT" (test control)
         self.calls: list[dict] = []  # every webhook call: name, operation, outcome
+        # As a real apiserver, one client whose connections to webhooks are kept alive and one TLS context
+        # per CA bundle: a handshake per call made a soak's fake loop too slow to keep leases renewed.
+        self._http: aiohttp.ClientSession | None = None
+        self._tls: dict[str, ssl.SSLContext] = {}
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    def _context(self, bundle: str) -> ssl.SSLContext:
+        if bundle not in self._tls:
+            cadata = base64.b64decode(bundle).decode() if bundle else None
+            self._tls[bundle] = ssl.create_default_context(cadata=cadata)
+        return self._tls[bundle]
 
     def active(self) -> bool:
         return any(
@@ -190,16 +204,11 @@ class Admission:
         url = ""
         try:
             url = self._url(config)
-            ctx = (
-                ssl.create_default_context(cadata=base64.b64decode(config["caBundle"]).decode())
-                if config.get("caBundle")
-                else ssl.create_default_context()
-            )
+            ctx = self._context(config.get("caBundle") or "")
             timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
-                http.post(url, json=req.review(req.obj), ssl=ctx) as resp,
-            ):
+            if self._http is None:
+                self._http = aiohttp.ClientSession()
+            async with self._http.post(url, json=req.review(req.obj), ssl=ctx, timeout=timeout) as resp:
                 if resp.status != 200:
                     raise OSError(f"the server responded with HTTP {resp.status}")
                 doc = await resp.json()

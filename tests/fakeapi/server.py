@@ -558,7 +558,8 @@ class FakeApi:
                 if left <= 0:
                     break
                 try:
-                    ev = await asyncio.wait_for(w.queue.get(), left)
+                    async with asyncio.timeout(left):
+                        ev = await w.queue.get()
                 except TimeoutError:
                     break
                 if ev is None:
@@ -748,6 +749,7 @@ class FakeApiServer:
             for w in self.api.store.watchers + self.api.store.frozen:
                 w.close()
             await asyncio.sleep(0.05)
+            await self.api.admission.close()
             if self._runner is not None:
                 await self._runner.cleanup()
 

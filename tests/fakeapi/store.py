@@ -164,12 +164,14 @@ class Store:
         self.watchers: list[Watcher] = []
         self.frozen: list[Watcher] = []  # streams still open that receive nothing (test control)
         self.clock_offset = timedelta()
+        self.clock: Callable[[], float] | None = None  # Unix seconds; a test's scaled clock (default: real time)
         for ns in SYSTEM_NAMESPACES:
             self.create(NAMESPACES, "", {"metadata": {"name": ns}})
 
     # -- time ---------------------------------------------------------------------------------------
     def now(self) -> datetime:
-        return datetime.now(UTC) + self.clock_offset
+        base = datetime.now(UTC) if self.clock is None else datetime.fromtimestamp(self.clock(), UTC)
+        return base + self.clock_offset
 
     def timestamp(self, later: float = 0.0) -> str:
         return (self.now() + timedelta(seconds=later)).strftime("%Y-%m-%dT%H:%M:%SZ")

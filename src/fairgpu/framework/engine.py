@@ -72,6 +72,10 @@ class CycleResult:
     started: list[str] = field(default_factory=list)  # workloads whose pods now all run
     evictions: list[Evict] = field(default_factory=list)
     attempts: int = 0
+    # attempts that filtered and scored the cluster (the rest were answered from the cycle's memo), and
+    # preemption searches run: benchmarks tell real decisions from cache skips by them
+    evaluated: int = 0
+    searches: int = 0
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fairgpu.framework.cardfit import placement_cards
 from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState, Placement
@@ -41,6 +42,9 @@ def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndar
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
     assert mask.slots is not None, "the Resources filter narrows a GPU pod's slots"
+    if pod.per_container:  # HAMi's own card order, container by container
+        cards = placement_cards(st, pod, node, mask.slots[node])
+        return st.placement_for(pod, node, cards, tuple(g.count for g in pod.gpus))
     slots = np.flatnonzero(mask.slots[node])
     for plugin, _ in profile.score:  # the first score plugin with an opinion orders the GPUs
         order = plugin.gpu_order(pod, view, node, slots)

@@ -83,6 +83,7 @@ class Preempting:
         if entry.workload.name in self.reservations or shape in hopeless:
             return False
         may = self.profile.preempt and self.tree.queues[entry.queue].preemption.enabled
+        result.searches += bool(may)
         if may and self._preempt(entry, now, result):
             return True
         hopeless.add(shape)
@@ -215,7 +216,7 @@ class Preempting:
             e.victim_rows = VictimRows(
                 e.version,
                 [(p.node, p.cpu_m, p.memory_mib) for p in e.placed],
-                [[(p.node, s, p.cores, m) for s, m in zip(p.slots, p.mem_mib, strict=True)] for p in e.placed],
+                [[(p.node, s, c, m) for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True)] for p in e.placed],
                 self.accounting.charge_of(e.workload.pods[: len(e.placed)]),
             )
         return e.victim_rows

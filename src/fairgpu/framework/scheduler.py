@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, KeysView, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -206,6 +206,14 @@ class Scheduler:
         ]
         return [_status(e) for e in sorted(held, key=lambda e: e.seq)]
 
+    def workload(self, name: str) -> Workload:
+        """A held workload as submitted (or as shrunk for good). Raises KeyError for one it does not hold."""
+        return (self.running.get(name) or self.pending[name]).workload
+
+    def names(self) -> tuple[KeysView[str], KeysView[str]]:
+        """(pending, running) workload names: live views, cheap to diff between cycles (a recorder does)."""
+        return self.pending.keys(), self.running.keys()
+
     def state_of(self, name: str) -> str | None:
         """pending, running, or None for a workload the engine does not hold."""
         return "running" if name in self.running else "pending" if name in self.pending else None
@@ -332,6 +340,7 @@ class Scheduler:
             yield
 
     def _try_place(self, entry: Entry, result: CycleResult, exclude: np.ndarray | None) -> bool:
+        result.evaluated += 1
         wl = entry.workload
         first_new = len(entry.placed)
         todo = range(first_new, len(wl.pods))

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from fairgpu.errors import FairgpuError
 from fairgpu.framework.profile import Profile
-from fairgpu.framework.scheduler import CycleResult, Scheduler
+from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
@@ -30,11 +30,14 @@ from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.identity import Trust
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
+from fairgpu.k8s.recording import PodTimes
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
 from fairgpu.observe.metrics import SchedulingMetrics
 from fairgpu.observe.server import Beside, create_app
 from fairgpu.observe.source import LiveSource
+from fairgpu.twin.recorder import EngineRecorder, Recorder
+from fairgpu.twin.writer import TraceWriter
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +55,20 @@ class _Feed:
 
     metrics: SchedulingMetrics
     source: LiveSource
+    also: tuple[CycleObserver, ...] = ()  # the trace recorder, with --record
 
     def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
         self.metrics.on_cycle(sched, result, now, seconds)
         self.source.history.sample(now, sched)
+        for observer in self.also:
+            observer.on_cycle(sched, result, now, seconds)
 
 
 def dashboard_app(controller: Controller, name: str) -> Starlette:
     return live_apps(controller, name).dashboard
 
 
-def live_apps(controller: Controller, name: str) -> LiveApps:
+def live_apps(controller: Controller, name: str, also: tuple[CycleObserver, ...] = ()) -> LiveApps:
     """What `fairgpu run` serves, read from the controller's engine as it stands: /healthz (the process
     answers), /readyz (the caches are synced; a standby is ready too, it is warm), /metrics
     (docs/metrics.md), the dashboard and its JSON API (docs/dashboard.md). `name` names the cluster."""
@@ -77,7 +83,7 @@ def live_apps(controller: Controller, name: str) -> LiveApps:
         synced=controller.synced,
     )
 
-    controller.observer = _Feed(metrics, source)
+    controller.observer = _Feed(metrics, source, also)
     unaccounted = Gauge(
         "fairgpu_hami_unaccounted_pods",
         "Bound pods whose HAMi allocation record could not be read or did not fit: their cards count as fully used.",
@@ -134,12 +140,18 @@ async def run(
     tls: tuple[str, str] | None = None,
     trust: Trust | None = None,
     hami: HamiConfig = DEFAULT_HAMI,
+    record: TraceWriter | None = None,
 ) -> None:
     listen.check()
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
-    apps = live_apps(controller, port.api.configuration.host or "")
+    recorder: tuple[EngineRecorder, ...] = ()
+    if record is not None:
+        times = PodTimes(controller.clock, scheduler_name)
+        times.attach(controller.pods)
+        recorder = (EngineRecorder(Recorder(record, "run", scheduler_name, profile.name), times.run_length),)
+    apps = live_apps(controller, port.api.configuration.host or "", recorder)
     if listen.dashboard_auth:
         apps.dashboard.add_middleware(KubeAuth, port=port, resource="dashboard")
     if listen.metrics_auth:
@@ -176,6 +188,8 @@ async def run(
     finally:
         if hooks is not None:
             hooks.stop()
+        if record is not None:
+            record.close()
         await port.close()
 
 

@@ -18,9 +18,14 @@ from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
 
 
-def device_string(pod: PodInfo, devices: list[hami.DeviceUse]) -> str:
-    """Each container's segment, init containers first; only the GPU container lists devices."""
-    return hami.encode_devices([devices if i == pod.gpu_container else [] for i in range(pod.containers)])
+def device_string(pod: PodInfo, devices: list[hami.DeviceUse], segments: tuple[int, ...] = ()) -> str:
+    """Each container's segment, init containers first (`EncodePodSingleDevice`): the GPU containers list
+    their cards, `segments` of `devices` each in turn (all of them for the first when empty), the others
+    none."""
+    sizes = segments or (len(devices),)
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    own = {c: devices[a : a + n] for c, a, n in zip(pod.gpu_containers, starts, sizes, strict=False)}
+    return hami.encode_devices([own.get(i, []) for i in range(pod.containers)])
 
 
 class Binder:
@@ -54,17 +59,19 @@ class Binder:
         # flood the API server ahead of the binds that could proceed on other nodes.
         self._turns: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(2))
 
-    async def bind(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
+    async def bind(
+        self, pod: PodInfo, node: str, devices: list[hami.DeviceUse], segments: tuple[int, ...] = ()
+    ) -> None:
+        """Bind `pod` to `node` with these cards, `segments` of them per GPU container (see device_string)."""
         if not devices:  # no GPU: nothing for HAMi to enforce
             await self._binding(pod, node, {})
             return
         async with self._turns[node]:
-            await self._bind_gpus(pod, node, devices)
+            await self._bind_gpus(pod, node, device_string(pod, devices, segments))
 
-    async def _bind_gpus(self, pod: PodInfo, node: str, devices: list[hami.DeviceUse]) -> None:
+    async def _bind_gpus(self, pod: PodInfo, node: str, alloc: str) -> None:
         now = self.clock()
         unix = str(int(now.timestamp()))
-        alloc = device_string(pod, devices)
         await self._patch_pod(
             pod,
             {
@@ -158,7 +165,8 @@ class Binder:
                 await asyncio.sleep(pause)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), pause)
+                    async with asyncio.timeout(pause):  # not wait_for: it can lose a cancellation (3.11)
+                        await changed.wait()
                     news = True
             pause = min(1.0, pause * 2)
 

@@ -15,17 +15,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Set
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 
-from fairgpu.errors import BindError, KubeError, RequestError
-from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
-from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder, device_string
+from fairgpu.k8s.binder import Binder
+from fairgpu.k8s.carryout import CarryOut, Stats
 from fairgpu.k8s.holdings import Holdings
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
@@ -34,30 +31,15 @@ from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import QueueEntry, queue_entries
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo
-from fairgpu.k8s.workloads import GANG_ADMITTED, Batch, pending_batches, submit
+from fairgpu.k8s.workloads import Batch, pending_batches, submit
 from fairgpu.model import NodeSpec, QueueTree
-from fairgpu.state import Placement
 
 log = logging.getLogger(__name__)
 SCHEDULER_NAME = "fairgpu"
-# A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
-REFUSED_BACKOFF = 60.0
 CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
-FENCE_MARGIN = 0.5  # a Binding is sent only while the lease is held for at least this long
-BIND_ATTEMPTS = 3  # binds of a gang member, in the room held for it, before the gang is undone
-# What became of a pod whose bind failed.
-LANDED, ELSEWHERE, GONE, FAILED = "landed", "bound elsewhere", "gone", "unbound"
-
-
-@dataclass(slots=True)
-class Stats:
-    cycles: int = 0
-    binds: int = 0
-    bind_failures: int = 0
-    rollbacks: int = 0
-    evictions: int = 0
-    rebuilds: int = 0
-    bind_latency: list[float] = field(default_factory=list)  # seconds from the pod's arrival to its bind
+# Seconds of explaining pending workloads per pass; those not reached are explained at the next passes. Each
+# explanation replays the queue ahead of it: a thousand at once held the loop for tens of seconds.
+REPORT_BUDGET = 0.1
 
 
 class Controller:
@@ -79,14 +61,6 @@ class Controller:
         self.scheduler_name = scheduler_name
         self.clock = clock
         self._node_events: dict[str, asyncio.Event] = {}
-        self.binder = binder or Binder(
-            port,
-            node_changed=self._node_changed,
-            node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
-            pod_cache=lambda key: self.pods.cache.get(key),
-            lock_expiry=hami_config.lock_expiry,
-            fence=self._fence,
-        )
         self.reporter = Reporter(port, scheduler_name)
         self.stats = Stats()
         self.wake = asyncio.Event()
@@ -97,14 +71,6 @@ class Controller:
         self.engine: Scheduler | None = None
         self.book: Holdings | None = None  # what the engine holds, pod by pod; one per engine
         self._built_from: tuple | None = None
-        self.inflight: set[str] = set()  # pods whose bind is under way
-        # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
-        # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
-        self._landed: set[str] = set()
-        self._failed: dict[str, dict[str, str]] = {}
-        self._attempts: dict[str, int] = {}  # bind attempts per pod, this engine
-        self._undoing: set[str] = set()  # gangs whose landed members are being evicted
-        self._refusals: list[tuple[str, float]] = []  # (workload, retry at) of refused evictions, to apply
         self.seen_at: dict[str, float] = {}  # when each pending pod was first seen, for latency
         self.queue_errors: dict[str, str] = {}
         # Pods changed since the last pass: a pass looks only at these, so its cost follows the events,
@@ -124,7 +90,6 @@ class Controller:
         self.retry_every = 1.0
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
-        self._tasks: set[asyncio.Task] = set()
         if leadership is None:  # without an elector this replica always leads
             self.leading = asyncio.Event()
             self.leading.set()
@@ -133,6 +98,25 @@ class Controller:
             self.leading = leadership.leading
             self.lease_left = leadership.remaining
             leadership.on_lost.append(self._lost)
+        self.carry = CarryOut(
+            port,
+            self.reporter,
+            self._pods,
+            lambda key: self.pods.cache.get(key),
+            lambda: self.lease_left(),
+            self.wake.set,
+            self.stats,
+            self.seen_at,
+            clock,
+        )
+        self.binder = self.carry.binder = binder or Binder(
+            port,
+            node_changed=self._node_changed,
+            node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
+            pod_cache=lambda key: self.pods.cache.get(key),
+            lock_expiry=hami_config.lock_expiry,
+            fence=self.carry.fence,
+        )
 
     def synced(self) -> bool:
         """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
@@ -163,19 +147,14 @@ class Controller:
     def shrinking(self) -> dict[str, tuple[int, ...]]:
         return self.book.shrinking if self.book is not None else {}
 
+    @property
+    def inflight(self) -> set[str]:
+        """Pods whose bind is under way."""
+        return self.carry.inflight
+
     def _changed(self) -> None:
         self._engine_changed = True
         self.wake.set()
-
-    def _drop(self, name: str, pods: dict[str, PodInfo], elsewhere: Set[str] = frozenset()) -> None:
-        assert self.book is not None
-        self._undoing.discard(name)
-        self.book.drop(name, pods, elsewhere)
-
-    def _fence(self) -> None:
-        """Raise unless this replica still leads for long enough to send a Binding."""
-        if self.lease_left() < FENCE_MARGIN:
-            raise BindError("the lease is not held with margin; not binding")
 
     def _node_event(self, kind: str, obj: dict) -> None:
         event = self._node_events.pop(obj["metadata"]["name"], None)
@@ -215,16 +194,20 @@ class Controller:
                     self._built_from = None
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
-                with contextlib.suppress(TimeoutError):  # waiting work is retried without news, too
-                    await asyncio.wait_for(self.wake.wait(), self.retry_every if waiting else None)
+                # Waiting work is retried without news, too. asyncio.timeout, not wait_for: in Python 3.11
+                # wait_for loses a cancellation that meets the wake, and a stopped controller ran on.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.retry_every if waiting else None):
+                        await self.wake.wait()
                 self.wake.clear()
                 if self.leading.is_set():
                     await self.step()
                 await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
         finally:
-            for t in informers + list(self._tasks):
+            for t in informers:
                 t.cancel()
-            await asyncio.gather(*informers, *self._tasks, return_exceptions=True)
+            await asyncio.gather(*informers, return_exceptions=True)
+            await self.carry.close()
             await self.reporter.close()
 
     async def step(self) -> None:
@@ -243,46 +226,21 @@ class Controller:
         engine = self.engine
         result = CycleResult()
         started = time.perf_counter()
-        slice_end = started + CYCLE_SLICE
-        for _ in engine.steps(now, result):
-            if time.perf_counter() > slice_end:
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + CYCLE_SLICE
+        await _in_slices(engine.steps(now, result))
         if engine is not self.engine or not self.leading.is_set():
             return  # the lease was lost meanwhile: nothing of this cycle is carried out
         if self.observer is not None:
             self.observer.on_cycle(engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
-        decided: dict[str, list[tuple[str, Placement]]] = {}
-        for b in result.bound:
-            self.inflight.add(b.pod_name)
-            decided.setdefault(b.workload, []).append((b.pod_name, b.placement))
-        for workload, binds in decided.items():
-            self._spawn(self._commit(workload, binds))
-        for ev in result.evictions:
-            if ev.pods is not None:
-                self.shrinking[ev.workload] = ev.pods
-            self._spawn(self._evict(ev, math.ceil(ev.grace)))
-        self._report(now)
-
-    def _quiet(self) -> bool:
-        """No bind under way, and every landed bind shows in the pod cache: the cache alone tells what runs."""
-        for key in list(self._landed):
-            obj = self.pods.cache.get(key)
-            if obj is None or (obj.get("spec") or {}).get("nodeName"):
-                self._landed.discard(key)
-        return not self.inflight and not self._landed
+        self.carry.start(result)
+        await self._report(now)
 
     def _lost(self) -> None:
-        """The lease is gone: no bind or eviction of this term goes on. What they leave behind is read from
-        the cluster when this replica leads again."""
-        for task in list(self._tasks):
-            task.cancel()
-        self.inflight.clear()
-        self._landed.clear()  # the new term's first list shows them
+        """The lease is gone: nothing of this term is carried out any more (carryout.CarryOut.lost)."""
+        self.carry.lost()
         self.wake.set()
 
-    def _report(self, now: float) -> None:
+    async def _report(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
 
@@ -290,24 +248,22 @@ class Controller:
             obj = self.pods.cache.get(key)
             return None if obj is None else obj["metadata"].get("uid", "")
 
-        self.reporter.report_pending(
+        explaining = self.reporter.report_pending(
             engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
         )
+        await _in_slices(explaining, REPORT_BUDGET)
+        if engine is not self.engine or not self.leading.is_set():
+            return
         if now - self._status_at >= self.status_every:
             self._status_at = now
             self.reporter.report_queues(engine)
-
-    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # -- reconcile ----------------------------------------------------------------------------------------
     def _queue_entries(self) -> list[QueueEntry]:
         entries, errors = queue_entries(self.queues.cache.values())
         for name, problem in errors.items():
             if self.queue_errors.get(name) != problem:
-                self._spawn(self.reporter.queue_invalid(name, problem))
+                self.carry.spawn(self.reporter.queue_invalid(name, problem))
         self.queue_errors = errors
         return entries
 
@@ -323,14 +279,15 @@ class Controller:
             self.namespaces = {e.spec.name: e.namespaces for e in entries}
             shape = (tuple(node_specs), repr(tree.queues))
             if shape != self._built_from:
-                if not self._quiet():
+                if not self.carry.quiet():
                     self.wake.set()  # rebuild once the binds under way have landed and the cache shows them
                     return
                 self._rebuild(node_specs, tree, shape)
             self._inputs_changed = False
         engine, book = self.engine, self.book
         assert engine is not None and book is not None
-        self._settle()
+        if self.carry.settle():
+            self._engine_changed = True
         parsed = self._pods
         keys = set(self.pods.cache) | set(parsed.infos) | set(parsed.bad) if self._all_dirty else self._dirty
         self._all_dirty, self._dirty = False, set()
@@ -340,17 +297,16 @@ class Controller:
         for key in keys:
             p = pods.get(key)
             if p is None or p.node:  # the cache is the truth about it again
-                self._landed.discard(key)
-                self._attempts.pop(key, None)
-            gone = p is None or p.terminal
+                self.carry.seen(key)
+            gone = p is None or p.terminal or book.replaced(p)
             if gone and key in self.fixed:
                 book.unhold(key)
             if gone and key in self.owned:
                 name = self.owned[key]
-                if name in self._failed or any(k in self.inflight for k in self.members[name]):
+                if self.carry.resolving(name):
                     self._dirty.add(key)  # look again once the workload's binds have finished
-                elif not book.shrunk(self.owned[key], pods):
-                    self._drop(self.owned[key], pods)
+                elif not book.shrunk(name, pods):
+                    self.carry.drop(name, pods)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
         found: dict[str, list[PodInfo]] = {}
@@ -373,15 +329,12 @@ class Controller:
         self.book = Holdings(
             self.engine,
             lambda: self.namespaces,
-            self._is_bound,
+            self.carry.is_bound,
             self._changed,
             lambda key: self._dirty.add(key),
             self.reporter.allocation_unreadable,
         )
-        self._failed.clear()
-        self._undoing.clear()
-        self._refusals.clear()
-        self._attempts.clear()
+        self.carry.reset(self.engine, self.book)
         self._all_dirty = True
         self.stats.rebuilds += 1
 
@@ -413,169 +366,16 @@ class Controller:
             return
         book.submitted(batch)
 
-    # -- decisions ----------------------------------------------------------------------------------------
-    async def _commit(self, workload: str, binds: list[tuple[str, Placement]]) -> None:
-        """Bind a workload's placed pods concurrently. A gang's members are first marked admitted: if this
-        scheduler dies with the gang half bound, its successor must place the rest without waiting for
-        members that already ran and are gone."""
-        if len(self.members.get(workload, ())) > 1:
-            try:
-                for key in self.members[workload]:
-                    info = self._pods.infos.get(key)
-                    if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
-                        continue  # marked when the gang started; an elastic one's later pods need no second patch
-                    ns, name = key.split("/", 1)
-                    await self.port.patch(PODS, name, {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}, ns)
-            except KubeError as err:
-                log.warning("gang %s not marked admitted: %s; rolling back", workload, err)
-                for key, _ in binds:
-                    self.inflight.discard(key)
-                    self._failed.setdefault(workload, {})[key] = FAILED
-                self.wake.set()
-                return
-        await asyncio.gather(*(self._bind(workload, key, placement) for key, placement in binds))
 
-    async def _bind(self, workload: str, key: str, placement: Placement, delay: float = 0.0) -> None:
-        """Every decided bind starts at once: the client's connection pool bounds the requests in flight, and
-        HAMi's node lock lines up the binds to one node. A cap on binds in flight would be held by binds
-        waiting for a node's lock, so one binpacked node's queue would stall binds to every other node.
-        A failed bind is resolved before it stops holding its room: the pod is read from the API server
-        (its Binding may have landed with the answer lost). What is learnt is recorded; the next pass acts."""
-        engine = self.engine
-        assert engine is not None
-        p = self._pods.infos.get(key) if key in self.pods.cache else None  # parsed at the pass that placed it
-        node = engine.state.node_names[placement.node]
-        gpus = engine.state.nodes[placement.node].gpus
-        devices = [
-            hami.DeviceUse(gpus[s].uuid, "NVIDIA", m, placement.cores)
-            for s, m in zip(placement.slots, placement.mem_mib, strict=True)
-        ]
-        self._attempts[key] = self._attempts.get(key, 0) + 1
-        try:
-            await asyncio.sleep(delay)
-            if p is None:
-                raise BindError("pod disappeared before its bind")
-            await self.binder.bind(p, node, devices)
-            self._landed.add(key)
-            self.stats.binds += 1
-            self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
-            self.reporter.scheduled(key, p.uid, node)
-        except (BindError, KubeError, RequestError) as err:
-            self.stats.bind_failures += 1
-            outcome = GONE if p is None else await self._outcome(p, node, device_string(p, devices) if devices else "")
-            log.warning("bind %s failed (%s): %s", key, outcome, err)
-            if outcome == LANDED:
-                self._landed.add(key)
-                self.stats.binds += 1
-            else:
-                self._failed.setdefault(workload, {})[key] = outcome
-        finally:
-            self.inflight.discard(key)
-            self.wake.set()
-
-    async def _outcome(self, p: PodInfo, node: str, alloc: str) -> str:
-        """Where a pod whose bind failed stands, read from the API server (asked again until it answers):
-        LANDED where we bound it, ELSEWHERE bound by someone else's decision, GONE, or FAILED (unbound)."""
-        pause = 0.05
-        while True:
-            try:
-                obj = await self.port.get(PODS, p.name, p.namespace)
-                break
-            except KubeError as err:
-                if err.code == 404:
-                    return GONE
-                await asyncio.sleep(pause)
-                pause = min(2.0, pause * 2)
-        meta = obj["metadata"]
-        if meta.get("uid") != p.uid:
-            return GONE  # a new pod of the same name
-        where = (obj.get("spec") or {}).get("nodeName")
-        if not where:
-            return GONE if meta.get("deletionTimestamp") else FAILED
-        ours = (meta.get("annotations") or {}).get(hami.ALLOCATED, "") == alloc
-        return LANDED if where == node and ours else ELSEWHERE
-
-    def _settle(self) -> None:
-        """Act on finished binds and refused evictions. A workload with a failed bind lets go of nothing
-        while any bind of it is in flight. Then: a gang some of whose members landed retries the failed
-        binds in the room still held for them (a few times), else is undone whole (landed members evicted,
-        their room held until they are gone); any other workload is dropped, its landed members running on
-        as a workload of their own, the rest resubmitted."""
-        engine = self.engine
-        assert engine is not None
-        for workload, until in self._refusals:
-            if workload in self.members:
-                engine.eviction_refused(workload, until)
-                self.shrinking.pop(workload, None)
-                self._engine_changed = True
-        self._refusals.clear()
-        for name in list(self._failed):
-            keys = self.members.get(name)
-            if keys is None or name in self._undoing:
-                del self._failed[name]
-                continue
-            if any(k in self.inflight for k in keys):
-                continue
-            failed = self._failed.pop(name)
-            landed = [k for k in keys if self._is_bound(k) and failed.get(k) != ELSEWHERE]
-            if landed and name in self.gangs:
-                retry = [k for k, why in failed.items() if why == FAILED and self._attempts.get(k, 0) < BIND_ATTEMPTS]
-                if len(retry) == len(failed):
-                    for k in retry:
-                        placement = engine.state.placement(k)
-                        assert placement is not None
-                        self.inflight.add(k)
-                        self._spawn(self._bind(name, k, placement, delay=0.2 * self._attempts[k]))
-                    continue
-                self.stats.rollbacks += 1
-                self._undoing.add(name)
-                self._spawn(self._undo_gang(name, keys, landed))
-                continue
-            self.stats.rollbacks += 1
-            self._drop(name, self._pods.infos, {k for k, why in failed.items() if why == ELSEWHERE})
-
-    def _is_bound(self, key: str) -> bool:
-        p = self._pods.infos.get(key)
-        return key in self._landed or (p is not None and p.node is not None and not p.terminal)
-
-    async def _undo_gang(self, name: str, keys: tuple[str, ...], landed: list[str]) -> None:
-        """A gang that cannot be completed: its members lose the admitted mark (so what is left waits for a
-        whole gang again), then its landed members are evicted. The engine holds all of its room until they
-        are gone; their absence then drops the workload."""
-        for key in keys:
-            ns, pod = key.split("/", 1)
-            with contextlib.suppress(KubeError):  # a member gone already needs no unmarking
-                await self.port.patch(PODS, pod, {"metadata": {"annotations": {GANG_ADMITTED: None}}}, ns)
-        for key in landed:
-            p = self._pods.infos.get(key)
-            ns, pod = key.split("/", 1)
-            try:
-                await self.port.evict(ns, pod, None, p.uid if p is not None else None)
-                self.reporter.preempted(key, f"gang {name} could not be bound whole and was rolled back")
-            except KubeError as err:
-                if err.code not in (404, 409):  # 409: the UID precondition, a new pod of that name
-                    log.warning("rolling back gang %s: %s stays: %s", name, key, err)
-
-    async def _evict(self, ev: Evict, grace: int) -> None:
-        """Evict a victim through the Eviction API with its queue's grace period and the pod's UID as a
-        precondition (a new pod of the same name is never the victim): every pod of a whole workload, only
-        the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or any failure but
-        the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
-        seconds, and its preemptor picks another victim at its next attempt."""
-        keys = self.members.get(ev.workload, ())
-        if ev.pods is not None:
-            keys = tuple(keys[i] for i in ev.pods)
-        for key in keys:
-            ns, name = key.split("/", 1)
-            p = self._pods.infos.get(key)
-            try:
-                await self.port.evict(ns, name, grace, p.uid if p is not None else None)
-            except KubeError as err:
-                if err.code == 404:
-                    continue  # gone already: what an eviction wants
-                log.info("eviction of %s refused: %s", key, err)
-                self._refusals.append((ev.workload, self.clock() + REFUSED_BACKOFF))
-                break
-            self.stats.evictions += 1
-            self.reporter.preempted(key, ev.reason)
-        self.wake.set()
+async def _in_slices(steps: Iterator[object], budget: float = math.inf) -> None:
+    """Drive `steps` with the event loop free at least every CYCLE_SLICE seconds, so lease renewal, informers
+    and binds on the same loop are never held up; stop after `budget` seconds."""
+    started = time.perf_counter()
+    slice_end = started + CYCLE_SLICE
+    for _ in steps:
+        now = time.perf_counter()
+        if now - started > budget:
+            return
+        if now > slice_end:
+            await asyncio.sleep(0)
+            slice_end = time.perf_counter() + CYCLE_SLICE

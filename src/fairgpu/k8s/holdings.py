@@ -39,6 +39,14 @@ class Holdings:
         self.members: dict[str, tuple[str, ...]] = {}  # engine workload → its pod keys
         self.gangs: set[str] = set()  # workloads of several pods that run whole or not at all
         self.shrinking: dict[str, tuple[int, ...]] = {}  # elastic workload → its pods being evicted
+        # UID of each pod held (owned or fixed): a pod deleted and made again under its name (a StatefulSet's,
+        # a Job's retry) between two passes is another pod; the one held is gone.
+        self.uids: dict[str, str] = {}
+
+    def replaced(self, p: PodInfo) -> bool:
+        """The pod of this name is not the one held: the held one is gone."""
+        held = self.uids.get(p.key)
+        return held is not None and held != p.uid
 
     def submitted(self, batch: Batch) -> None:
         """The engine took this batch as a workload."""
@@ -48,6 +56,7 @@ class Holdings:
             self.gangs.add(batch.name)
         for m in batch.members:
             self.owned[m.key] = batch.name
+            self.uids[m.key] = m.uid
 
     def pin(self, p: PodInfo) -> None:
         """Another scheduler's pod takes its room where it runs, charged to nobody."""
@@ -81,6 +90,7 @@ class Holdings:
             self.unreadable(p.key, p.uid, message)
         self.changed()
         self.fixed[p.key] = keys
+        self.uids[p.key] = p.uid
 
     def adopt(self, name: str, members: list[PodInfo], placements: list[Placement] | None = None) -> None:
         """Our pods found running (after a restart, a rebuild of the engine, or a gang member's exit) run on as
@@ -109,11 +119,13 @@ class Holdings:
         self.members[name] = wl.pod_names
         for m in members:
             self.owned[m.key] = name
+            self.uids[m.key] = m.uid
 
     def unhold(self, key: str) -> None:
         for k in self.fixed.pop(key):
             self.engine.state.release(k)
         self.unaccounted.pop(key, None)
+        self.uids.pop(key, None)
         self.changed()
 
     def shrunk(self, name: str, pods: dict[str, PodInfo]) -> bool:
@@ -138,6 +150,7 @@ class Holdings:
                 return False
             for i in evicted:
                 self.owned.pop(keys[i], None)
+                self.uids.pop(keys[i], None)
             self.members[name] = tuple(k for i, k in enumerate(keys) if i not in gone)
             self.changed()
         return True
@@ -154,6 +167,7 @@ class Holdings:
         self.changed()
         for key in keys:
             self.owned.pop(key, None)
+            self.uids.pop(key, None)
             self.recheck(key)  # pending members are resubmitted on the next pass
         running = [
             (p, placement)

@@ -63,14 +63,21 @@ def _quota(where: str, groups: list[dict], notes: list[str]) -> tuple[dict, dict
                      "resource flavors; steer pods with gpu_include / node selectors instead)")  # fmt: skip
 
     def out(d: dict) -> dict[str, str]:
-        return {k: _fmt(v) for k, v in d.items() if v is not None}
+        return {k: _fmt(v, k) for k, v in d.items() if v is not None}
 
     limit = {k: v for k, v in borrow.items() if v is not None and k in nominal}
     lendable = {k: v for k, v in lend.items() if v is not None}
     return out(dict(nominal)), out(limit), out(lendable)
 
 
-def _fmt(v: Decimal) -> str:
+def _fmt(v: Decimal, resource: str) -> str:
+    """Memory keeps a unit (fairgpu refuses a bare byte count as a likely mistake): the largest binary
+    suffix that divides it, else decimal kilobytes."""
+    if resource == r.MEMORY and v != 0:
+        for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if v % size == 0:
+                return f"{v // size}{suffix}"
+        return f"{format((v / 1000).normalize(), 'f')}k"
     return format(v.normalize(), "f")
 
 

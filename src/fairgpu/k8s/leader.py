@@ -71,8 +71,9 @@ class LeaderElector:
                 started = self.monotonic()
                 # A renewal must finish before the current term ends; an acquisition within a renewDeadline.
                 deadline = self._valid_until if self.leading.is_set() else started + self.renew_deadline
-                try:
-                    won = await asyncio.wait_for(self.try_acquire_or_renew(), max(0.0, deadline - started))
+                try:  # asyncio.timeout, not wait_for: in 3.11 wait_for loses a cancellation that meets the answer
+                    async with asyncio.timeout(max(0.0, deadline - started)):
+                        won = await self.try_acquire_or_renew()
                 except (KubeError, OSError, TimeoutError) as err:
                     log.warning("lease %s/%s: %r", self.namespace, self.name, err)
                     won = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -118,8 +118,10 @@ class Reporter:
         waiting: Callable[[str], bool],
         uid: Callable[[str], str | None],
         now: float,
-    ) -> None:
-        """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds)."""
+    ) -> Iterator[None]:
+        """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds). It
+        yields after each explanation (each costs a replay of the queue ahead): its caller frees the event loop
+        between them and may stop at any yield, the workloads not reached being explained at a later pass."""
         for name in (w.name for w in engine.workloads("pending")):
             pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
             if not pending or not self.wants_explanation(pending[0], now):
@@ -129,6 +131,7 @@ class Reporter:
                 pod_uid = uid(key)
                 if pod_uid is not None:
                     self.unschedulable(key, pod_uid, message)
+            yield
 
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""

@@ -15,7 +15,6 @@ from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, gpu_request
 from fairgpu.model.constraints import POLICIES, gpu_policy_chain
-from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
 from fairgpu.spec import parse_duration
 from fairgpu.state import ClusterState, Placement
@@ -29,6 +28,7 @@ EXPECTED_RUNTIME = "fairgpu.io/expected-runtime"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
 TERMINAL = ("Succeeded", "Failed")
+_BEYOND_ANY_CARD = 2**31 - 1  # cores no card has (devcore is an int32), so hold() takes all the card has left
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,7 +69,16 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
         devices = [d for d in _nvidia(inputs.register) if d.mode != hami.MIG_MODE]
         cordoned = set(hami.uuid_list(inputs.cordon))
         gpus = tuple(
-            GpuDevice(d.model, d.memory_mib, d.uuid, d.healthy and d.uuid not in cordoned, d.count, d.mode or "")
+            GpuDevice(
+                d.model,
+                d.memory_mib,
+                d.uuid,
+                d.healthy and d.uuid not in cordoned,
+                d.count,
+                d.mode or "",
+                d.cores,
+                d.numa,
+            )
             for d in devices
         )
         split = max((d.count for d in devices), default=1)  # each card carries its own count
@@ -183,9 +192,14 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
             cpu_init, mem_init = max(cpu_init, cpu), max(mem_init, mem)
         else:
             cpu_app, mem_app = cpu_app + cpu, mem_app + mem
-    if len(gpus) > 1:
-        problems.append(f"spec: {len(gpus)} containers ask for GPUs; fairgpu schedules one GPU container per pod")
-    selection, why = _selection(annotations, max((g.count for _, g in gpus), default=0))
+    if len(gpus) > 1 and gpus[0][0] < n_init:
+        # HAMi fits each init container alone on the node's usage, then the app containers on top; fairgpu
+        # places several GPU containers only in the app containers' way (each after the ones before it).
+        problems.append(
+            f"spec: {len(gpus)} containers ask for GPUs, one of them an init container; fairgpu schedules "
+            "several GPU containers only among app containers"
+        )
+    selection, why = _selection(annotations)
     problems += why
     group = labels.get(POD_GROUP) or labels.get(SIG_POD_GROUP)
     try:
@@ -204,7 +218,13 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         namespace=meta.get("namespace", ""),
         name=meta["name"],
         uid=meta.get("uid", ""),
-        spec=PodSpec(max(cpu_app, cpu_init), max(mem_app, mem_init), gpus[0][1] if gpus else None, **selection),
+        spec=PodSpec(
+            max(cpu_app, cpu_init),
+            max(mem_app, mem_init),
+            gpus[0][1] if gpus else None,
+            tuple(g for _, g in gpus[1:]),
+            **selection,
+        ),
         containers=len(containers),
         init_containers=n_init,
         gpu_container=gpus[0][0] if gpus else None,
@@ -226,7 +246,7 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
     )
 
 
-def _selection(annotations: dict[str, str], gpus: int) -> tuple[dict, list[str]]:
+def _selection(annotations: dict[str, str]) -> tuple[dict, list[str]]:
     """HAMi's per-pod selection annotations as PodSpec fields, and what in them fairgpu cannot honour."""
     problems: list[str] = []
     fields: dict = {
@@ -247,12 +267,7 @@ def _selection(annotations: dict[str, str], gpus: int) -> tuple[dict, list[str]]
         fields["gpu_policy"], fields["gpu_mutex"] = gpu_policy_chain(annotations.get(hami.GPU_POLICY, ""))
     except ValueError as err:
         problems.append(f"metadata.annotations[{hami.GPU_POLICY}]: {err}")
-    numa = hami.go_bool(annotations.get(hami.NUMA_BIND, "")) is True  # HAMi's assertNuma
-    if numa and gpus > 1:
-        problems.append(
-            f"metadata.annotations[{hami.NUMA_BIND}]: fairgpu cannot yet keep {gpus} GPUs on one NUMA node; "
-            "drop the annotation or let HAMi schedule this pod"
-        )
+    fields["numa_bind"] = hami.go_bool(annotations.get(hami.NUMA_BIND, "")) is True  # HAMi's assertNuma
     return fields, problems
 
 
@@ -286,24 +301,33 @@ def holdings(p: PodInfo, state: ClusterState, ni: int) -> tuple[list[Placement],
         segments = hami.decode_devices(raw)
     except hami.FormatError as err:
         named = {slot_of[u] for u in re.split(r"[,:;]", raw) if u in slot_of}
-        blocked = [Placement(ni, (s,), GPU_CORES + 1, (0,)) for s in sorted(named)]  # beyond any card: blocks
+        blocked = [Placement(ni, (s,), (_BEYOND_ANY_CARD,), (0,)) for s in sorted(named)]  # blocks (see hold)
         return [base, *blocked], f"{err}; its cards count as fully used"
     entries = [d for seg in segments for d in seg if d.uuid in slot_of]
     foreign = sorted({d.uuid for seg in segments for d in seg if d.uuid not in slot_of})
     problem = f"cards not in {node.name}'s HAMi inventory (MIG, or gone): {', '.join(foreign)}" if foreign else None
     filled = [seg for seg in segments if seg]
     if (
-        len(filled) == 1
+        filled
         and not foreign
-        and len({d.uuid for d in entries}) == len(entries)
-        and len({d.cores for d in entries}) == 1
-    ):
-        slots = tuple(slot_of[d.uuid] for d in entries)
-        mem = tuple(d.memory_mib for d in entries)
-        return [Placement(ni, slots, entries[0].cores, mem, spec.cpu_m, spec.memory_mib)], None
+        and (len(filled) == 1 or not any(segments[: p.init_containers]))
+        and all(len({d.uuid for d in seg}) == len(seg) for seg in filled)
+    ):  # one GPU container's cards, or app containers' in turn, as fairgpu writes them: one Placement
+        entries = [d for seg in filled for d in seg]
+        return [
+            Placement(
+                ni,
+                tuple(slot_of[d.uuid] for d in entries),
+                tuple(d.cores for d in entries),
+                tuple(d.memory_mib for d in entries),
+                spec.cpu_m,
+                spec.memory_mib,
+                tuple(len(seg) for seg in filled) if len(filled) > 1 else (),
+            )
+        ], None
     cards = _collapse_init(segments[: p.init_containers], segments[p.init_containers :])
     held = [
-        Placement(ni, (slot_of[uuid],), cores if k == 0 else 0, (mem if k == 0 else 0,))
+        Placement(ni, (slot_of[uuid],), (cores if k == 0 else 0,), (mem if k == 0 else 0,))
         for uuid, (mem, cores, tasks) in cards.items()
         if uuid in slot_of
         for k in range(tasks)
@@ -350,9 +374,9 @@ def hold(state: ClusterState, key: str, placements: list[Placement]) -> tuple[li
         problems.append(f"{name}: {'GPU ' + str(list(pl.slots)) if pl.slots else 'CPU/memory'} over capacity")
         for s in pl.slots:
             rest = Placement(
-                pl.node, (s,), int(state.gpu_cores_free[pl.node, s]), (int(state.gpu_mem_free[pl.node, s]),)
+                pl.node, (s,), (int(state.gpu_cores_free[pl.node, s]),), (int(state.gpu_mem_free[pl.node, s]),)
             )
-            if (rest.cores or rest.mem_mib[0]) and state.fits(rest):
+            if (rest.cores[0] or rest.mem_mib[0]) and state.fits(rest):
                 state.assign(f"{k}@{s}", rest)
                 keys.append(f"{k}@{s}")
     return keys, problems

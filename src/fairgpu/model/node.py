@@ -18,6 +18,8 @@ class GpuDevice:
     healthy: bool = True
     split: int = 0  # tasks this card may hold (HAMi's per-card `count`); 0 = the node's split_count
     mode: str = "hami-core"  # HAMi's sharing mode of the card (nvidia.com/vgpu-mode must contain it)
+    cores: int = GPU_CORES  # HAMi's devcore: 100 × deviceCoreScaling, the cores tasks may share on this card
+    numa: int = 0  # NUMA node (nvidia.com/numa-bind keeps a container's cards on one)
 
 
 @dataclass(slots=True)

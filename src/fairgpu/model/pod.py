@@ -152,7 +152,8 @@ class PodSpec:
 
     cpu_m: int = 0
     memory_mib: int = 0
-    gpu: GpuRequest | None = None
+    gpu: GpuRequest | None = None  # the first GPU container's request
+    more_gpus: tuple[GpuRequest, ...] = ()  # the further GPU containers', in container order (HAMi fits each in turn)
     gpu_include: tuple[str, ...] = ()  # GPU model substrings allowed (case-insensitive)
     gpu_exclude: tuple[str, ...] = ()
     gpu_uuid_include: tuple[str, ...] = ()  # nvidia.com/use-gpuuuid: only these GPUs
@@ -164,12 +165,24 @@ class PodSpec:
     gpu_policy: str = ""  # hami.io/gpu-scheduler-policy
     gpu_mutex: bool = False  # the GPU policy chain names `mutex`: only cards with no task on them
     gpu_mode: str | None = None  # nvidia.com/vgpu-mode: a card's mode must be a substring of it
+    numa_bind: bool = False  # nvidia.com/numa-bind: each container's cards on one NUMA node
 
     def __post_init__(self) -> None:
         for name in ("node_policy", "gpu_policy"):
             value = getattr(self, name)
             if value and value not in POLICIES:
                 raise RequestError(f"{value!r} is not one of {', '.join(POLICIES)}", name)
+
+    @property
+    def gpus(self) -> tuple[GpuRequest, ...]:
+        """Every GPU container's request, in container order."""
+        return () if self.gpu is None else (self.gpu, *self.more_gpus)
+
+    @property
+    def per_container(self) -> bool:
+        """Cards chosen container by container in HAMi's order (several GPU containers, or a NUMA-bound
+        multi-GPU container), not by the profile's GPU order: see framework/cardfit.py."""
+        return bool(self.more_gpus) or (self.numa_bind and self.gpu is not None and self.gpu.count > 1)
 
     def allows_model(self, model: str) -> bool:
         """HAMi's use-gputype / nouse-gputype: case-insensitive substrings of the model name."""
@@ -192,6 +205,8 @@ class PodSpec:
             self.cpu_m,
             self.memory_mib,
             self.gpu,
+            self.more_gpus,
+            self.numa_bind,
             self.gpu_include,
             self.gpu_exclude,
             self.gpu_uuid_include,
@@ -208,11 +223,10 @@ class PodSpec:
         vec = r.zeros()
         vec[r.DIM_CPU] = self.cpu_m
         vec[r.DIM_MEMORY] = self.memory_mib
-        if self.gpu is not None:
-            g = self.gpu
-            vec[r.DIM_GPU] = g.gpu_equivalents()
+        for g in self.gpus:
+            vec[r.DIM_GPU] += g.gpu_equivalents()
             per_gpu = g.mem_mib if g.mem_mib else mean_gpu_memory_mib * g.mem_pct / 100
-            vec[r.DIM_GPUMEM] = g.count * per_gpu
+            vec[r.DIM_GPUMEM] += g.count * per_gpu
         return vec
 
 

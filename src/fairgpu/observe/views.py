@@ -75,8 +75,8 @@ def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
         pod = {"pod": key, "workload": wl.name if wl else None, "queue": wl.queue if wl else None}
         if not p.slots:
             cpu_pods.append(pod)
-        for s, mem in zip(p.slots, p.mem_mib, strict=True):
-            gpus[s]["pods"].append({**pod, "cores": p.cores, "memory_mib": mem})
+        for s, cores, mem in zip(p.slots, p.cores, p.mem_mib, strict=True):
+            gpus[s]["pods"].append({**pod, "cores": cores, "memory_mib": mem})
     return {
         "node": name,
         "schedulable": bool(st.schedulable[n]),

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.state import ClusterState
@@ -22,27 +23,36 @@ class Resources:
         g = pod.gpu
         if g is None:
             return
-        if g.exclusive:
+        if pod.per_container:
+            self._per_container(pod, st, mask)
+            return
+        if g.exclusive and st.uniform_cores:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
                 mask.restrict_slots(st.gpu_idle & (st.gpu_mem_cap >= g.mem_mib))
             else:
                 mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
         else:
-            need = memory_need(g, st)
-            ok = (
-                st.gpu_usable
-                & ~st.gpu_exclusive
-                & (st.gpu_tasks < st.gpu_split)
-                & (st.gpu_cores_free >= g.cores)
-                & (st.gpu_mem_free >= need)
-            )
-            if g.cores == 0:
-                ok &= st.gpu_cores_free > 0  # HAMi: a 0-core task cannot join a fully-cored card
+            ok = card_ok(st, g, slice(None))
             if pod.gpu_mutex:
                 ok &= st.gpu_tasks == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
+
+    @staticmethod
+    def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:
+        """Nodes where HAMi's Fit finds every GPU container its cards in turn; the cards it picks stay in the
+        mask, so placing the pod on any kept node picks them again (framework/cardfit.py)."""
+        rows = np.flatnonzero(mask.nodes)
+        fits, picks = fit_containers(st, pod, rows, None if mask.slots is None else mask.slots[rows])
+        kept = rows[fits]
+        nodes = np.zeros(st.num_nodes, dtype=bool)
+        nodes[kept] = True
+        slots = np.zeros(st.gpu_valid.shape, dtype=bool)
+        for p in picks:
+            slots[kept[:, None], p[fits]] = True
+        mask.restrict_nodes(nodes)
+        mask.restrict_slots(slots)
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
         """Each way a node can fail this filter, for explanations (a node counts under the first)."""
@@ -56,7 +66,7 @@ class Resources:
         if g is None:
             return out
         out.append(("too few GPUs", st.gpu_usable.sum(axis=1) < g.count))
-        if g.exclusive:
+        if g.exclusive and st.uniform_cores:
             out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
             return out
         need = memory_need(g, st)

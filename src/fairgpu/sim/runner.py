@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from fairgpu.errors import ScenarioError
 from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
@@ -66,6 +67,8 @@ class Simulation:
         self.scenario = scenario
         self.profile = profile
         self.horizon = scenario.horizon if horizon is None else horizon
+        if not self.horizon > 0:  # every figure is a time average over it
+            raise ScenarioError(f"{scenario.name}: the horizon must be positive (it spans no time)")
         self.tree = scenario.tree()
         self.sched = Scheduler(scenario.nodes, self.tree, profile)
         self._idle_empty = self.sched.idle_gpus(0.0)  # read before anything is submitted

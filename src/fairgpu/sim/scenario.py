@@ -233,9 +233,7 @@ class ScenarioDoc(Strict):
     @field_validator("hami")
     @classmethod
     def _hami(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        config = hamiconfig.from_mapping(v, "hami")
-        if config.device_core_scaling != 1:
-            raise ValueError("deviceCoreScaling: only 1 is simulated (a card's cores are 100 %)")
+        hamiconfig.from_mapping(v, "hami")
         return v
 
     @field_validator("horizon")
@@ -282,11 +280,13 @@ def build(doc: dict[str, Any]) -> Scenario:
         prefix = grp.name or f"node{gi}"
         # What HAMi's device plugin would register: the card's memory × deviceMemoryScaling.
         mem = hami.registered_memory(r.memory_mib(grp.gpu_memory)) if grp.gpus else 0
+        cores = hami.registered_cores()  # devcore: what HAMi's Fit shares among a card's tasks
         for k in range(grp.count):
             name = f"{prefix}-{k}"
             healthy = grp.gpus - grp.unhealthy_gpus
             gpus = tuple(
-                GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}", healthy=j < healthy) for j in range(grp.gpus)
+                GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}", healthy=j < healthy, cores=cores)
+                for j in range(grp.gpus)
             )
             nodes.append(
                 NodeSpec(

@@ -1,4 +1,5 @@
-"""Trace loaders: the Alibaba openb CSVs and Gavel's Philly-VC CSV into the engine's model.
+"""Trace loaders: the Alibaba openb CSVs, Gavel's Philly-VC CSV and fairgpu's own recorded traces (JSON lines,
+twin/schema.py) into the engine's model.
 
 Attribution: openb is Alibaba's cluster-trace-gpu-v2023 (Weng et al., "Beware of Fragmentation", USENIX
 ATC 2023; research and study use). Philly-VC comes from the Gavel project (MIT), derived from the
@@ -19,6 +20,7 @@ from typing import TypeVar
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, Workload
 from fairgpu.model.pod import GpuRequest
+from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.scenario import Scenario
 from fairgpu.state import ClusterState
 
@@ -267,5 +269,12 @@ def load_philly(path: Path, gpus: int) -> Scenario:
         raise ScenarioError(f"{path}: no jobs")
     _unique(path, "vc, job_seq", names)
     queues = [QueueSpec(name) for name in sorted({w.queue for w in workloads})]
-    horizon = max(w.submit_time for w in workloads)
+    # up to the last arrival (the trace's span); a trace whose jobs all arrive at once runs until the
+    # longest would end alone, not for no time at all
+    horizon = max(w.submit_time for w in workloads) or max(w.duration or 0.0 for w in workloads)
     return Scenario(f"philly:{path.name}", horizon, nodes, queues, workloads, f"Philly VC trace on {gpus} GPUs")
+
+
+def load_fairgpu(path: Path) -> Scenario:
+    """A trace fairgpu recorded (sim/recorded.py reads it)."""
+    return read_fairgpu(path).scenario

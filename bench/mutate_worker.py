@@ -1,0 +1,147 @@
+"""The long-lived side of bench/mutate.py, run inside the scratch copy: it imports pytest and all of fairgpu
+once, then for each mutant (one JSON line on stdin) writes the mutated file (for tests that start fairgpu in
+a subprocess), forks, and in the child swaps the mutated function's code into every function object made
+from it before running the tests in-process with pytest.main. A mutant outside any function body (a module
+constant, a class attribute, a default) cannot be swapped in that way and runs in a fresh interpreter instead.
+Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, spawn).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import gc
+import importlib
+import json
+import os
+import pkgutil
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+import fairgpu
+from mutate import mutated_tree
+
+ROOT = Path.cwd()
+PYTEST_ARGS = ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts="]
+
+
+def _preimport() -> dict[tuple[str, str], list[types.FunctionType]]:
+    """Import every fairgpu module and the tests' heavy libraries (so a child imports only the test modules),
+    then index fairgpu's function objects by (file, qualified name)."""
+    sys.path[:0] = ["", str(ROOT / "tests")]  # "" as under `python -m pytest`: tests import `tests.conftest`
+    for name in ("hypothesis", "fakeapi.server"):
+        importlib.import_module(name)
+    for info in pkgutil.walk_packages(fairgpu.__path__, "fairgpu."):
+        if info.name.endswith(".__main__"):  # runs the CLI
+            continue
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # stdout carries the answers
+                importlib.import_module(info.name)
+        except Exception:  # an optional driver's missing extra: its tests cannot run it either
+            continue
+    index: dict[tuple[str, str], list[types.FunctionType]] = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and obj.__code__.co_filename.startswith(str(ROOT)):
+            index.setdefault((obj.__code__.co_filename, obj.__code__.co_qualname), []).append(obj)
+    return index
+
+
+def _code_named(code: types.CodeType, qualname: str) -> types.CodeType | None:
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_qualname == qualname:
+                return const
+            found = _code_named(const, qualname)
+            if found is not None:
+                return found
+    return None
+
+
+def _outcome(status: int | None) -> str:
+    if status is None:
+        return "timeout"
+    # 0 all passed; 1 a test failed; otherwise interrupted (a collection error), internal, usage or nothing
+    # collected: the harness's fault more likely than the mutant's, so never counted as a kill
+    return {0: "survived", 1: "killed"}.get(status, "error")
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """The child's exit code, or None after killing its process group at the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            _kill_group(pid)  # servers or subprocesses a test left behind
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    _kill_group(pid)
+    os.waitpid(pid, 0)
+    return None
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _fork(funcs: list[types.FunctionType], code: types.CodeType, tests: list[str], timeout: float) -> int | None:
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        status = 3
+        try:
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            for f in funcs:
+                f.__code__ = code
+            status = int(pytest.main([*PYTEST_ARGS, *tests]))
+        finally:
+            os._exit(status)
+    return _wait(pid, timeout)
+
+
+def _spawn(tests: list[str], timeout: float) -> int | None:
+    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.wait()
+        return None
+
+
+def run(request: dict[str, object], index: dict[tuple[str, str], list[types.FunctionType]]) -> dict[str, object]:
+    file, scope = str(request["file"]), str(request["scope"])
+    tests, timeout = [str(t) for t in request["tests"]], float(request["timeout"])  # type: ignore[attr-defined]
+    path = ROOT / file
+    original = path.read_text()
+    tree = mutated_tree(ROOT, file, int(request["index"]))  # type: ignore[call-overload]
+    funcs = index.get((str(path), scope), []) if scope else []
+    code = _code_named(compile(tree, str(path), "exec"), scope) if funcs else None
+    swappable = code is not None and all(len(f.__code__.co_freevars) == len(code.co_freevars) for f in funcs)
+    began = time.monotonic()
+    try:
+        path.write_text(ast.unparse(tree))
+        status = _fork(funcs, code, tests, timeout) if swappable and code else _spawn(tests, timeout)
+    finally:
+        path.write_text(original)
+    mode = "fork" if swappable else "spawn"
+    return {"outcome": _outcome(status), "seconds": round(time.monotonic() - began, 2), "mode": mode}
+
+
+def main() -> None:
+    index = _preimport()
+    for line in sys.stdin:
+        print(json.dumps(run(json.loads(line), index)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

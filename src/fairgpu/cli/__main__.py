@@ -1,0 +1,3 @@
+from fairgpu.cli import app
+
+app()

@@ -1,0 +1,112 @@
+"""`fairgpu run`: the live scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fairgpu.catalog import load_profile
+from fairgpu.cli.base import app, fail
+from fairgpu.errors import FairgpuError, InputError
+from fairgpu.k8s.identity import FAIRGPU_SA
+from fairgpu.twin.writer import TraceWriter
+
+
+@app.command("run")
+def run_cmd(
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig file; without it, the pod's in-cluster service account.")
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Profile name or YAML file.")] = "fairgpu",
+    scheduler_name: Annotated[str, typer.Option(help="Pods with this spec.schedulerName are ours.")] = "fairgpu",
+    leader_elect: Annotated[bool, typer.Option(help="Elect a leader on a Lease (run several replicas).")] = True,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease.")] = "fairgpu-system",
+    identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
+    health_host: Annotated[str, typer.Option(help="Address of the /healthz and /readyz probes.")] = "0.0.0.0",
+    health_port: Annotated[int, typer.Option(help="Port of the probes.")] = 8080,
+    metrics_host: Annotated[str, typer.Option(help="Address of /metrics.")] = "0.0.0.0",
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.")] = 8081,
+    metrics_auth: Annotated[
+        bool, typer.Option(help="Check /metrics callers with TokenReview and SubjectAccessReview.")
+    ] = False,
+    dashboard_host: Annotated[
+        str, typer.Option(help="Address of the dashboard; anything but loopback needs --dashboard-auth.")
+    ] = "127.0.0.1",
+    dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard and its JSON API.")] = 8082,
+    dashboard_auth: Annotated[
+        bool, typer.Option(help="Check dashboard callers with TokenReview and SubjectAccessReview.")
+    ] = False,
+    webhook_port: Annotated[int, typer.Option(help="HTTPS port of the admission webhook.")] = 8443,
+    tls_cert: Annotated[str | None, typer.Option(help="Webhook certificate (PEM); with --tls-key.")] = None,
+    tls_key: Annotated[str | None, typer.Option(help="Webhook private key (PEM).")] = None,
+    service_account: Annotated[
+        str, typer.Option(help="fairgpu's own user name: the webhook lets it write scheduling keys.")
+    ] = FAIRGPU_SA,
+    trusted_identity: Annotated[
+        list[str] | None,
+        typer.Option(help="A user who may also write scheduling keys (HAMi's device plugin, say); repeatable."),
+    ] = None,
+    pod_controller: Annotated[
+        list[str] | None,
+        typer.Option(help="A user that makes pods from templates, whose pods keep the template's user; repeatable."),
+    ] = None,
+    hami_config: Annotated[
+        str | None,
+        typer.Option(help="HAMi's device config (device-config.yaml or its ConfigMap): names, defaults, lock expiry."),
+    ] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Record what the engine sees and decides to this trace (docs/twin.md).")
+    ] = None,
+    record_max_mb: Annotated[float, typer.Option(help="Rotate the trace past this size.")] = 100.0,
+    record_keep: Annotated[int, typer.Option(help="Rotated traces kept (FILE.1 … FILE.N).")] = 3,
+) -> None:
+    """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
+    import asyncio
+    import logging
+    import socket
+
+    from fairgpu.k8s import app as live
+    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust
+    from fairgpu.k8s.kubeconfig import check_kubeconfig
+
+    try:
+        prof = load_profile(profile)
+    except InputError as err:
+        raise fail(f"--profile: {err}") from err
+    from fairgpu import hamiconfig
+
+    try:
+        hami = hamiconfig.load(hami_config) if hami_config else hamiconfig.DEFAULT
+    except InputError as err:
+        raise fail(f"--hami-config: {err}") from err
+    if (tls_cert is None) != (tls_key is None):
+        raise fail("--tls-cert and --tls-key go together")
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    listen = live.Listen(
+        (health_host, health_port),
+        (metrics_host, metrics_port),
+        (dashboard_host, dashboard_port),
+        dashboard_auth,
+        metrics_auth,
+        (health_host, webhook_port),
+    )
+    try:
+        listen.check()
+        check_kubeconfig(kubeconfig)  # after the addresses, so an unsafe exposure is named first
+    except FairgpuError as err:
+        raise fail(str(err)) from err
+    trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    try:
+        writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
+    except InputError as err:
+        raise fail(str(err)) from err
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
+    try:
+        asyncio.run(live.run(*args, listen, tls, trust, hami, writer))
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:
+        raise fail(f"{type(err).__name__}: {err}") from err

@@ -1,0 +1,371 @@
+"""The trace format, version 1: what a driver saw, one JSON object per line (docs/twin.md is its reference).
+
+A trace opens with a `header` and holds, in time order: `nodes` and `queues` snapshots (whole, whenever they
+change), and per workload its `submit` (pods with their requests, queue, user, priority), each `start`, an
+`evict` decision, and its `end` (finished, evicted or withdrawn). Times `t` are seconds since the header's
+`epoch` (the driver's clock). Both drivers share this module: the controller and `fairgpu record` write it,
+the simulator reads it back; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError
+
+from fairgpu import resources as r
+from fairgpu.errors import ScenarioError
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, Workload
+from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.spec import QueueDoc, Strict, validation_message
+
+SCHEMA = "fairgpu-trace"
+VERSION = 1
+
+
+class GpuDoc(Strict):
+    model: str
+    memory_mib: int = Field(ge=0)
+    uuid: str = ""
+    healthy: bool = True
+    split: int = Field(default=0, ge=0)
+    mode: str = "hami-core"
+
+
+class TaintRec(Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class NodeDoc(Strict):
+    name: str = Field(min_length=1)
+    cpu_m: int = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+    gpus: list[GpuDoc] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    split_count: int = Field(default=10, ge=1)
+    schedulable: bool = True
+    taints: list[TaintRec] = Field(default_factory=list)
+
+    def spec(self) -> NodeSpec:
+        gpus = tuple(GpuDevice(g.model, g.memory_mib, g.uuid, g.healthy, g.split, g.mode) for g in self.gpus)
+        taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
+        return NodeSpec(
+            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints
+        )
+
+
+class GpuRequestDoc(Strict):
+    count: int = Field(ge=1)
+    cores: int = Field(ge=0, le=100)
+    mem_mib: int = Field(default=0, ge=0)
+    mem_pct: int = Field(default=100, ge=0, le=100)
+
+
+class ExpressionRec(Strict):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = Field(default_factory=list)
+
+    def expression(self) -> MatchExpression:
+        return MatchExpression(self.key, self.operator, tuple(self.values))
+
+
+class TolerationRec(Strict):
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class PodDoc(Strict):
+    cpu_m: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    gpu: GpuRequestDoc | None = None
+    gpu_include: list[str] = Field(default_factory=list)
+    gpu_exclude: list[str] = Field(default_factory=list)
+    gpu_uuid_include: list[str] = Field(default_factory=list)
+    gpu_uuid_exclude: list[str] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: list[list[ExpressionRec]] = Field(default_factory=list)
+    tolerations: list[TolerationRec] = Field(default_factory=list)
+    node_policy: str = ""
+    gpu_policy: str = ""
+    gpu_mutex: bool = False
+    gpu_mode: str | None = None
+
+    def spec(self) -> PodSpec:
+        g = self.gpu
+        return PodSpec(
+            cpu_m=self.cpu_m,
+            memory_mib=self.memory_mib,
+            gpu=None if g is None else GpuRequest(g.count, g.cores, g.mem_mib, g.mem_pct),
+            gpu_include=tuple(self.gpu_include),
+            gpu_exclude=tuple(self.gpu_exclude),
+            gpu_uuid_include=tuple(self.gpu_uuid_include),
+            gpu_uuid_exclude=tuple(self.gpu_uuid_exclude),
+            node_selector=tuple(sorted(self.node_selector.items())),
+            affinity=tuple(tuple(e.expression() for e in term) for term in self.affinity),
+            tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            node_policy=self.node_policy,
+            gpu_policy=self.gpu_policy,
+            gpu_mutex=self.gpu_mutex,
+            gpu_mode=self.gpu_mode,
+        )
+
+
+class Header(Strict):
+    kind: Literal["header"]
+    schema_: Literal["fairgpu-trace"] = Field(alias="schema")
+    version: int
+    epoch: float  # the driver's clock at t = 0 (seconds; Unix time for the controller)
+    source: Literal["run", "record", "simulate"]
+    scheduler: str = "fairgpu"
+    profile: str = ""  # the profile that decided (empty when recorded passively)
+
+
+class Nodes(Strict):
+    kind: Literal["nodes"]
+    t: float
+    nodes: list[NodeDoc]
+
+
+class Queues(Strict):
+    kind: Literal["queues"]
+    t: float
+    queues: list[QueueDoc]
+
+
+class Submit(Strict):
+    kind: Literal["submit"]
+    t: float
+    workload: str = Field(min_length=1)
+    queue: str = Field(min_length=1)
+    submitted: float  # the workload's own submit time (its pods' creation), seconds since the epoch
+    pods: list[PodDoc] = Field(min_length=1)
+    pod_names: list[str] = Field(default_factory=list)
+    user: str = ""
+    priority: int = 0
+    duration: float | None = Field(default=None, ge=0)  # the run time the engine was told (expected-runtime)
+    min_pods: int | None = Field(default=None, ge=1)
+    preemptible: bool = True
+
+
+class Start(Strict):
+    kind: Literal["start"]
+    t: float
+    workload: str = Field(min_length=1)
+    nodes: list[str] = Field(default_factory=list)  # where each placed pod runs
+    began: float | None = None  # found running (adopted, or in a rotated file's snapshot): when it started
+
+
+class Evict(Strict):
+    kind: Literal["evict"]
+    t: float
+    workload: str = Field(min_length=1)
+    reason: str = ""
+    grace: float = Field(default=0.0, ge=0)
+    pods: list[int] | None = None  # an elastic workload gives back only these pods
+
+
+class End(Strict):
+    kind: Literal["end"]
+    t: float
+    workload: str = Field(min_length=1)
+    outcome: Literal["finished", "evicted", "withdrawn"]
+    ran: float | None = Field(default=None, ge=0)  # how long its pods ran, when the driver saw them run (seconds)
+
+
+Record = Header | Nodes | Queues | Submit | Start | Evict | End
+_BY_KIND: dict[str, type[Record]] = {
+    "header": Header,
+    "nodes": Nodes,
+    "queues": Queues,
+    "submit": Submit,
+    "start": Start,
+    "evict": Evict,
+    "end": End,
+}
+KINDS = tuple(_BY_KIND)
+
+
+# -- the engine's data → records ---------------------------------------------------------------------------
+def node_doc(n: NodeSpec) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": n.name, "cpu_m": n.cpu_m, "memory_mib": n.memory_mib}
+    doc["gpus"] = [
+        {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
+        | {"mode": g.mode}
+        for g in n.gpus
+    ]
+    doc |= {"labels": dict(n.labels), "split_count": n.split_count, "schedulable": n.schedulable}
+    doc["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints]
+    return doc
+
+
+def pod_doc(p: PodSpec) -> dict[str, Any]:
+    g = p.gpu
+    doc: dict[str, Any] = {"cpu_m": p.cpu_m, "memory_mib": p.memory_mib}
+    if g is not None:
+        doc["gpu"] = {"count": g.count, "cores": g.cores, "mem_mib": g.mem_mib, "mem_pct": g.mem_pct}
+    for name in ("gpu_include", "gpu_exclude", "gpu_uuid_include", "gpu_uuid_exclude"):
+        if getattr(p, name):
+            doc[name] = list(getattr(p, name))
+    if p.node_selector:
+        doc["node_selector"] = dict(p.node_selector)
+    if p.affinity:
+        doc["affinity"] = [
+            [{"key": e.key, "operator": e.operator, "values": list(e.values)} for e in term] for term in p.affinity
+        ]
+    if p.tolerations:
+        doc["tolerations"] = [
+            {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect} for t in p.tolerations
+        ]
+    for name in ("node_policy", "gpu_policy"):
+        if getattr(p, name):
+            doc[name] = getattr(p, name)
+    if p.gpu_mutex:
+        doc["gpu_mutex"] = True
+    if p.gpu_mode is not None:
+        doc["gpu_mode"] = p.gpu_mode
+    return doc
+
+
+def _quota(vec: np.ndarray) -> dict[str, str | float]:
+    """A fair vector as the quota keys a queue is written with; unconstrained (infinite) dimensions left out."""
+    out: dict[str, str | float] = {}
+    for dim, value in enumerate(vec):
+        if not math.isfinite(value):
+            continue
+        if dim == r.DIM_GPU:
+            out[r.GPU] = float(value)
+        elif dim == r.DIM_GPUMEM:
+            out[r.GPUMEM] = f"{int(value)}Mi"
+        elif dim == r.DIM_CPU:
+            out[r.CPU] = f"{int(value)}m"
+        else:
+            out[r.MEMORY] = f"{int(value)}Mi"
+    return out
+
+
+def queue_doc(q: QueueSpec) -> dict[str, Any]:
+    """A QueueSpec as the queue schema (spec.QueueDoc) writes it: what `--queues FILE` takes, too."""
+    doc: dict[str, Any] = {"name": q.name, "weight": q.weight}
+    if q.parent is not None:
+        doc["parent"] = q.parent
+    if np.any(q.guaranteed):
+        doc["guaranteed"] = _quota(q.guaranteed)
+    if np.isfinite(q.limit).any():
+        doc["limit"] = _quota(q.limit)
+    if q.lendable is not None:
+        doc["lendable"] = _quota(q.lendable)
+    doc |= {
+        "usage_half_life": q.usage_half_life,
+        "fair_within": q.fair_within,
+        "starvation_after": q.starvation_after,
+        "allocation": q.allocation,
+    }
+    p = q.preemption
+    if not p.enabled:
+        doc["preemption"] = "never"
+    else:
+        doc["preemption"] = {
+            "reclaim": p.reclaim,
+            "fair_share": p.fair_share,
+            "within_queue": p.within_queue,
+            "min_runtime": p.min_runtime,
+            "grace_period": p.grace_period,
+        }
+    return doc
+
+
+def submit_record(t: float, wl: Workload, epoch: float) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "kind": "submit",
+        "t": t,
+        "workload": wl.name,
+        "queue": wl.queue,
+        "submitted": wl.submit_time - epoch,
+        "pods": [pod_doc(p) for p in wl.pods],
+        "pod_names": list(wl.pod_names),
+    }
+    if wl.user:
+        doc["user"] = wl.user
+    if wl.priority:
+        doc["priority"] = wl.priority
+    if wl.duration is not None:
+        doc["duration"] = wl.duration
+    if wl.min_pods is not None:
+        doc["min_pods"] = wl.min_pods
+    if not wl.preemptible:
+        doc["preemptible"] = False
+    return doc
+
+
+def header(epoch: float, source: str, scheduler: str, profile: str) -> dict[str, Any]:
+    return {
+        "kind": "header",
+        "schema": SCHEMA,
+        "version": VERSION,
+        "epoch": epoch,
+        "source": source,
+        "scheduler": scheduler,
+        "profile": profile,
+    }
+
+
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), allow_nan=False)
+
+
+# -- records → checked objects ----------------------------------------------------------------------------
+def read(path: Path) -> Iterator[tuple[int, Record]]:
+    """(line number, record) of a trace file, checked: the first line a v1 header, then records in time
+    order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such file")
+    last_t = -math.inf
+    line = 0
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for line, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                rec = parse(text, f"{path}:{line}")
+                if line == 1 and not isinstance(rec, Header):
+                    raise ScenarioError(f"{path}:1: kind: a trace starts with a header, not {rec.kind!r}")
+                if line > 1 and isinstance(rec, Header):
+                    raise ScenarioError(f"{path}:{line}: kind: a second header (concatenated traces?)")
+                if not isinstance(rec, Header):
+                    if rec.t < last_t:
+                        raise ScenarioError(f"{path}:{line}: t: {rec.t:g} is before the line above's {last_t:g}")
+                    last_t = rec.t
+                yield line, rec
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}:{line + 1}: not a text trace (bytes that are not UTF-8)") from None
+    if line == 0:
+        raise ScenarioError(f"{path}: empty; a trace starts with a header line")
+
+
+def parse(text: str, where: str) -> Record:
+    """One line: a ScenarioError `where: field: problem` if it is not a valid v1 record."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: a record is a JSON object, not {type(doc).__name__}")
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise ScenarioError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if kind == "header" and doc.get("version") != VERSION:
+        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads version {VERSION}")
+    try:
+        return _BY_KIND[kind].model_validate(doc)
+    except ValidationError as err:
+        raise ScenarioError(f"{where}: {validation_message(err)}") from None

@@ -1,0 +1,192 @@
+"""fairgpu's own pods placed as HAMi's Fit places them (issue 12): several GPU containers, each fitted in turn
+and written in its own segment; nvidia.com/numa-bind with several GPUs; cards whose devcore is not 100
+(deviceCoreScaling). Engine cases, then the live path through the fake kubelet's Allocate double."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from fairgpu.catalog import load_profile
+from fairgpu.framework.placement import place_pod
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s import hami
+from fairgpu.k8s.client import KubeClient
+from fairgpu.k8s.controller import Controller
+from fairgpu.k8s.port import NODES, PODS, QUEUES
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.state import ClusterState
+from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
+from test_live_scheduling import until
+
+MIB = 8192
+
+
+def _engine(gpus: tuple[GpuDevice, ...], nodes: int = 1) -> Scheduler:
+    specs = [NodeSpec(f"n{i}", 64000, 256000, gpus) for i in range(nodes)]
+    return Scheduler(specs, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+
+
+def _req(count: int, cores: int, mem: int) -> GpuRequest:
+    return GpuRequest(count=count, cores=cores, mem_mib=mem)
+
+
+def test_gpu_containers_are_fitted_in_turn_and_may_share_a_card() -> None:
+    """Two containers of 60 cores need two cards (the second sees the first's cores); two of 40 share one card
+    when it is the only one, each entry its own task; a third container that fits nowhere fails the pod."""
+    one = _engine((GpuDevice("NVIDIA", MIB, "g0"),))
+    pod = PodSpec(gpu=_req(1, 40, 1000), more_gpus=(_req(1, 40, 2000),))
+    p = place_pod(pod, one.view, one.profile)
+    assert p is not None and p.slots == (0, 0) and p.cores == (40, 40) and p.mem_mib == (1000, 2000)
+    assert p.segments == (1, 1)
+    one.state.assign("x", p)
+    assert one.state.gpu_tasks[0, 0] == 2 and one.state.gpu_cores_free[0, 0] == 20
+    one.state.check_invariants()
+    assert place_pod(PodSpec(gpu=_req(1, 60, 1), more_gpus=(_req(1, 60, 1),)), _engine(one.state.nodes[0].gpus).view,
+                     one.profile) is None  # fmt: skip
+    two = _engine((GpuDevice("NVIDIA", MIB, "g0"), GpuDevice("NVIDIA", MIB, "g1")))
+    p = place_pod(PodSpec(gpu=_req(1, 60, 1), more_gpus=(_req(1, 60, 1),)), two.view, two.profile)
+    assert p is not None and sorted(p.slots) == [0, 1]  # the old engine saw one 60-core container: one card
+    # memory too: 6000 + 6000 MiB cannot share an 8192 MiB card, each alone could
+    three = PodSpec(gpu=_req(1, 10, 6000), more_gpus=(_req(1, 10, 6000), _req(1, 10, 6000)))
+    assert place_pod(three, two.view, two.profile) is None
+
+
+def test_charge_counts_every_gpu_container() -> None:
+    pod = PodSpec(gpu=_req(1, 50, 1000), more_gpus=(_req(2, 25, 500),))
+    vec = pod.charge(MIB)
+    assert vec[0] == 1.0 and vec[1] == 2000  # 0.5 + 2 × 0.25 GPUs; 1000 + 2 × 500 MiB
+
+
+def test_numa_bind_keeps_each_containers_cards_on_one_numa_node() -> None:
+    """HAMi's TestFit_NumaSwitching shape: g0 (NUMA 0) is busy, g1 (NUMA 0), g2 and g3 (NUMA 1) free. A NUMA-bound
+    2-GPU container gets g2+g3 however the profile would order cards; with NUMA 1 down to one card it fits
+    nowhere, while the same pod without numa-bind still does."""
+    gpus = tuple(GpuDevice("NVIDIA", MIB, f"g{j}", numa=n) for j, n in enumerate((0, 0, 1, 1)))
+    sched = _engine(gpus)
+    sched.state.assign("busy", sched.state.placement_for(PodSpec(gpu=_req(1, 90, 100)), 0, (0,)))
+    pod = PodSpec(gpu=_req(2, 50, 1000), numa_bind=True)
+    p = place_pod(pod, sched.view, sched.profile)
+    assert p is not None and sorted(p.slots) == [2, 3]
+    sched.state.assign("numa1", sched.state.placement_for(PodSpec(gpu=_req(1, 100, 0)), 0, (3,)))
+    assert place_pod(pod, sched.view, sched.profile) is None
+    loose = place_pod(PodSpec(gpu=_req(2, 50, 1000)), sched.view, sched.profile)
+    assert loose is not None and sorted(loose.slots) == [1, 2]  # across NUMA nodes: what numa-bind forbids
+
+
+def test_devcore_other_than_100_follows_hamis_fit() -> None:
+    """deviceCoreScaling 2 (devcore 200): two cores-100 tasks share the card (HAMi's exclusivity is only for a
+    100-core card), a third does not fit; devcore 50: a cores-100 task never fits, a 50-core one does; cores 0
+    cannot join a card whose 200 cores are taken."""
+    st = ClusterState([NodeSpec("n", 64000, 256000, (GpuDevice("NVIDIA", MIB, "g", cores=200),))])
+    exclusive = PodSpec(gpu=_req(1, 100, 1000))
+    for key in ("a", "b"):
+        p = st.placement_for(exclusive, 0, (0,))
+        assert st.fits(p)
+        st.assign(key, p)
+    assert not st.fits(st.placement_for(exclusive, 0, (0,)))
+    assert not st.fits(st.placement_for(PodSpec(gpu=_req(1, 0, 10)), 0, (0,)))
+    assert not st.gpu_exclusive.any() and st.node_cores_free[0] == 0
+    st.check_invariants()
+    sched = _engine((GpuDevice("NVIDIA", MIB, "g", cores=200),), nodes=2)
+    assert len(np.unique([p.node for p in _place_many(sched, exclusive, 4)])) == 2  # two per node, four in all
+    assert _place_many(sched, exclusive, 1) == []
+    half = _engine((GpuDevice("NVIDIA", MIB, "g", cores=50),))
+    assert place_pod(exclusive, half.view, half.profile) is None
+    assert place_pod(PodSpec(gpu=_req(1, 50, 10)), half.view, half.profile) is not None
+
+
+def _place_many(sched: Scheduler, pod: PodSpec, n: int) -> list:
+    out = []
+    for i in range(n):
+        p = place_pod(pod, sched.view, sched.profile)
+        if p is None:
+            break
+        sched.state.assign(f"p{i}", p)
+        out.append(p)
+    return out
+
+
+def _node(name: str, cards: list[tuple[str, int, int]]) -> dict:
+    """A HAMi node whose cards are (uuid, devcore, numa)."""
+    devices = [
+        hami.RegisteredGpu(u, SPLIT, GPU_MEM, cores, "NVIDIA A100-SXM4-80GB", numa, True, j)
+        for j, (u, cores, numa) in enumerate(cards)
+    ]
+    return {
+        "metadata": {"name": name, "annotations": {hami.NODE_REGISTER: hami.encode_register(devices)}},
+        "status": {"allocatable": {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": str(len(cards) * SPLIT)}},
+    }
+
+
+def _pod(name: str, cards: str, containers: list[dict | None], annotations: dict | None = None) -> dict:
+    """A pod of ours kept to `cards` (nvidia.com/use-gpuuuid, so each pod lands on the node its case needs)."""
+    return {
+        "metadata": {"name": name, "namespace": "a", "annotations": {hami.USE_GPUUUID: cards, **(annotations or {})}},
+        "spec": {
+            "schedulerName": "fairgpu",
+            "containers": [
+                {"name": f"c{i}", "image": "x", "resources": {"limits": c} if c else {}}
+                for i, c in enumerate(containers)
+            ],
+        },
+    }
+
+
+def test_live_multi_container_numa_and_scaled_cores_pass_hamis_allocate(fake_api, tmp_path) -> None:
+    """Through the controller, the binder and the fake kubelet's HAMi Allocate double: a pod with GPU containers
+    around a sidecar gets one segment per container in container order (the kubelet pops them in turn and
+    the limits equal HAMi's scheduler's); a NUMA-bound 2-GPU pod gets two cards of one NUMA node; two
+    cores-100 pods share a devcore-200 card. No refusal, no over-committed card."""
+    gpu = "nvidia.com/gpu"
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        nodes = {
+            "multi": [("GPU-m0", 100, 0), ("GPU-m1", 100, 0)],
+            "numa": [("GPU-n0", 100, 0), ("GPU-n1", 100, 1), ("GPU-n2", 100, 0), ("GPU-n3", 100, 1)],
+            "scaled": [("GPU-s0", 200, 0)],
+        }
+        for name, cards in nodes.items():
+            await port.create(NODES, _node(name, cards))
+        on = {name: ",".join(u for u, _, _ in cards) for name, cards in nodes.items()}
+        await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+        shared = {gpu: "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "1000"}
+        pair = {gpu: "2", "nvidia.com/gpucores": "20", "nvidia.com/gpumem": "2000"}
+        pods = [
+            _pod("multi-p", on["multi"], [shared, None, pair]),
+            _pod("numa-p", on["numa"], [{gpu: "2", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "500"}],
+                 {hami.NUMA_BIND: "true"}),
+            _pod("scaled-a", on["scaled"], [{gpu: "1", "nvidia.com/gpucores": "100", "nvidia.com/gpumem": "1000"}]),
+            _pod("scaled-b", on["scaled"], [{gpu: "1", "nvidia.com/gpucores": "100", "nvidia.com/gpumem": "1000"}]),
+        ]  # fmt: skip
+        for obj in pods:
+            await port.create(PODS, obj, "a")
+        kubelet_nodes = FakeNodes(port)
+        kubelet = asyncio.create_task(kubelet_nodes.run())
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: len(kubelet_nodes.allocations) == 4, 30, "HAMi's Allocate for all four pods")
+            assert not kubelet_nodes.violations, kubelet_nodes.violations
+            listed, _ = await port.list(PODS, "a")
+            got = {o["metadata"]["name"]: o for o in listed}
+            seg = {n: hami.decode_devices(o["metadata"]["annotations"][hami.ALLOCATED]) for n, o in got.items()}
+            multi = seg["multi-p"]
+            assert [len(s) for s in multi] == [1, 0, 2, 0]  # one segment per container, the sidecar's empty
+            assert (multi[0][0].memory_mib, multi[0][0].cores) == (1000, 30)
+            assert {(d.memory_mib, d.cores) for d in multi[2]} == {(2000, 20)}
+            envs = kubelet_nodes.allocations["a/multi-p"].envs
+            assert len(envs) == 2 and envs[1]["CUDA_DEVICE_SM_LIMIT"] == "20"
+            numa = {u: n for u, _, n in nodes["numa"]}
+            assert len({numa[d.uuid] for d in seg["numa-p"][0]}) == 1 and len(seg["numa-p"][0]) == 2
+            assert [d.uuid for s in ("scaled-a", "scaled-b") for d in seg[s][0]] == ["GPU-s0", "GPU-s0"]
+            assert kubelet_nodes.allocations["a/scaled-b"].envs[0]["CUDA_DEVICE_SM_LIMIT"] == "100"
+        finally:
+            for t in (run, kubelet):
+                t.cancel()
+            await asyncio.gather(run, kubelet, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
