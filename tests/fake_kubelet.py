@@ -113,6 +113,9 @@ def hami_allocate(
         raise AllocateError(str(err)) from err
     out = Allocation(served)
     init = len((current.get("spec") or {}).get("initContainers") or [])
+    register = annotations.get(hami.NODE_REGISTER)
+    mig_cards = {d.uuid: d.mig_profiles for d in hami.decode_register(register) if d.mode == "mig"} if register else {}
+    active = _active_mig(node_pods, current)
     for c in _containers(pod):
         if r.GPU not in _limits(c):
             continue  # the kubelet calls the device plugin only for its resource
@@ -127,6 +130,11 @@ def hami_allocate(
         devices, segments[nxt] = segments[nxt], []
         if len(devices) != want:
             raise AllocateError("device number not matched")
+        if any(mig_cards.get(d.uuid) for d in devices):  # the node's plugin runs in operating mode "mig"
+            out.envs.append(
+                {"NVIDIA_VISIBLE_DEVICES": ",".join(_mig_devices(current, nxt, devices, mig_cards, active))}
+            )
+            continue
         envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
         envs |= {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{d.memory_mib}m" for i, d in enumerate(devices)}
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
@@ -136,13 +144,75 @@ def hami_allocate(
     return out
 
 
-def scheduler_limits(pod: dict, node: dict) -> list[dict[str, str]]:
+def _mig_uuid(gpu: str, start: int, size: int) -> str:
+    return f"MIG-{gpu}-{start}-{size}"
+
+
+def _active_mig(node_pods: list[dict], current: dict) -> dict[str, list[tuple[int, int]]]:
+    """Slices (start, size) per card of the MIG instances other pods on the node hold."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for p in node_pods:
+        if p["metadata"].get("uid") == current["metadata"].get("uid"):
+            continue
+        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            listed = hami.decode_mig_allocations((p["metadata"].get("annotations") or {}).get(hami.MIG_ALLOCATIONS, ""))
+        except FormatError:
+            continue  # HAMi's scheduler skips an unreadable reservation list too
+        out.update({a.gpu: [*out[a.gpu], (a.start, a.size)] for a in listed})
+    return out
+
+
+def _mig_devices(
+    pod: dict, container: int, devices: list[hami.DeviceUse], cards: dict, active: dict[str, list[tuple[int, int]]]
+) -> list[str]:
+    """GetContainerDeviceStrArray in mode "mig": the container's reservations (by container index, in device
+    order) must be as many as its devices, each on the device's card, a profile and placement the card
+    registered, on slices no other pod's instance holds (EnsureAllocation); answers the MIG devices."""
+    try:
+        raw = (pod["metadata"].get("annotations") or {}).get(hami.MIG_ALLOCATIONS, "")
+        mine = [a for a in hami.decode_mig_allocations(raw) if a.container == container]
+    except FormatError as err:
+        raise AllocateError(f"decode scheduler MIG allocations: {err}") from err
+    mine.sort(key=lambda a: a.device)
+    if len(mine) != len(devices):
+        raise AllocateError(f"container has {len(mine)} MIG reservations, requested {len(devices)} devices")
+    out = []
+    for a, d in zip(mine, devices, strict=True):
+        if a.gpu != d.uuid:
+            raise AllocateError(f"MIG reservation GPU {a.gpu} does not match allocated GPU {d.uuid}")
+        if not any(p.name == a.profile and (a.start, a.size) in p.placements for p in cards.get(d.uuid, ())):
+            raise AllocateError(f"{d.uuid} offers no MIG profile {a.profile} at {a.start}+{a.size}")
+        if any(a.start < s + z and s < a.start + a.size for s, z in active[d.uuid]):
+            raise AllocateError(f"MIG instance {a.profile} at {a.start}+{a.size} on {d.uuid} overlaps another")
+        active[d.uuid].append((a.start, a.size))
+        out.append(_mig_uuid(d.uuid, a.start, a.size))
+    return out
+
+
+def _hami_mig_choice(profiles, occupied: list[tuple[int, int]], need: int) -> tuple[int, int] | None:
+    """selectMigCandidate, written from HAMi's Go (not fairgpu's arrays): profiles by memory then slice count,
+    the first with `need` MiB and a placement (1g./3g. highest start first) on free slices."""
+    for p in sorted(profiles, key=lambda p: (p.memory_mib, p.slices)):
+        if p.memory_mib < need:
+            continue
+        high = p.name.startswith(("1g.", "3g."))
+        for start, size in sorted(p.placements, key=lambda x: -x[0] if high else x[0]):
+            if not any(start < s + z and s < start + size for s, z in occupied):
+                return start, size
+    return None
+
+
+def scheduler_limits(pod: dict, node: dict, node_pods: list[dict] = ()) -> list[dict[str, str]]:
     """The envs HAMi's device plugin would set had HAMi's own scheduler placed `pod` on the cards the pod's
     record names: per GPU container, memory from its request under HAMi's rules (gpumem, else the
     percentage of that card's registered memory) and cores clamped to 100. Independent of fairgpu's
     placement arithmetic: only the card choice is taken from the record."""
     register = (node["metadata"].get("annotations") or {}).get(hami.NODE_REGISTER)
     devmem = {d.uuid: d.memory_mib for d in hami.decode_register(register)} if register else {}
+    mig_cards = {d.uuid: d.mig_profiles for d in hami.decode_register(register) if d.mode == "mig"} if register else {}
+    occupied = _active_mig(list(node_pods), pod)
     segments = hami.decode_devices((pod["metadata"].get("annotations") or {}).get(hami.ALLOCATED, ""))
     out = []
     for i, c in enumerate(_containers(pod)):
@@ -154,6 +224,15 @@ def scheduler_limits(pod: dict, node: dict) -> list[dict[str, str]]:
         if g is None or r.GPU not in _limits(c):
             continue
         cards = [d.uuid for d in segments[i]] if i < len(segments) else []
+        if any(u in mig_cards for u in cards):  # what HAMi's Fit and AddResourceUsage would have reserved
+            chosen = []
+            for u in cards:
+                pick = _hami_mig_choice(mig_cards[u], occupied[u], g.mem_for(devmem.get(u, 0)))
+                chosen.append(_mig_uuid(u, *pick) if pick else "none")
+                if pick:
+                    occupied[u].append(pick)
+            out.append({"NVIDIA_VISIBLE_DEVICES": ",".join(chosen)})
+            continue
         envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(cards)}
         envs |= {f"CUDA_DEVICE_MEMORY_LIMIT_{j}": f"{g.mem_for(devmem.get(u, 0))}m" for j, u in enumerate(cards)}
         envs["CUDA_DEVICE_SM_LIMIT"] = str(g.cores)
@@ -341,7 +420,9 @@ class FakeNodes:
         self.allocations[key] = alloc
         if alloc.served != key:
             raise AllocateError(f"served {alloc.served}'s allocation (the node lock names it), not {key}'s")
-        expected = scheduler_limits(obj, n)
+        earlier = [p for p in on_node if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in self.allocations
+                   or (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+        expected = scheduler_limits(obj, n, earlier)
         if alloc.envs != expected:
             raise AllocateError(f"limits {alloc.envs} differ from HAMi's scheduler's {expected}")
         ns, name = key.split("/", 1)

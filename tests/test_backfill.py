@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from conftest import gpu_node, whole
 from fairgpu.catalog import load_profile
+from fairgpu.framework.durations import MARGIN, MIN_SAMPLES, PERCENTILE
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.model.pod import Workload
@@ -36,3 +40,96 @@ def test_short_job_behind_a_long_one_backfills_and_the_gang_starts_when_reserved
     s.remove("short")  # ended at 70
     s.remove("b")
     assert s.cycle(100).started[0] == "gang"  # at the reserved time: the backfill delayed nothing
+
+
+def learn(s: Scheduler, queue: str, runs: list[float]) -> None:
+    """Workloads of `queue` that ran `runs` seconds each and completed (on node 1, kept free for this)."""
+    for i, ran in enumerate(runs):
+        w = Workload(f"{queue}-done-{i}", queue, (whole(1),))
+        s.adopt(w, [s.state.placement_for(w.pods[0], 1, range(1))], started=0.0)
+        s.remove(w.name, finished_at=ran)
+
+
+def test_a_queue_learns_a_pessimistic_duration_from_completed_runs_only():
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    learn(s, "q", [100.0] * (MIN_SAMPLES - 1))
+    assert s.durations.learned(0) is None  # too few runs to say anything
+    w = Workload("evicted", "q", (whole(1),))
+    s.adopt(w, [s.state.placement_for(w.pods[0], 1, range(1))], started=0.0)
+    s.remove("evicted")  # evicted or deleted: says nothing about how long the queue's work runs
+    assert s.durations.learned(0) is None
+    learn(s, "q", [1000.0])
+    runs = [100.0] * (MIN_SAMPLES - 1) + [1000.0]
+    assert s.durations.learned(0) == pytest.approx(float(np.percentile(runs, PERCENTILE)) * MARGIN)
+    assert s.durations.learned(0) > 100.0 * MARGIN  # the slow run weighs in: the estimate errs long
+    assert s.durations.of(wl("declared", "q", 1, 7.0), 0) == 7.0  # a workload's own duration wins
+
+
+def reserved_gang(learned: list[float] | None = None) -> Scheduler:
+    """n0 runs 'long' (7 of its 8 GPUs, declared to end at 1000); the training gang (8 GPUs) reserves n0 for
+    then, and n0's eighth GPU is free meanwhile. n1 is full of 'other' until 5000. The stream queue may have
+    learned its run times."""
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")],
+        QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)]),
+        load_profile("fairgpu"),
+    )
+    if learned:
+        learn(s, "stream", learned)
+    for name, node, gpus, end in (("long", 0, 7, 1000.0), ("other", 1, 8, 5000.0)):
+        w = wl(name, "training" if name == "other" else "stream", gpus, end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(gpus))], started=0.0)
+    s.submit(wl("gang", "training", 8, 3600))
+    s.cycle(0)
+    assert s.reservations["gang"].fit.at == 1000 and list(s.reservations["gang"].fit.nodes) == [0]
+    return s
+
+
+def test_work_of_unknown_length_backfills_by_its_queues_learned_estimate():
+    s = reserved_gang(learned=[100.0] * MIN_SAMPLES)  # stream's estimate: 125 s
+    s.submit(Workload("fits", "stream", (whole(1),), submit_time=500))
+    assert s.cycle(500).started == ["fits"]  # 500 + 125 <= 1000: it may use the held node
+    s.submit(Workload("too-late", "stream", (whole(1),), submit_time=900))
+    assert s.cycle(900).started == []  # 900 + 125 > 1000
+
+
+def test_no_backfill_without_a_duration_or_an_estimate():
+    s = reserved_gang()
+    s.submit(Workload("unknown", "stream", (whole(1),), submit_time=500))
+    assert s.cycle(500).started == []
+
+
+def test_backfill_that_overruns_is_evicted_when_the_reservation_comes_due_and_the_gang_starts_on_time():
+    s = reserved_gang()
+    s.submit(wl("short", "stream", 1, 50, t=500))  # declared 50 s: may backfill
+    assert s.cycle(500).started == ["short"]
+    # 550 passes and 'short' still runs (its declared duration was wrong); the gang is due at 1000
+    s.remove("long", finished_at=1000)
+    result = s.cycle(1000)
+    assert [(e.workload, e.at) for e in result.evictions] == [("short", 1000.0)]
+    assert "gang" in result.evictions[0].reason
+    assert s.reservations["gang"].fit.at == 1000  # still held for the gang: nobody else takes n0
+    s.remove("short")  # the driver carried out the eviction
+    assert s.cycle(1000).started == ["gang"]
+
+
+def test_a_starving_gang_keeps_its_nodes_while_their_earlier_work_overruns_its_estimate():
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")],
+        QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)]),
+        load_profile("fairgpu"),
+    )
+    learn(s, "stream", [100.0] * MIN_SAMPLES)  # estimate 125 s; nothing declares a duration below
+    for name, node, slots, start in (("a", 0, range(4), 0.0), ("b", 0, range(4, 8), 0.0), ("c", 1, range(8), 100.0)):
+        w = Workload(name, "stream", (whole(len(slots)),))
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=start)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    assert s.reservations["gang"].fit.at == 125 and list(s.reservations["gang"].fit.nodes) == [0]
+    s.remove("a", finished_at=130)
+    s.submit(Workload("d", "stream", (whole(4),), submit_time=130))
+    # 'b' overran its estimate: n0 is still draining for the gang, and 'd' must not take a's GPUs
+    assert s.cycle(130).started == []
+    assert list(s.reservations["gang"].fit.nodes) == [0]
+    s.remove("b", finished_at=150)
+    assert s.cycle(150).started[0] == "gang"

@@ -208,7 +208,7 @@ def test_simulate_json_values_fairgpu(small_json: dict[str, dict]) -> None:
     assert doc["utilization"] == pytest.approx(6 / 8)
     assert doc["fairness_error"] == pytest.approx(0)
     # team-b never waits, so no two queues are ever backlogged together: Jain's index is undefined.
-    assert doc["jain_index"] is None
+    assert doc["jain_index"] is None and doc["jain_window_s"] == 0
     assert b["wait_max_s"] == pytest.approx(0)
     assert a["wait_max_s"] == pytest.approx(3600)
     assert a["gpu_hours"] == pytest.approx(4)

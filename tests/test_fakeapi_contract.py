@@ -338,6 +338,9 @@ def test_informer_relists_after_410_and_reports_deletions_missed(fake_api, tmp_p
         await port.create(NODES, {"metadata": {"name": "n2"}})
         task = asyncio.create_task(inf.run())
         await inf.synced.wait()
+        async with asyncio.timeout(10):  # synced comes after the list: wait for the watch itself, to freeze it
+            while not fake_api.api.store.watchers:
+                await asyncio.sleep(0.02)
         # while nobody watches, n1 goes and history is compacted: the informer must relist and see it
         fake_api.control("freeze-watches")  # the stream stays open but delivers nothing
         await port.delete(NODES, "n1")

@@ -16,6 +16,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model.mig import MigTemplate
 from fairgpu.state import ClusterState
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
 from test_live_scheduling import until
@@ -97,13 +98,13 @@ def test_devcore_other_than_100_follows_hamis_fit() -> None:
     assert place_pod(PodSpec(gpu=_req(1, 50, 10)), half.view, half.profile) is not None
 
 
-def _place_many(sched: Scheduler, pod: PodSpec, n: int) -> list:
+def _place_many(sched: Scheduler, pod: PodSpec, n: int, prefix: str = "p") -> list:
     out = []
     for i in range(n):
         p = place_pod(pod, sched.view, sched.profile)
         if p is None:
             break
-        sched.state.assign(f"p{i}", p)
+        sched.state.assign(f"{prefix}{i}", p)
         out.append(p)
     return out
 
@@ -190,3 +191,93 @@ def test_live_multi_container_numa_and_scaled_cores_pass_hamis_allocate(fake_api
             await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+A100_MIG = (  # HAMi's a100MigProfiles (pkg/device/nvidia/mig_capability_test.go)
+    hami.MigProfile("1g.5gb", 5120, 14, 1, tuple((i, 1) for i in range(7))),
+    hami.MigProfile("2g.10gb", 10240, 28, 2, ((0, 2), (2, 2), (4, 2))),
+    hami.MigProfile("3g.20gb", 20480, 42, 3, ((0, 4), (4, 4))),
+)
+
+
+def test_live_mig_cards_get_hamis_profiles_and_reservations_in_a_mixed_cluster(fake_api, tmp_path) -> None:
+    """A MIG node (one A100-40GB in mode "mig" with HAMi's A100 profiles) beside an ordinary node. A pod HAMi
+    placed holds 3g.20gb on slices 4–7. Ours: 10000 MiB gets 2g.10gb at 0, 5000 MiB gets 1g.5gb at 3 (1g
+    profiles take the highest free start), each booked at the profile's memory and cores and reserved in
+    hami.io/vgpu-mig-allocations as HAMi writes it, served by the Allocate double's MIG path; 20000 MiB finds
+    no free 3g placement and is never bound; an ordinary pod lands on the ordinary node."""
+    gpu, mem = "nvidia.com/gpu", "nvidia.com/gpumem"
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        mig = hami.RegisteredGpu("GPU-mig", 7, 40960, 100, "NVIDIA A100-SXM4-40GB", 0, True, 0, "mig", A100_MIG)
+        mig_node = {
+            "metadata": {"name": "mig", "annotations": {hami.NODE_REGISTER: hami.encode_register([mig])}},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "7"}},
+        }
+        await port.create(NODES, mig_node)
+        await port.create(NODES, _node("plain", [("GPU-p0", 100, 0)]))
+        await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+        held = hami.encode_mig_allocations([hami.MigAllocation(0, 0, "GPU-mig", "3g.20gb", 4, 4)])
+        foreign = {
+            "metadata": {"name": "theirs", "namespace": "a", "annotations": {
+                hami.VGPU_NODE: "mig", hami.ALLOCATED: "GPU-mig,NVIDIA,20480,42:;", hami.MIG_ALLOCATIONS: held,
+                hami.BIND_PHASE: "success"}},
+            "spec": {"schedulerName": "hami-scheduler", "nodeName": "mig",
+                     "containers": [{"name": "c", "image": "x", "resources": {"limits": {gpu: "1", mem: "20000"}}}]},
+            "status": {"phase": "Running"},
+        }  # fmt: skip
+        await port.create(PODS, foreign, "a")
+        for name, mib in (("ten", "10000"), ("five", "5000")):
+            await port.create(PODS, _pod(name, "GPU-mig", [{gpu: "1", mem: mib}]), "a")
+        await port.create(PODS, _pod("plain", "GPU-p0", [{gpu: "1", mem: "1000"}]), "a")
+        kubelet_nodes = FakeNodes(port)
+        kubelet = asyncio.create_task(kubelet_nodes.run())
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: {"a/ten", "a/five", "a/plain"} <= set(kubelet_nodes.allocations), 30, "three pods")
+            # created only now, so the order is certain: on an empty card a 3g.20gb fits at 0 and is legal; beside
+            # the 2g at 0 and the 1g at 3, with the HAMi pod's 3g at 4, no 3g placement is free and it stays pending
+            await port.create(PODS, _pod("twenty", "GPU-mig", [{gpu: "1", mem: "20000"}]), "a")
+            await until(lambda: "a/twenty" in ctl.pods.cache, 10, "the 20000 MiB pod to be seen")
+            await asyncio.sleep(1.5)  # a few passes of the controller's loop, which the new pod woke
+            assert not kubelet_nodes.violations, kubelet_nodes.violations
+            got = {o["metadata"]["name"]: o for o in (await port.list(PODS, "a"))[0]}
+            assert not got["twenty"]["spec"].get("nodeName")
+            ann = {n: got[n]["metadata"]["annotations"] for n in ("ten", "five", "plain")}
+            assert ann["ten"][hami.ALLOCATED] == "GPU-mig,NVIDIA,10240,28:;"  # the profile's memory and cores
+            assert ann["ten"][hami.MIG_ALLOCATIONS] == (
+                '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-mig","profile":"2g.10gb",'
+                '"placement":{"start":0,"size":2}}]'
+            )
+            assert [(a.profile, a.start) for a in hami.decode_mig_allocations(ann["five"][hami.MIG_ALLOCATIONS])] == [
+                ("1g.5gb", 3)
+            ]
+            assert hami.MIG_ALLOCATIONS not in ann["plain"]
+            assert kubelet_nodes.allocations["a/ten"].envs == [{"NVIDIA_VISIBLE_DEVICES": "MIG-GPU-mig-0-2"}]
+            ctl.engine.state.check_invariants()
+        finally:
+            for t in (run, kubelet):
+                t.cancel()
+            await asyncio.gather(run, kubelet, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_mig_profiles_are_picked_and_booked_within_the_card() -> None:
+    """Engine level: HAMi's candidate order, each request booked at its profile, slices never shared; a request
+    whose profile would book more memory than the card has left is refused (HAMi checks only the request's
+    own memory and would over-book: a deliberate, safe difference), and the state stays consistent."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+    sched = _engine((GpuDevice("NVIDIA A100", 12000, "g", split=7, mode="mig", mig=mig),))
+    placed = _place_many(sched, PodSpec(gpu=_req(1, 0, 5000)), 1)
+    assert [(p.mem_mib, p.cores, p.mig) for p in placed] == [((5120,), (14,), (0,))]  # 1g.5gb at the top slice
+    assert sched.state.mig_busy[0, 0] == 1 << 6
+    assert place_pod(PodSpec(gpu=_req(1, 0, 6000)), sched.view, sched.profile) is None  # 2g would book 10240
+    more = _place_many(sched, PodSpec(gpu=_req(1, 0, 1000)), 3, "q")
+    assert [p.mem_mib for p in more] == [(5120,)]  # one more 1g.5gb fits in the memory left, then none
+    sched.state.check_invariants()
+    sched.state.release("q0")
+    assert sched.state.mig_busy[0, 0] == 1 << 6  # the first pod's slice stays held, the released one is free

@@ -21,9 +21,11 @@ from fairgpu.framework.placement import place_pod
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
-from fairgpu.k8s.translate import PodInfo, pod_info
-from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, QueueSpec, QueueTree
+from fairgpu.k8s.translate import PodInfo, node_spec, pod_info
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model.node import mig_candidates
 from fairgpu.model.pod import scheduler_request, webhook_defaults
+from fairgpu.state import Placement
 
 CORPUS = json.loads((Path(__file__).parent / "hami_corpus" / "hami_v2.10.0.json").read_text())
 CASES = CORPUS["cases"]
@@ -137,6 +139,8 @@ def _check(case: dict):
         return webhook_defaults(_resources(given), rules).get(rules.cores_name)
     if kind in ("fit", "pod_fit"):
         return _fit(case)
+    if kind == "mig_fit":
+        return _mig_fit(case)
     if kind in ("check_uuid", "check_type"):
         key = {"use": "use-gpu", "nouse": "nouse-gpu"}
         suffix = "uuid" if kind == "check_uuid" else "type"
@@ -198,6 +202,44 @@ def _fit(case: dict):
     return out
 
 
+def _mig_fit(case: dict) -> list:
+    """One A100-40GB in mode "mig" registered with the case's migProfiles, read by fairgpu's node reader, the
+    reservations in use held as a pod of HAMi's would be; then each request placed and held in turn: the MIG
+    profile, slice start, MiB and cores it takes, or None where HAMi's Fit refuses it."""
+    given = case["input"]
+    profiles = tuple(
+        hami.MigProfile(p["name"], p["memoryMB"], p["core"], p["sliceCount"], tuple(map(tuple, p["placements"])))
+        for p in given["profiles"]
+    )
+    card = hami.RegisteredGpu(
+        "GPU-a", given["count"], given["totalmem"], 100, "NVIDIA A100", 0, True, 0, "mig", profiles
+    )
+    node = {
+        "metadata": {"name": "n", "annotations": {hami.NODE_REGISTER: hami.encode_register([card])}},
+        "status": {"allocatable": {"cpu": "64", "memory": "64Gi", "nvidia.com/gpu": str(given["count"])}},
+    }
+    sched = Scheduler([node_spec(node)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    st = sched.state
+    gpus = st.nodes[0].gpus
+    cands = [(gpus[0].mig[k].name, start, size) for k, start, size in mig_candidates(gpus[0].mig)] if gpus else []
+    for i, (name, start, size) in enumerate(given["in_use"]):
+        c = cands.index((name, start, size))
+        st.assign(
+            f"in-use-{i}", Placement(0, (0,), (int(st.mig_cores[0, 0, c]),), (int(st.mig_mem[0, 0, c]),), mig=(c,))
+        )
+    out: list = []
+    for i, r in enumerate(given["requests"]):
+        placed = place_pod(PodSpec(gpu=_request(r)), sched.view, sched.profile)
+        if placed is None:
+            out.append(None)
+            continue
+        st.assign(f"r{i}", placed)
+        name, start, _ = cands[placed.mig[0]]
+        out.append([name, start, placed.mem_mib[0], placed.cores[0]])
+    st.check_invariants()
+    return out
+
+
 def _agrees(case: dict, got) -> bool:
     want = case["expect"]
     if isinstance(want, dict) and "error" in want:  # HAMi fails: fairgpu fails too, for the same reason
@@ -220,5 +262,5 @@ def test_fairgpu_agrees_with_hamis_own_test(case: dict) -> None:
 
 
 def test_corpus_size_and_differences_are_what_the_report_says() -> None:
-    assert len(CASES) == 114
+    assert len(CASES) == 121
     assert len(DIFFERENCES) == 3 and all(any((c["kind"], c["name"]) == k for c in CASES) for k in DIFFERENCES)

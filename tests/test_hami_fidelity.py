@@ -29,11 +29,10 @@ from test_live_scheduling import node, pod, until
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
-def _mixed_node() -> dict:
-    """node-01: one MIG-mode card and one ordinary sharing card."""
-    mig = hami.MigProfile("1g.10gb", 9856, 14, 1, ((0, 1), (1, 1)))
+def _mixed_node(profiles: tuple[hami.MigProfile, ...] = ()) -> dict:
+    """node-01: one MIG-mode card (with these MIG profiles) and one ordinary sharing card."""
     devices = [
-        hami.RegisteredGpu("GPU-01-mig", 7, GPU_MEM, 100, A100, healthy=True, mode="mig", mig_profiles=(mig,)),
+        hami.RegisteredGpu("GPU-01-mig", 7, GPU_MEM, 100, A100, healthy=True, mode="mig", mig_profiles=profiles),
         hami.RegisteredGpu("GPU-01-1", SPLIT, GPU_MEM, 100, A100, index=1, healthy=True),
     ]
     obj = node(1)
@@ -127,12 +126,16 @@ def test_every_pod_on_a_hami_node_is_accounted_and_mig_cards_are_refused(fake_ap
     asyncio.run(asyncio.wait_for(go(), 60))
 
 
-def test_mig_cards_are_left_out_with_a_reason_and_mixed_nodes_keep_the_rest():
+def test_mig_cards_without_profiles_are_left_out_with_a_reason_and_mixed_nodes_keep_the_rest():
     inputs = NodeInputs.of(_mixed_node())
     spec = node_spec(inputs)
     assert [g.uuid for g in spec.gpus] == ["GPU-01-1"]  # the old code scheduled the MIG card as a shared one
-    assert "GPU-01-mig" in refused_gpus(inputs) and hami.MIG_ALLOCATIONS in refused_gpus(inputs)
+    assert "GPU-01-mig" in refused_gpus(inputs) and "migProfiles" in refused_gpus(inputs)
     assert refused_gpus(NodeInputs.of(node(0))) is None
+    with_profiles = NodeInputs.of(_mixed_node((hami.MigProfile("1g.10gb", 9856, 14, 1, ((0, 1), (1, 1))),)))
+    spec = node_spec(with_profiles)
+    assert [(g.uuid, g.mode, len(g.mig)) for g in spec.gpus] == [("GPU-01-mig", "mig", 1), ("GPU-01-1", "hami-core", 0)]
+    assert refused_gpus(with_profiles) is None
 
 
 def test_hami_request_rules_table():
@@ -298,7 +301,7 @@ def test_scenario_hami_key_registers_nodes_as_hamis_device_plugin_would():
 def test_init_container_usage_collapses_as_hamis_accounting_does():
     """HAMi's CollapseInitContainerUsage: init containers run before the app containers, so a card holds
     max(init peak, app sum): here 50000 MiB and 60 cores of GPU-00-0 in one task, not 90000 MiB in two."""
-    from fairgpu.k8s.translate import hold, holdings
+    from fairgpu.k8s.records import hold, holdings
 
     gpu = {"nvidia.com/gpu": "1"}
     record = "GPU-00-0,NVIDIA,50000,60:;GPU-00-0,NVIDIA,30000,10:;GPU-00-0,NVIDIA,10000,20:GPU-00-1,NVIDIA,10,0:;"

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fairgpu import resources as r
@@ -140,6 +140,7 @@ def test_request_error_is_a_value_error() -> None:
 
 
 @FAST
+@example(gpus=None, cores=None, mem=1, pct=100)  # HAMi's defaultExclusiveCoreIfNeeded: pct 100 wins over gpumem
 @given(
     gpus=st.one_of(st.none(), st.integers(1, 8)),
     cores=st.one_of(st.none(), st.integers(0, 100)),
@@ -162,8 +163,8 @@ def test_gpu_request_defaults_are_consistent(
     assert 0 <= g.cores <= 100 and 1 <= g.mem_pct <= 100 and g.mem_mib >= 0
     if cores is not None:
         assert g.cores == cores  # an explicit core request is never rewritten
-    elif mem:
-        assert g.cores == 0  # a memory-sized share gets no exclusivity
+    elif mem and pct != 100:
+        assert g.cores == 0  # a memory-sized share gets no exclusivity (a 100 % percentage still does, as in HAMi)
     if mem:
         assert g.mem_mib == mem and g.mem_for(100_000) == mem
     elif pct:

@@ -86,13 +86,15 @@ def test_every_extension_point_is_consulted_in_order():
 
         def filter(self, pod, view, mask):
             calls.append("filter")
-            mask.restrict_nodes(view.state.cpu_cap >= 0)
-            mask.nodes[0] = False
+            mask.restrict_nodes(np.arange(view.state.num_nodes)[mask.rows] != 0)
 
     class Flat:
+        def generation(self, pod, view):
+            return 0
+
         def score(self, pod, view, mask):
             calls.append("score")
-            return view.state.cpu_free * 0.0
+            return view.state.cpu_free[mask.rows] * 0.0
 
         def gpu_order(self, pod, view, node, slots):
             return slots[::-1]

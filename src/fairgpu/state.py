@@ -5,15 +5,17 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fairgpu.errors import InputError, StateError
+from fairgpu.model.mig import MigTable
 from fairgpu.model.node import GPU_CORES, NodeSpec
+from fairgpu.model.placement import MIG_WHOLE as MIG_WHOLE
+from fairgpu.model.placement import Footprint as Footprint
+from fairgpu.model.placement import Placement as Placement
 from fairgpu.model.pod import PodSpec
 
 
@@ -22,66 +24,6 @@ def scratch_key(*parts: object) -> str:
     It starts with NUL, so it never collides with a pod's key (namespace/name) or another dry run's."""
     return "\0" + "-".join(str(p) for p in parts)
 
-
-@dataclass(slots=True, frozen=True)
-class Placement:
-    """Where one pod runs: a node, and per card entry (its GPU slot, the cores and MiB it takes there).
-
-    A pod with several GPU containers lists each container's entries in turn (`segments` says how many each
-    has; empty means one container), so one card may appear once per container, as in HAMi."""
-
-    node: int
-    slots: tuple[int, ...] = ()
-    cores: tuple[int, ...] = ()  # per entry, same order as slots
-    mem_mib: tuple[int, ...] = ()  # per entry, same order as slots
-    cpu_m: int = 0
-    memory_mib: int = 0
-    segments: tuple[int, ...] = ()  # entries per GPU container, in container order; () = one container
-
-    def containers(self) -> list[range]:
-        """The entry indices of each GPU container."""
-        sizes = self.segments or ((len(self.slots),) if self.slots else ())
-        starts = itertools.accumulate(sizes, initial=0)
-        return [range(a, b) for a, b in itertools.pairwise(starts)]
-
-
-@dataclass(slots=True, frozen=True)
-class Footprint:
-    """What a set of placements holds, as arrays: per pod (node, cpu, memory) and per GPU slot taken
-    (node, slot, cores, MiB). `pod_tag`/`slot_tag` say which group (e.g. victim) each row belongs to."""
-
-    pod_node: np.ndarray
-    pod_cpu: np.ndarray
-    pod_mem: np.ndarray
-    pod_tag: np.ndarray
-    slot_node: np.ndarray
-    slot_idx: np.ndarray
-    slot_cores: np.ndarray
-    slot_mem: np.ndarray
-    slot_tag: np.ndarray
-
-    @classmethod
-    def from_rows(cls, pods: Sequence[tuple[int, ...]], slots: Sequence[tuple[int, ...]]) -> Footprint:
-        """From rows (node, cpu, memory, tag) per pod and (node, slot, cores, MiB, tag) per GPU slot."""
-        pod_cols = [np.array(c, dtype=np.int64) for c in zip(*pods, strict=True)] if pods else [_EMPTY] * 4
-        slot_cols = [np.array(c, dtype=np.int64) for c in zip(*slots, strict=True)] if slots else [_EMPTY] * 5
-        return cls(*pod_cols, *slot_cols)
-
-    @classmethod
-    def union(cls, parts: Sequence[Footprint]) -> Footprint:
-        """All the rows of several footprints (freeing it frees what each would)."""
-        return cls(*(np.concatenate([getattr(fp, f) for fp in parts]) for f in cls.__dataclass_fields__))
-
-    def select(self, tags: np.ndarray) -> Footprint:
-        """Only the rows of the groups where `tags` (a boolean per group) is true."""
-        p, s = tags[self.pod_tag], tags[self.slot_tag]
-        return Footprint(
-            self.pod_node[p], self.pod_cpu[p], self.pod_mem[p], self.pod_tag[p],
-            self.slot_node[s], self.slot_idx[s], self.slot_cores[s], self.slot_mem[s], self.slot_tag[s],
-        )  # fmt: skip
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 _ARRAYS = (
     "cpu_free",
@@ -94,6 +36,7 @@ _ARRAYS = (
     "node_idle_gpus",
     "node_cores_free",
     "node_version",
+    "mig_busy",
 )
 _SHARED = (
     "nodes",
@@ -114,6 +57,12 @@ _SHARED = (
     "gpu_numa",
     "gpu_whole",
     "uniform_cores",
+    "gpu_mig",
+    "has_mig",
+    "mig_mem",
+    "mig_cores",
+    "mig_mask",
+    "mig",
     "node_cores_cap",
     "_unplaceable",
 )
@@ -155,6 +104,10 @@ class ClusterState:
         # deviceCoreScaling ≠ 1 it is an ordinary share of the card's cores.
         self.gpu_whole = self.gpu_valid & (self.gpu_cores_cap == GPU_CORES)
         self.uniform_cores = bool(np.array_equal(self.gpu_whole, self.gpu_valid))
+        table = MigTable.of([[(d.mode, d.mig) for d in nd.gpus] for nd in self.nodes], g)
+        self.has_mig, self.gpu_mig, self.mig_mem, self.mig_cores, self.mig_mask = table.fields()
+        self.mig = table
+        self.mig_busy = np.zeros((n, g), dtype=np.int64)  # MIG slices in use, a bit per slice
 
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
@@ -168,8 +121,10 @@ class ClusterState:
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
-        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed.
+        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed;
+        # `version` on every one anywhere, so they see in one comparison that nothing did.
         self.node_version = np.zeros(n, dtype=np.int64)
+        self.version = 0
         self._ledger: dict[str, Placement] = {}
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
@@ -181,6 +136,7 @@ class ClusterState:
         for name in _SHARED:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
+        new.version = self.version
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
@@ -268,13 +224,35 @@ class ClusterState:
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
         cores: list[int] = []
         mem: list[int] = []
+        mig: list[int] = []
+        busy: dict[int, int] = {}  # MIG slices taken by this pod's earlier containers, per card
         start = 0
         for g, size in zip(pod.gpus, segments or (len(slots),), strict=True):
             cap = self.gpu_mem_cap[node, list(slots[start : start + size])]
-            mem += [int(m) for m in np.broadcast_to(g.mem_for(cap), cap.shape)]
-            cores += [g.cores] * size
+            for s, m in zip(slots[start : start + size], np.broadcast_to(g.mem_for(cap), cap.shape), strict=True):
+                c = self._mig_for(node, s, int(m), busy)
+                if c < 0:  # an ordinary card: what the request says
+                    mem.append(int(m))
+                    cores.append(g.cores)
+                else:  # a MIG card: what HAMi's AddResourceUsage books, the chosen profile's memory and cores
+                    mem.append(int(self.mig_mem[node, s, c]))
+                    cores.append(int(self.mig_cores[node, s, c]))
+                    busy[s] = busy.get(s, 0) | int(self.mig_mask[node, s, c])
+                mig.append(c)
             start += size
-        return Placement(node, slots, tuple(cores), tuple(mem), pod.cpu_m, pod.memory_mib, segments)
+        return Placement(
+            node, slots, tuple(cores), tuple(mem), pod.cpu_m, pod.memory_mib, segments,
+            tuple(mig) if any(c >= 0 for c in mig) else (),
+        )  # fmt: skip
+
+    def _mig_for(self, node: int, slot: int, need: int, busy: dict[int, int]) -> int:
+        """The MIG candidate for `need` MiB on a card (-1 when it is not a MIG card or none is free)."""
+        if not self.gpu_mig[node, slot]:
+            return -1
+        taken = int(self.mig_busy[node, slot]) | busy.get(slot, 0)
+        mem, mask = self.mig_mem[node, slot], self.mig_mask[node, slot]
+        ok = (mem >= need) & ((mask & taken) == 0) & (mem >= 0)
+        return int(ok.argmax()) if ok.any() else -1
 
     def assign(self, key: str, p: Placement) -> None:
         if key in self._ledger:
@@ -308,8 +286,13 @@ class ClusterState:
         for entries in p.containers():
             if len({p.slots[e] for e in entries}) != len(entries):
                 return False  # one container never gets two slots of one GPU
+        if p.mig and len(p.mig) != len(p.slots):
+            return False
         used: dict[int, tuple[int, int, int, bool]] = {}  # slot → (tasks, free cores, free MiB, exclusive)
-        for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
+        slices: dict[int, int] = {}  # MIG slices taken, this placement's entries included
+        for e, (s, c, m) in enumerate(zip(p.slots, p.cores, p.mem_mib, strict=True)):
+            if not self._mig_entry_fits(i, s, c, m, p.mig[e] if p.mig else -1, slices):
+                return False
             if not (0 <= s < self.gpu_valid.shape[1]) or not (self.gpu_valid[i, s] and self.gpu_healthy[i, s]):
                 return False
             tasks, free_cores, free_mem, exclusive = used.get(
@@ -326,26 +309,64 @@ class ClusterState:
             used[s] = (tasks + 1, free_cores - c, free_mem - m, whole and c >= GPU_CORES)
         return True
 
+    def _mig_held(self, node: int, slot: int) -> int:
+        held = 0
+        for q in self._ledger.values():
+            if q.node == node and q.mig:
+                for s, c in zip(q.slots, q.mig, strict=True):
+                    if s == slot and c != -1:
+                        held |= self.mig_slices(node, slot, c)
+        return held
+
+    def mig_slices(self, node: int, slot: int, c: int) -> int:
+        """The slice bitmask MIG candidate `c` takes on a card (MIG_WHOLE: all of them)."""
+        return -1 if c == MIG_WHOLE else int(self.mig_mask[node, slot, c])
+
+    def _mig_entry_fits(self, i: int, s: int, cores: int, mem: int, c: int, slices: dict[int, int]) -> bool:
+        """A MIG card's entry must name one of its candidates, book exactly that profile, and take slices
+        nobody holds; an ordinary card takes no MIG candidate, and a MIG card nothing without one."""
+        if not (0 <= s < self.gpu_valid.shape[1]):
+            return False
+        if not self.gpu_mig[i, s]:
+            return c < 0
+        taken = slices.get(s, int(self.mig_busy[i, s]))
+        if c == MIG_WHOLE:  # whatever slices are left: it blocks the card, it never overlaps a real instance
+            slices[s] = -1
+            return True
+        if not (0 <= c < self.mig_mem.shape[2]) or self.mig_mem[i, s, c] < 0:
+            return False
+        if (cores, mem) != (self.mig_cores[i, s, c], self.mig_mem[i, s, c]):
+            return False
+        mask = int(self.mig_mask[i, s, c])
+        slices[s] = taken | mask
+        return taken & mask == 0
+
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
         self.node_version[i] += 1
+        self.version += 1
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
             return
-        s = np.asarray(p.slots, dtype=np.intp)
-        cores = np.asarray(p.cores, dtype=np.int64)
-        rows = np.full(len(s), i, dtype=np.intp)
-        np.add.at(self.gpu_cores_free, (rows, s), sign * cores)
-        self.node_cores_free[i] += sign * int(cores.sum())
-        np.add.at(self.gpu_mem_free, (rows, s), sign * np.asarray(p.mem_mib, dtype=np.int64))
-        np.add.at(self.gpu_tasks, (rows, s), -sign)
-        whole = (cores >= GPU_CORES) & self.gpu_whole[i, s]
-        self.gpu_exclusive[i, s[whole]] = sign < 0
-        u = np.unique(s)
-        idle = (self.gpu_tasks[i, u] == 0) & self.gpu_healthy[i, u]
-        self.node_idle_gpus[i] += int(idle.sum()) - int(self.gpu_idle[i, u].sum())
-        self.gpu_idle[i, u] = idle
+        idle = int(self.node_idle_gpus[i])
+        # a pod takes a few cards (one card may hold several of its containers): scalar steps are cheaper
+        for s, cores, mem in zip(p.slots, p.cores, p.mem_mib, strict=True):
+            self.gpu_cores_free[i, s] += sign * cores
+            self.node_cores_free[i] += sign * cores
+            self.gpu_mem_free[i, s] += sign * mem
+            self.gpu_tasks[i, s] -= sign
+            if cores >= GPU_CORES and self.gpu_whole[i, s]:
+                self.gpu_exclusive[i, s] = sign < 0
+            now = bool(self.gpu_tasks[i, s] == 0 and self.gpu_healthy[i, s])
+            idle += int(now) - int(self.gpu_idle[i, s])
+            self.gpu_idle[i, s] = now
+        self.node_idle_gpus[i] = idle
+        for slot, c in zip(p.slots, p.mig, strict=False):
+            if c != -1 and sign < 0:
+                self.mig_busy[i, slot] |= self.mig_slices(i, slot, c)
+            elif c != -1:  # the slices the rest of the ledger still holds (a MIG_WHOLE entry overlaps others)
+                self.mig_busy[i, slot] = self._mig_held(i, slot)
 
     # -- checks -------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -354,7 +375,13 @@ class ClusterState:
         cores, gmem = self.gpu_cores_cap.copy(), self.gpu_mem_cap.copy()
         tasks = np.zeros_like(self.gpu_tasks)
         exclusive = np.zeros_like(self.gpu_exclusive)
+        busy = np.zeros_like(self.mig_busy)
         for p in self._ledger.values():
+            for s, c in zip(p.slots, p.mig, strict=False):
+                if c != -1:
+                    if c != MIG_WHOLE and busy[p.node, s] & self.mig_slices(p.node, s, c) and busy[p.node, s] != -1:
+                        raise StateError("two MIG instances share a slice")
+                    busy[p.node, s] |= self.mig_slices(p.node, s, c)
             cpu[p.node] -= p.cpu_m
             mem[p.node] -= p.memory_mib
             for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
@@ -374,6 +401,8 @@ class ClusterState:
                 raise StateError(f"{what} disagrees with the placements held")
             if (have < 0).any():
                 raise StateError(f"{what} is negative")
+        if not np.array_equal(busy, self.mig_busy):
+            raise StateError("MIG slices in use disagree with the placements held")
         if (tasks[exclusive] != 1).any():
             raise StateError("a whole-GPU pod shares its GPU")
         if not np.array_equal(exclusive, self.gpu_exclusive):

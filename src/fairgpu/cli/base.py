@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from fairgpu.errors import ScenarioError
 from fairgpu.spec import parse_duration
@@ -28,15 +26,6 @@ DEFAULT_PROFILES = ("kube-default", "fairgpu")
 TRACE_HORIZON = "14d"  # a trace's default window: the whole Philly trace (~125 days) takes ~25 minutes
 MAX_SEEDS = 1000
 IDLE_UTILIZATION = 0.05  # below this a replay says the cluster sat mostly idle
-
-
-def fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
-def note(message: str) -> None:
-    Console(stderr=True).print(escape(message), highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.table import Table
 
 from fairgpu.catalog import builtin_profiles, load_profile
-from fairgpu.cli.base import app, fail
+from fairgpu.cli.base import app
 from fairgpu.errors import InputError
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.spec import format_duration, load_yaml
+from fairgpu.terminal import fail
 
 scenarios_app = typer.Typer(help="The built-in scenarios.", invoke_without_command=True)
 app.add_typer(scenarios_app, name="scenarios")

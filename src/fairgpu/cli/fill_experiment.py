@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fairgpu.cli.base import MAX_SEEDS, app, fail
+from fairgpu.cli.base import MAX_SEEDS, app
 from fairgpu.errors import InputError, ScenarioError
 from fairgpu.framework.placement import UNPLACED_CAUSES
 from fairgpu.sim import fill
+from fairgpu.terminal import fail
 
 
 def _parse_seeds(spec: str) -> list[int]:

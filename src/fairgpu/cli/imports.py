@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 import yaml
 
-from fairgpu.cli.base import app, fail, note
+from fairgpu.cli.base import app
 from fairgpu.errors import InputError
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.spec import load_yaml_all
+from fairgpu.terminal import fail, note
 
 import_app = typer.Typer(help="Turn another scheduler's queues into fairgpu Queue resources.", no_args_is_help=True)
 app.add_typer(import_app, name="import")

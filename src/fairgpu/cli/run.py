@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from fairgpu.catalog import load_profile
-from fairgpu.cli.base import app, fail
+from fairgpu.cli.base import app
 from fairgpu.errors import FairgpuError, InputError
 from fairgpu.k8s.identity import FAIRGPU_SA
+from fairgpu.terminal import fail
 from fairgpu.twin.writer import TraceWriter
 
 

@@ -19,8 +19,6 @@ from fairgpu.cli.base import (
     app,
     check_output,
     check_port,
-    fail,
-    note,
     option_duration,
 )
 from fairgpu.cli.tables import print_comparison
@@ -35,6 +33,7 @@ from fairgpu.sim.progress import replay_with_progress, status
 from fairgpu.sim.runner import Simulation
 from fairgpu.sim.scenario import Scenario
 from fairgpu.spec import format_duration, parse_duration
+from fairgpu.terminal import fail, note
 
 
 def _load_input(scenario: str | None, trace: str | None, nodes: Path | None, gpus: int | None) -> Scenario:
@@ -93,6 +92,13 @@ def simulate_cmd(
     serve: Annotated[bool, typer.Option("--serve", help="Replay into the web dashboard (first profile).")] = False,
     host: Annotated[str, typer.Option(help="Dashboard address, with --serve.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Dashboard port, with --serve.")] = 8080,
+    undeclared_durations: Annotated[
+        bool,
+        typer.Option(
+            "--undeclared-durations",
+            help="Do not tell the engine how long workloads run: it learns an estimate per queue.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a scenario or trace through the engine and report fairness, utilization and waits."""
     if trace is not None and trace.startswith("fairgpu:"):
@@ -126,7 +132,8 @@ def simulate_cmd(
         # one cluster in the dashboard: the profile asked for first, else the fair one
         serve_mod.serve(sc, profiles[0] if profile else load_profile("fairgpu"), h, host, port)
         return
-    results = [replay_with_progress(Simulation(sc, p, horizon=h)) for p in profiles]
+    declared = not undeclared_durations
+    results = [replay_with_progress(Simulation(sc, p, horizon=h, declared_durations=declared)) for p in profiles]
     if report is not None:
         report_mod.write(report, sc, results)
         note(f"report written to {report.resolve()}")

@@ -14,13 +14,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from fairgpu.catalog import builtin_profiles, load_profile
-from fairgpu.cli.base import app, check_output, fail, note, option_duration
+from fairgpu.cli.base import app, check_output, option_duration
 from fairgpu.errors import InputError, ScenarioError
 from fairgpu.sim import report as report_mod
 from fairgpu.sim import twin
 from fairgpu.sim.progress import replay_with_progress, status
 from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import Simulation
+from fairgpu.terminal import fail, note
 from fairgpu.twin.writer import TraceWriter
 
 

@@ -29,11 +29,13 @@ class _Usage:
     cores_free: np.ndarray
     mem_free: np.ndarray
     exclusive: np.ndarray
+    mig_busy: np.ndarray
 
 
 def card_ok(st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage | None = None) -> np.ndarray:
     """(rows, G) bool: cards that pass HAMi's per-card checks for one container's request (slots, memory,
-    cores, exclusivity on a 100-core card, a 0-core task on a card whose cores are all taken)."""
+    cores, exclusivity on a 100-core card, a 0-core task on a card whose cores are all taken) and, on a MIG
+    card, a MIG profile with that much memory on free slices (`CustomFilterRule`)."""
     tasks = st.gpu_tasks[rows] if u is None else u.tasks
     cores_free = st.gpu_cores_free[rows] if u is None else u.cores_free
     mem_free = st.gpu_mem_free[rows] if u is None else u.mem_free
@@ -45,6 +47,13 @@ def card_ok(st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage
         ok &= ~st.gpu_whole[rows] | (tasks == 0)
     if g.cores == 0:
         ok &= (cores_free > 0) | (st.gpu_cores_cap[rows] == 0)
+    if st.has_mig:
+        pick = st.mig.pick(rows, need, st.mig_busy[rows] if u is None else u.mig_busy)
+        at = np.maximum(pick, 0)[..., None]
+        mem = np.take_along_axis(st.mig_mem[rows], at, axis=2)[..., 0]
+        cores = np.take_along_axis(st.mig_cores[rows], at, axis=2)[..., 0]
+        # HAMi books the profile's memory and cores even past what is free; fairgpu keeps within the card
+        ok &= ~st.gpu_mig[rows] | ((pick >= 0) & (mem <= mem_free) & (cores <= cores_free))
     return ok
 
 
@@ -57,7 +66,7 @@ def fit_containers(
     n = len(rows)
     u = _Usage(
         st.gpu_tasks[rows].copy(), st.gpu_cores_free[rows].copy(), st.gpu_mem_free[rows].copy(),
-        st.gpu_exclusive[rows].copy(),
+        st.gpu_exclusive[rows].copy(), st.mig_busy[rows].copy(),
     )  # fmt: skip
     fits = np.ones(n, dtype=bool)
     picks: list[np.ndarray] = []
@@ -80,8 +89,15 @@ def fit_containers(
         r = np.repeat(np.arange(n)[fits], g.count)
         s = order[fits].ravel()
         mem = np.full(len(s), g.mem_mib) if g.mem_mib else st.gpu_mem_cap[rows][r, s] * g.mem_pct // 100
+        cores = np.full(len(s), g.cores)
+        if st.has_mig:  # a MIG card books the profile HAMi picks, and its slices
+            pick = st.mig.pick_cards(rows[r], s, mem, u.mig_busy[r, s])
+            mig = pick >= 0
+            rr, ss, cc = rows[r[mig]], s[mig], pick[mig]
+            mem[mig], cores[mig] = st.mig_mem[rr, ss, cc], st.mig_cores[rr, ss, cc]
+            u.mig_busy[r[mig], ss] |= st.mig_mask[rr, ss, cc]
         np.add.at(u.tasks, (r, s), 1)
-        np.add.at(u.cores_free, (r, s), -g.cores)
+        np.add.at(u.cores_free, (r, s), -cores)
         np.add.at(u.mem_free, (r, s), -mem)
         if g.cores >= GPU_CORES:
             u.exclusive[r, s] |= st.gpu_whole[rows][r, s]

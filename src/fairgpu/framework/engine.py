@@ -47,15 +47,11 @@ class Entry:
     victim_rows: VictimRows | None = None
     order: tuple[float, float, int] = (0.0, 0.0, 0)  # (-priority, submit time, seq): its place in its queue
     started: float | None = None
+    backfilled: frozenset[str] = frozenset()  # reservations whose nodes it entered by promising to end first
 
     @property
     def user(self) -> str:
         return self.workload.user
-
-    @property
-    def expected_end(self) -> float:
-        d = self.workload.duration
-        return math.inf if self.started is None or d is None else self.started + d
 
     @property
     def rest(self) -> tuple[PodSpec, ...]:

@@ -70,7 +70,7 @@ def explain(sched: Engine, name: str, now: float) -> Explanation:
     if res is not None:
         exp.estimated_start = res.fit.at
     elif ahead is not None:
-        plan = [Planned(e.rest, e.workload.duration) for e in [*ahead, entry]]
+        plan = [Planned(e.rest, sched.reservations.durations.of(e.workload, e.queue)) for e in [*ahead, entry]]
         fit = replay(plan, sched.view, sched.profile, now, sched.running_ends())
         exp.estimated_start = None if fit is None else fit.at
     return exp

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -50,6 +51,9 @@ class EngineView:
 class FitMask:
     """Nodes (and, for GPU pods, GPU slots) that can still take a pod, narrowed by each filter in turn.
 
+    `rows` says which nodes the arrays describe, in order: every node (`slice(None)`), or only those whose
+    state changed since the pod's shape was last evaluated (framework/evaluations.py). Filters and scores
+    read the state's rows through it (`state.cpu_free[mask.rows]`) and answer for those rows only.
     `slots` may be an array owned by ClusterState: narrow it with `restrict_slots`, never in place.
     `slot_count` caches the per-node count of usable slots when a filter already knows it.
     """
@@ -57,6 +61,7 @@ class FitMask:
     nodes: np.ndarray
     slots: np.ndarray | None = None
     slot_count: np.ndarray | None = None
+    rows: np.ndarray | slice = field(default_factory=lambda: slice(None))
 
     def restrict_nodes(self, keep: np.ndarray) -> None:
         self.nodes = self.nodes & keep
@@ -127,7 +132,8 @@ class Filter(Protocol):
     NAME: ClassVar[str]  # how profiles name it, and the reason given for nodes it rules out
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        """Narrow `mask` to the nodes and slots that can hold the pod."""
+        """Narrow `mask` (its `rows`) to the nodes and slots that can hold the pod. A node's verdict may
+        depend only on the pod and that node: the engine keeps verdicts until the node's state changes."""
         ...
 
 
@@ -142,13 +148,29 @@ class ExplainsFilter(Protocol):
 
 @runtime_checkable
 class Score(Protocol):
+    def generation(self, pod: PodSpec, view: EngineView) -> int:
+        """Called once for each pod about to be scored (some node fits it), before `score`; a plugin that
+        learns from the pods it sees learns here. Scores computed under another generation are stale on
+        every node; within one, a node's score may depend only on the pod and that node's state."""
+        ...
+
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        """(N,) scores in 0..100, higher is better; values of nodes outside mask.nodes are ignored."""
+        """Scores in 0..100 of the nodes `mask.rows`, higher is better; values of nodes outside
+        mask.nodes are ignored."""
         ...
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
         """The candidate slots of the chosen node, best first; None leaves the order to the next plugin."""
         ...
+
+
+class NodeLocal:
+    """Base of Score plugins whose scores depend on the pod and the node alone: one generation forever."""
+
+    __slots__ = ()
+
+    def generation(self, pod: PodSpec, view: EngineView) -> int:
+        return 0
 
 
 @runtime_checkable
@@ -175,6 +197,10 @@ class Profile:
     # are remembered per whole-workload shape, and the Permit plugins decide whether a partial placement
     # may be kept. Off, each pod is placed on its own, as kube-scheduler does.
     gang: bool = False
+    # per cluster state: filter and score results by pod shape, kept current (framework/evaluations.py)
+    evaluations: WeakKeyDictionary[ClusterState, Any] = field(
+        default_factory=WeakKeyDictionary, repr=False, compare=False
+    )
 
 
 @dataclass(slots=True, frozen=True)

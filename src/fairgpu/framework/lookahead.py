@@ -25,6 +25,7 @@ class StartPlan:
 
     at: float  # when it would start
     nodes: frozenset[int]  # where
+    waits_for: frozenset[str] = frozenset()  # pods of running work it expects to have left by then
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,6 +53,7 @@ def replay(
     pending = [(t, i, list(keys)) for i, (t, keys) in enumerate(ends) if math.isfinite(t)]
     heapq.heapify(pending)
     serial = len(pending)
+    left: list[str] = []  # running pods released so far
     t = now
     fit: StartPlan | None = None
     for n, planned in enumerate(order):
@@ -61,7 +63,7 @@ def replay(
             enough = gpus <= state.node_idle_gpus.sum()
             placed = place_all(planned.pods, keys, dry, profile, exclude) if enough else []
             if len(placed) == len(planned.pods):
-                fit = StartPlan(t, frozenset(p.node for p in placed))
+                fit = StartPlan(t, frozenset(p.node for p in placed), frozenset(left))
                 break
             for key in keys[: len(placed)]:
                 state.release(key)
@@ -72,6 +74,7 @@ def replay(
             t = max(t, at)
             for key in released:
                 state.release(key)
+            left += released
         if fit is not None and planned.duration is not None:
             heapq.heappush(pending, (t + planned.duration, serial, keys))
             serial += 1

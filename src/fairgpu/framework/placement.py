@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fairgpu.framework import evaluations as ev
 from fairgpu.framework.cardfit import placement_cards
 from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
@@ -27,25 +28,25 @@ def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarr
 
 
 def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None) -> Placement | None:
-    """Where the profile would put the pod now (nothing is assigned); None if no node fits."""
+    """Where the profile would put the pod now (nothing is assigned); None if no node fits. Every node is
+    filtered and scored; results of nodes unchanged since the pod's shape was last here are reused."""
     st = view.state
-    mask = feasible(pod, view, profile, exclude)
-    if not mask.nodes.any():
+    shape = ev.filtered(pod, view, profile)
+    nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
+    if not nodes.any():
         return None
     if profile.score:
-        total = np.zeros(st.num_nodes)
-        for plugin, weight in profile.score:
-            total += weight * plugin.score(pod, view, mask)
-        node = int(np.argmax(np.where(mask.nodes, total, -np.inf)))
+        total = ev.scored(shape, pod, view, profile)
+        node = int(np.argmax(np.where(nodes, total, -np.inf)))
     else:
-        node = int(np.argmax(mask.nodes))
+        node = int(np.argmax(nodes))
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
-    assert mask.slots is not None, "the Resources filter narrows a GPU pod's slots"
+    assert shape.slots is not None, "the Resources filter narrows a GPU pod's slots"
     if pod.per_container:  # HAMi's own card order, container by container
-        cards = placement_cards(st, pod, node, mask.slots[node])
+        cards = placement_cards(st, pod, node, shape.slots[node])
         return st.placement_for(pod, node, cards, tuple(g.count for g in pod.gpus))
-    slots = np.flatnonzero(mask.slots[node])
+    slots = np.flatnonzero(shape.slots[node])
     for plugin, _ in profile.score:  # the first score plugin with an opinion orders the GPUs
         order = plugin.gpu_order(pod, view, node, slots)
         if order is not None:

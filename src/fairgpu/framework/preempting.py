@@ -20,7 +20,6 @@ from fairgpu.framework.engine import CycleResult, Entry, VictimRows
 from fairgpu.framework.interfaces import EngineView, Evict, PreemptContext, Profile, VictimTable, VictimUnit
 from fairgpu.framework.lookahead import StartPlan
 from fairgpu.framework.reservations import Reservations
-from fairgpu.model.pod import Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, scratch_key
 
@@ -105,7 +104,9 @@ class Preempting:
             at, nodes, table = now, set[int](), ctx.victims
             for i in chosen:
                 unit = table.units[i]
-                at = max(at, now + self._evict(unit, wl, now, result, table))
+                pods = None if unit.whole else unit.pods
+                grace = self.evict(self.running[unit.workload.name], unit.charge, pods, wl.name, now, result)
+                at = max(at, now + grace)
                 nodes.update(p.node for p in unit.placements)
             # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
             # must not go to others while the victims leave.
@@ -120,21 +121,29 @@ class Preempting:
             return True
         return False
 
-    def _evict(
-        self, unit: VictimUnit, preemptor: Workload, now: float, result: CycleResult, table: VictimTable
+    def evict(
+        self,
+        victim: Entry,
+        charge: np.ndarray,
+        pods: tuple[int, ...] | None,
+        for_whom: str,
+        now: float,
+        result: CycleResult,
+        reason: str = "",
     ) -> float:
-        """Mark a chosen unit's workload as leaving and decide its eviction; returns its grace period."""
-        victim = self.running[unit.workload.name]
+        """Mark a running workload (or, with `pods`, an elastic one's extra pods) as leaving and decide its
+        eviction to make room for `for_whom`; returns its grace period."""
         grace = self.tree.queues[victim.queue].preemption.grace_period
         victim.terminating = True
-        victim.leaving = unit.charge
+        victim.leaving = charge
         for q in self.tree.paths_of[victim.queue]:
-            self.leaving[q] += unit.charge
-        table.alive[self._index[victim.workload.name]] = False
-        self.evicted_for[victim.workload.name] = preemptor.name
-        pods = None if unit.whole else unit.pods
+            self.leaving[q] += charge
+        self.evicted_for[victim.workload.name] = for_whom
+        ids = self._index.get(victim.workload.name)
+        if self._table is not None and ids:
+            self._table.alive[ids] = False  # no longer a candidate victim
         result.evictions.append(
-            Evict(victim.workload.name, f"preempted for {preemptor.name}", now + grace, pods, grace)
+            Evict(victim.workload.name, reason or f"preempted for {for_whom}", now + grace, pods, grace)
         )
         return grace
 

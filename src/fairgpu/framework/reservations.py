@@ -1,5 +1,7 @@
 """Reservations: nodes held for one workload — one that starves, or one whose victims are being evicted —
-that others may use only if they end before the holder is due to start."""
+that others may use only if they are expected to end before the holder is due to start (backfill; their own
+duration, else their queue's learned estimate: durations.py). Backfill still running when its holder comes
+due is evicted (Scheduler.cycle), so a wrong estimate never delays the holder past its planned start."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.framework.durations import Durations
 from fairgpu.framework.lookahead import StartPlan
 from fairgpu.model.pod import Workload
 from fairgpu.state import Footprint, Placement
@@ -26,11 +29,12 @@ class Reservation:
 class Reservations(dict[str, Reservation]):
     """Reservations by the workload they hold nodes for."""
 
-    __slots__ = ("num_nodes",)
+    __slots__ = ("durations", "num_nodes")
 
-    def __init__(self, num_nodes: int) -> None:
+    def __init__(self, num_nodes: int, durations: Durations) -> None:
         super().__init__()
         self.num_nodes = num_nodes
+        self.durations = durations
 
     def hold(
         self,
@@ -63,12 +67,34 @@ class Reservations(dict[str, Reservation]):
         preempting = preempting or (own is not None and not own.starving)
         exclude = None
         for name, res in list(self.items()):
-            if name == wl.name or (preempting and (res.starving or res.queue == queue)):
-                continue  # a preemptor keeps the room it planned with, even if a starving gang came later
+            if _exempt(wl.name, queue, preempting, name, res):
+                continue
             if now > res.fit.at:
                 del self[name]
                 continue
-            d = wl.duration
+            d = self.durations.of(wl, queue)
             if d is None or (now if start is None else start) + d > res.fit.at:
                 exclude = res.exclude if exclude is None else exclude | res.exclude
         return exclude
+
+    def entered(self, wl: Workload, queue: int, nodes: list[int]) -> frozenset[str]:
+        """The reservations a workload just placed on `nodes` entered as backfill: those it had to avoid
+        unless expected to end before they are due (not its own, nor those a preemptor may share)."""
+        own = self.get(wl.name)
+        preempting = own is not None and not own.starving
+        return frozenset(
+            name
+            for name, res in self.items()
+            if not _exempt(wl.name, queue, preempting, name, res) and res.exclude[nodes].any()
+        )
+
+    def due(self, now: float) -> list[Reservation]:
+        """Reservations whose holder is due to start by now."""
+        return [res for res in self.values() if res.fit.at <= now]
+
+
+def _exempt(wl: str, queue: int, preempting: bool, holder: str, res: Reservation) -> bool:
+    """Whether a workload may use a reservation's nodes whatever its duration: its own, or, for a preemptor,
+    room its queue made by preemption or a starving holder's (a preemptor keeps the room it planned with,
+    even if a starving gang came later)."""
+    return holder == wl or (preempting and (res.starving or res.queue == queue))

@@ -17,7 +17,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Iterator, KeysView, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -25,7 +25,9 @@ import numpy as np
 from fairgpu.errors import RequestError, StateError
 from fairgpu.framework import placement as pl
 from fairgpu.framework.accounting import ShareAccounting
+from fairgpu.framework.backfill import settle_due
 from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.durations import Durations
 from fairgpu.framework.engine import CycleMemo, CycleResult, Entry
 from fairgpu.framework.explain import Explanation, explain
 from fairgpu.framework.idle import idle_gpus
@@ -33,28 +35,13 @@ from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
 from fairgpu.framework.lookahead import Planned, replay
 from fairgpu.framework.preempting import Preempting
 from fairgpu.framework.reservations import Reservations
+from fairgpu.framework.status import WorkloadStatus, status_of
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
 
 __all__ = ["CycleObserver", "CycleResult", "Scheduler", "WorkloadStatus"]
-
-
-@dataclass(slots=True, frozen=True)
-class WorkloadStatus:
-    """What a driver or the dashboard may know of one workload (Scheduler.status)."""
-
-    name: str
-    queue: str
-    state: str  # pending | running
-    submitted: float
-    started: float | None
-    pods: int
-    placed: int  # pods placed (all of them once it runs; an elastic one may run with fewer)
-    terminating: bool  # being evicted
-    pod_names: tuple[str, ...]
-    placements: tuple[Placement, ...]  # of its placed pods, in pod order
 
 
 class CycleObserver(Protocol):
@@ -80,7 +67,8 @@ class Scheduler:
         self.pending: dict[str, Entry] = {}
         self.running: dict[str, Entry] = {}
         self._seq = 0
-        self.reservations = Reservations(self.state.num_nodes)
+        self.durations = Durations(len(tree))  # expected run times: given, else learned per queue
+        self.reservations = Reservations(self.state.num_nodes, self.durations)
         self._growable: set[str] = set()  # running elastic workloads below their full size
         self.preempting = Preempting(
             self.state, tree, self.profile, self.accounting, self.running, self.pending, self.reservations
@@ -137,11 +125,15 @@ class Scheduler:
         entry.order = (-wl.priority, wl.submit_time, self._seq)
         return entry
 
-    def remove(self, name: str) -> list[Placement]:
-        """A workload finished or was deleted: release whatever it holds. Returns the released placements."""
+    def remove(self, name: str, finished_at: float | None = None) -> list[Placement]:
+        """A workload finished or was deleted: release whatever it holds. Returns the released placements.
+        `finished_at`: it ran to completion then (not evicted, not deleted early), so its run time teaches
+        its queue's duration estimate."""
         self._growable.discard(name)
         self.preempting.forget(name)
         entry = self.running.pop(name, None)
+        if entry is not None and entry.started is not None and finished_at is not None:
+            self.durations.finished(entry.queue, finished_at - entry.started)
         if entry is None:
             entry = self.pending.pop(name, None)
             if entry is None:
@@ -194,7 +186,7 @@ class Scheduler:
     # -- what drivers and the dashboard may read ----------------------------------------------------
     def status(self, name: str) -> WorkloadStatus:
         """One workload's state. Raises KeyError for a workload the engine does not hold."""
-        return _status(self.running.get(name) or self.pending[name])
+        return status_of(self.running.get(name) or self.pending[name])
 
     def workloads(self, state: str | None = None, queue: str | None = None) -> list[WorkloadStatus]:
         """Workloads the engine holds, in submission order; `state` (pending | running) and `queue` narrow."""
@@ -204,7 +196,7 @@ class Scheduler:
             if (queue is None or e.workload.queue == queue)
             and (state is None or (e.started is not None) == (state == "running"))
         ]
-        return [_status(e) for e in sorted(held, key=lambda e: e.seq)]
+        return [status_of(e) for e in sorted(held, key=lambda e: e.seq)]
 
     def workload(self, name: str) -> Workload:
         """A held workload as submitted (or as shrunk for good). Raises KeyError for one it does not hold."""
@@ -235,10 +227,15 @@ class Scheduler:
         self.accounting.refresh(now)
 
     def running_ends(self) -> list[tuple[float, list[str]]]:
-        """(expected end, pod keys) of every placed workload, running or partly placed."""
-        out = [(e.expected_end, list(e.workload.pod_names[: len(e.placed)])) for e in self.running.values()]
+        """(expected end, pod keys) of every placed workload, running or partly placed. Its own duration, else
+        its queue's current estimate, counts from its start."""
+        out = [(self._expected_end(e), list(e.workload.pod_names[: len(e.placed)])) for e in self.running.values()]
         out += [(math.inf, list(e.workload.pod_names[: len(e.placed)])) for e in self.pending.values() if e.placed]
         return [(t, keys) for t, keys in out if math.isfinite(t)]
+
+    def _expected_end(self, e: Entry) -> float:
+        d = self.durations.of(e.workload, e.queue)
+        return math.inf if e.started is None or d is None else e.started + d
 
     def idle_gpus(self, now: float) -> dict[str, float]:
         """Idle GPU-equivalents by cause (framework/idle.py): they sum to the cluster's idle GPUs."""
@@ -270,6 +267,7 @@ class Scheduler:
         decision or stop early; closing the generator early leaves every unattempted workload pending."""
         self.view.now = now
         self.refresh_shares(now)
+        settle_due(self.reservations, self.running, self.pending, self.preempting, now, result)
         memo = CycleMemo.of(len(self.backlogs))
         backlogs = self.backlogs
         active = ActiveQueues(
@@ -283,7 +281,7 @@ class Scheduler:
                 exclude = self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, by
                 # duration (a shorter one of the same shape may still backfill; CycleMemo.fails_outside).
-                duration = entry.workload.duration
+                duration = self.durations.of(entry.workload, entry.queue)
                 outside = exclude is not None
                 if entry.key in memo.refused[q]:
                     memo.skip(q, entry)
@@ -333,6 +331,7 @@ class Scheduler:
                 self.state.assign(wl.pod_names[i], placement)
                 entry.placed.append(placement)
                 self._account(entry, pod, +1)
+                entry.backfilled |= self.reservations.entered(wl, entry.queue, [placement.node])
                 result.bound.append(Bound(wl.name, i, wl.pod_names[i], placement))
             if len(entry.placed) == len(wl.pods):
                 self._growable.discard(wl.name)
@@ -368,6 +367,8 @@ class Scheduler:
         del self.pending[entry.workload.name]
         self._forget_key(entry)
         entry.started = now
+        if self.reservations:
+            entry.backfilled = self.reservations.entered(entry.workload, entry.queue, [p.node for p in entry.placed])
         self.running[entry.workload.name] = entry
         if len(entry.placed) < len(entry.workload.pods):
             self._growable.add(entry.workload.name)  # elastic: grows into idle capacity after each cycle
@@ -388,7 +389,14 @@ class Scheduler:
             holder = None
         if self.profile.reserve and starving and holder is None and not entry.placed:
             held = self.reservations.nodes_to_avoid(wl, entry.queue, now)
-            fit = replay([Planned(wl.pods, wl.duration)], self.view, self.profile, now, self.running_ends(), held)
+            fit = replay(
+                [Planned(wl.pods, self.durations.of(wl, entry.queue))],
+                self.view,
+                self.profile,
+                now,
+                self.running_ends(),
+                held,
+            )
             if fit is not None:
                 self.reservations.hold(wl.name, entry.queue, fit, starving=True)
 
@@ -417,19 +425,3 @@ class Scheduler:
         keys[entry.key] -= 1
         if keys[entry.key] <= 0:
             del keys[entry.key]
-
-
-def _status(entry: Entry) -> WorkloadStatus:
-    wl = entry.workload
-    return WorkloadStatus(
-        wl.name,
-        wl.queue,
-        "running" if entry.started is not None else "pending",
-        wl.submit_time,
-        entry.started,
-        len(wl.pods),
-        len(entry.placed),
-        entry.terminating,
-        wl.pod_names,
-        tuple(entry.placed),
-    )

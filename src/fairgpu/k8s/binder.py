@@ -16,6 +16,8 @@ from fairgpu.errors import BindError, KubeError
 from fairgpu.k8s import hami
 from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
+from fairgpu.model.node import GpuDevice, mig_candidates
+from fairgpu.state import Placement
 
 
 def device_string(pod: PodInfo, devices: list[hami.DeviceUse], segments: tuple[int, ...] = ()) -> str:
@@ -26,6 +28,21 @@ def device_string(pod: PodInfo, devices: list[hami.DeviceUse], segments: tuple[i
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
     own = {c: devices[a : a + n] for c, a, n in zip(pod.gpu_containers, starts, sizes, strict=False)}
     return hami.encode_devices([own.get(i, []) for i in range(pod.containers)])
+
+
+def mig_string(pod: PodInfo, placement: Placement, gpus: tuple[GpuDevice, ...]) -> str:
+    """`hami.io/vgpu-mig-allocations` for the placement's entries on MIG cards, as HAMi's PatchAnnotations writes
+    it (`EncodeMigAllocations`): container index (init containers first), device index within the container,
+    the card, the MIG profile and its slices. "" when no entry is on a MIG card."""
+    out = []
+    for k, entries in enumerate(placement.containers()):
+        for di, e in enumerate(entries):
+            c = placement.mig[e] if placement.mig else -1
+            if c >= 0:
+                dev = gpus[placement.slots[e]]
+                profile, start, size = mig_candidates(dev.mig)[c]
+                out.append(hami.MigAllocation(pod.gpu_containers[k], di, dev.uuid, dev.mig[profile].name, start, size))
+    return hami.encode_mig_allocations(out) if out else ""
 
 
 class Binder:
@@ -60,16 +77,17 @@ class Binder:
         self._turns: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(2))
 
     async def bind(
-        self, pod: PodInfo, node: str, devices: list[hami.DeviceUse], segments: tuple[int, ...] = ()
+        self, pod: PodInfo, node: str, devices: list[hami.DeviceUse], segments: tuple[int, ...] = (), mig: str = ""
     ) -> None:
-        """Bind `pod` to `node` with these cards, `segments` of them per GPU container (see device_string)."""
+        """Bind `pod` to `node` with these cards, `segments` of them per GPU container (see device_string), and
+        these MIG reservations (mig_string; "" for none)."""
         if not devices:  # no GPU: nothing for HAMi to enforce
             await self._binding(pod, node, {})
             return
         async with self._turns[node]:
-            await self._bind_gpus(pod, node, device_string(pod, devices, segments))
+            await self._bind_gpus(pod, node, device_string(pod, devices, segments), mig)
 
-    async def _bind_gpus(self, pod: PodInfo, node: str, alloc: str) -> None:
+    async def _bind_gpus(self, pod: PodInfo, node: str, alloc: str, mig: str) -> None:
         now = self.clock()
         unix = str(int(now.timestamp()))
         await self._patch_pod(
@@ -81,6 +99,7 @@ class Binder:
                     hami.VGPU_TIME: unix,
                     hami.TO_ALLOCATE: alloc,
                     hami.ALLOCATED: alloc,
+                    hami.MIG_ALLOCATIONS: mig or None,  # None: no stale reservation of an earlier attempt stays
                 },
             },
         )

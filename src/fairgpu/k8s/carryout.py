@@ -23,7 +23,7 @@ from fairgpu.errors import BindError, KubeError, RequestError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
-from fairgpu.k8s.binder import Binder, device_string
+from fairgpu.k8s.binder import Binder, device_string, mig_string
 from fairgpu.k8s.holdings import Holdings
 from fairgpu.k8s.parsed import ParsedPods
 from fairgpu.k8s.port import PODS, KubePort
@@ -146,9 +146,15 @@ class CarryOut:
         p = self.parsed.infos.get(key)
         return key in self._landed or (p is not None and p.node is not None and not p.terminal)
 
-    def drop(self, name: str, pods: dict[str, PodInfo], elsewhere: AbstractSet[str] = frozenset()) -> None:
+    def drop(
+        self,
+        name: str,
+        pods: dict[str, PodInfo],
+        elsewhere: AbstractSet[str] = frozenset(),
+        finished_at: float | None = None,
+    ) -> None:
         self._undoing.discard(name)
-        self._book().drop(name, pods, elsewhere)
+        self._book().drop(name, pods, elsewhere, finished_at)
 
     def _book(self) -> Holdings:
         assert self.book is not None
@@ -239,7 +245,7 @@ class CarryOut:
             await asyncio.sleep(delay)
             if p is None:
                 raise BindError("pod disappeared before its bind")
-            await binder.bind(p, node, devices, placement.segments)
+            await binder.bind(p, node, devices, placement.segments, mig_string(p, placement, gpus))
             self._landed.add(key)
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))

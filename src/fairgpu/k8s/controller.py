@@ -306,7 +306,9 @@ class Controller:
                 if self.carry.resolving(name):
                     self._dirty.add(key)  # look again once the workload's binds have finished
                 elif not book.shrunk(name, pods):
-                    self.carry.drop(name, pods)
+                    # A member that succeeded ends the run: its length teaches the queue's duration estimate.
+                    done = self.clock() if p is not None and p.phase == "Succeeded" else None
+                    self.carry.drop(name, pods, finished_at=done)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
         found: dict[str, list[PodInfo]] = {}

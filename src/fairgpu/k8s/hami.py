@@ -208,6 +208,69 @@ def encode_register(devices: list[RegisteredGpu]) -> str:
 
 
 @dataclass(slots=True, frozen=True)
+class MigAllocation:
+    """One entry of `hami.io/vgpu-mig-allocations` (pkg/device/nvidia/mig_allocations.go `MigAllocation`): the
+    MIG instance the scheduler reserved for device `device` of container `container` (init containers first)."""
+
+    container: int
+    device: int
+    gpu: str
+    profile: str
+    start: int
+    size: int
+
+
+def encode_mig_allocations(allocations: list[MigAllocation]) -> str:
+    """`EncodeMigAllocations`: Go's json.Marshal of []MigAllocation, runtime fields (omitempty) left out."""
+    return json.dumps(
+        [
+            {"containerIndex": a.container, "deviceIndex": a.device, "gpuUUID": a.gpu, "profile": a.profile,
+             "placement": {"start": a.start, "size": a.size}}
+            for a in allocations
+        ],
+        separators=(",", ":"),
+    )  # fmt: skip
+
+
+def decode_mig_allocations(value: str) -> list[MigAllocation]:
+    """`DecodeMigAllocations`: "" is none; an entry without container/device index, GPU, profile or a
+    placement size, a partial runtime identity, or a repeated (container, device) is an error."""
+    if value == "":
+        return []
+    try:
+        raw = json.loads(value)
+    except ValueError as err:
+        raise FormatError(f"{MIG_ALLOCATIONS}: not JSON ({err})") from err
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise FormatError(f"{MIG_ALLOCATIONS}: not a JSON list")
+    out: list[MigAllocation] = []
+    seen: set[tuple[int, int]] = set()
+    for i, a in enumerate(raw):
+        where = f"{MIG_ALLOCATIONS}[{i}]"
+        if not isinstance(a, dict):
+            raise FormatError(f"{where}: not an object")
+        place = _field(a, "placement", dict, {}, where)
+        entry = MigAllocation(
+            _field(a, "containerIndex", int, 0, where), _field(a, "deviceIndex", int, 0, where),
+            _field(a, "gpuUUID", str, "", where), _field(a, "profile", str, "", where),
+            _field(place, "start", int, 0, where), _field(place, "size", int, 0, where),
+        )  # fmt: skip
+        if entry.container < 0 or entry.device < 0 or not entry.gpu or not entry.profile or entry.size == 0:
+            raise FormatError(f"MIG allocation {i} is incomplete")
+        runtime = sum(_field(a, k, object, None, where) not in (None, "") for k in ("migUUID", "gpuInstanceID",
+                      "computeInstanceID"))  # fmt: skip
+        if runtime not in (0, 3):
+            raise FormatError(f"MIG allocation {i} has partial runtime identity")
+        if (entry.container, entry.device) in seen:
+            raise FormatError(f"duplicate MIG allocation for container {entry.container} device {entry.device}")
+        seen.add((entry.container, entry.device))
+        out.append(entry)
+    return out
+
+
+@dataclass(slots=True, frozen=True)
 class DeviceUse:
     uuid: str
     vendor: str

@@ -10,7 +10,8 @@ from collections.abc import Set as AbstractSet
 
 from fairgpu.errors import RequestError, StateError
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.k8s.translate import PodInfo, hold, holdings
+from fairgpu.k8s.records import hold, holdings
+from fairgpu.k8s.translate import PodInfo
 from fairgpu.k8s.workloads import Batch, queue_for, workload_of
 from fairgpu.state import Placement
 
@@ -155,15 +156,22 @@ class Holdings:
             self.changed()
         return True
 
-    def drop(self, name: str, pods: dict[str, PodInfo], elsewhere: AbstractSet[str] = frozenset()) -> None:
+    def drop(
+        self,
+        name: str,
+        pods: dict[str, PodInfo],
+        elsewhere: AbstractSet[str] = frozenset(),
+        finished_at: float | None = None,
+    ) -> None:
         """Take a workload out of the engine; members that run (or whose bind landed, even if the cache has
         not shown it yet) stay on as a workload of their own where we put them, pending ones get resubmitted.
-        Members bound `elsewhere` than we decided are found at the next pass and accounted where they run."""
+        Members bound `elsewhere` than we decided are found at the next pass and accounted where they run.
+        `finished_at`: it completed then (Scheduler.remove)."""
         engine = self.engine
         keys = self.members.pop(name, ())
         self.shrinking.pop(name, None)
         self.gangs.discard(name)
-        released = engine.remove(name)
+        released = engine.remove(name, finished_at)
         self.changed()
         for key in keys:
             self.owned.pop(key, None)

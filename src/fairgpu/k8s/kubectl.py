@@ -26,6 +26,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.kubeconfig import check_kubeconfig, resolve_kubeconfig
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.k8s.translate import QUEUE_LABEL
+from fairgpu.terminal import fail
 
 app = typer.Typer(
     add_completion=False,
@@ -42,18 +43,13 @@ Kubeconfig = Annotated[str | None, typer.Option(help="kubeconfig file (default: 
 Output = Annotated[str, typer.Option("--output", "-o", help="table, wide, json or yaml.")]
 
 
-def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
 def _read(kubeconfig: str | None, *reads: tuple[Any, str | None]) -> list[list[dict]]:
     """List each (kind, namespace) with the user's credentials; errors are one line."""
     path = resolve_kubeconfig(kubeconfig)
     try:
         check_kubeconfig(path)
     except InputError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
 
     async def go() -> list[list[dict]]:
         port = await KubeClient.connect(path)
@@ -65,12 +61,12 @@ def _read(kubeconfig: str | None, *reads: tuple[Any, str | None]) -> list[list[d
     try:
         return asyncio.run(go())
     except ClusterError as err:
-        raise _fail(f"the API server refused: {err}") from None
+        raise fail(f"the API server refused: {err}") from None
 
 
 def _emit(rows: list[dict[str, Any]], output: str, columns: list[str], wide: list[str], title: str = "") -> None:
     if output not in OUTPUTS:
-        raise _fail(f"--output: {output!r} must be one of {', '.join(OUTPUTS)}")
+        raise fail(f"--output: {output!r} must be one of {', '.join(OUTPUTS)}")
     if output == "json":
         typer.echo(json.dumps({"items": rows}, indent=2))
         return
@@ -198,11 +194,11 @@ def workloads_cmd(
 ) -> None:
     """Pods of fairgpu: queue, state, position in their queue and estimated start (from the controller)."""
     if namespace and all_namespaces:
-        raise _fail("give --namespace or --all-namespaces, not both")
+        raise fail("give --namespace or --all-namespaces, not both")
     ns = None if all_namespaces else (namespace or _current_namespace(kubeconfig))
     pods, queues = _read(kubeconfig, (PODS, ns), (QUEUES, None))
     if queue is not None and queue not in {q["metadata"]["name"] for q in queues}:
-        raise _fail(f"--queue: {queue!r} is not a queue")
+        raise fail(f"--queue: {queue!r} is not a queue")
     cols = ["namespace", "name", "queue", "state", "position", "estimated_start"]
     _emit(workload_rows(pods, queues, queue, scheduler_name), output, cols, ["node", "reason"])
 
@@ -234,7 +230,7 @@ def why_cmd(
     (pods,) = _read(kubeconfig, (PODS, ns))
     obj = next((p for p in pods if p["metadata"]["name"] == name), None)
     if obj is None:
-        raise _fail(f"pod {ns}/{name} not found")
+        raise fail(f"pod {ns}/{name} not found")
     cond = _scheduled_condition(obj)
     node = obj.get("spec", {}).get("nodeName")
     if node:
@@ -294,7 +290,7 @@ def top_cmd(
 ) -> None:
     """GPU cores and memory in use, per GPU (with the pods on it) or per node, from HAMi's annotations."""
     if what not in ("gpus", "nodes"):
-        raise _fail(f"top: {what!r} must be gpus or nodes")
+        raise fail(f"top: {what!r} must be gpus or nodes")
     nodes, pods = _read(kubeconfig, (NODES, None), (PODS, None))
     rows = gpu_rows(nodes, pods)
     if what == "gpus":

@@ -6,7 +6,6 @@ Inventory comes from HAMi's register annotation when present; without HAMi, from
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,10 +13,10 @@ from fairgpu import resources as r
 from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, gpu_request
-from fairgpu.model.constraints import POLICIES, gpu_policy_chain
+from fairgpu.model.constraints import POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration, gpu_policy_chain
+from fairgpu.model.node import MigTemplate
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
 from fairgpu.spec import parse_duration
-from fairgpu.state import ClusterState, Placement
 
 QUEUE_LABEL = "fairgpu.io/queue"
 USER_LABEL = "fairgpu.io/user"
@@ -28,7 +27,6 @@ EXPECTED_RUNTIME = "fairgpu.io/expected-runtime"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB
 TERMINAL = ("Succeeded", "Failed")
-_BEYOND_ANY_CARD = 2**31 - 1  # cores no card has (devcore is an int32), so hold() takes all the card has left
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,6 +40,7 @@ class NodeInputs:
     cordon: str
     labels: dict
     unschedulable: bool
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of spec.taints
 
     @classmethod
     def of(cls, node: dict) -> NodeInputs:
@@ -54,19 +53,24 @@ class NodeInputs:
             annotations.get(hami.DEVICE_CORDON, ""),
             meta.get("labels") or {},
             bool((node.get("spec") or {}).get("unschedulable", False)),
+            tuple(
+                (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+                for t in (node.get("spec") or {}).get("taints") or []
+                if t.get("key") and t.get("effect") in TAINT_EFFECTS
+            ),
         )
 
 
 def node_spec(node: dict | NodeInputs) -> NodeSpec:
     """Raises hami.FormatError (naming the annotation) for an unreadable register annotation. MIG-mode cards
-    are left out (see refused_gpus): fairgpu does not write HAMi's MIG allocations."""
+    carry the MIG profiles they registered; one that registered none is left out (see refused_gpus)."""
     inputs = node if isinstance(node, NodeInputs) else NodeInputs.of(node)
     alloc, labels = inputs.allocatable, dict(inputs.labels)
     gpus: tuple[GpuDevice, ...] = ()
     split = 1  # without HAMi a GPU cannot be shared
     live = r.count(alloc.get(r.GPU, 0)) > 0  # HAMi v2.10 drops a node's devices when this is 0
     if live and inputs.register is not None:
-        devices = [d for d in _nvidia(inputs.register) if d.mode != hami.MIG_MODE]
+        devices = [d for d in _nvidia(inputs.register) if d.mode != hami.MIG_MODE or d.mig_profiles]
         cordoned = set(hami.uuid_list(inputs.cordon))
         gpus = tuple(
             GpuDevice(
@@ -78,6 +82,9 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
                 d.mode or "",
                 d.cores,
                 d.numa,
+                tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in d.mig_profiles)
+                if d.mode == hami.MIG_MODE
+                else (),
             )
             for d in devices
         )
@@ -94,6 +101,7 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
         labels=labels,
         split_count=max(1, split),
         schedulable=not inputs.unschedulable,
+        taints=tuple(Taint(k, v, e) for k, v, e in inputs.taints),
     )
 
 
@@ -103,15 +111,15 @@ def _nvidia(register: str) -> list[hami.RegisteredGpu]:
 
 
 def refused_gpus(inputs: NodeInputs) -> str | None:
-    """Why some of a node's GPUs are not scheduled by fairgpu (MIG mode), for an Event on the node."""
+    """Why some of a node's GPUs are not scheduled by fairgpu (MIG mode without MIG profiles), for an Event."""
     if inputs.register is None or r.count(inputs.allocatable.get(r.GPU, 0)) == 0:
         return None
-    mig = [d.uuid for d in _nvidia(inputs.register) if d.mode == hami.MIG_MODE]
+    mig = [d.uuid for d in _nvidia(inputs.register) if d.mode == hami.MIG_MODE and not d.mig_profiles]
     if not mig:
         return None
     return (
-        f"{len(mig)} MIG-mode GPU(s) left out ({', '.join(mig)}): fairgpu does not write HAMi's "
-        f"{hami.MIG_ALLOCATIONS}, without which HAMi's device plugin fails the pod; schedule MIG pods with HAMi"
+        f"{len(mig)} MIG-mode GPU(s) left out ({', '.join(mig)}): they registered no migProfiles, so no MIG "
+        f"instance can be chosen for {hami.MIG_ALLOCATIONS} (HAMi's Fit refuses them too)"
     )
 
 
@@ -201,6 +209,9 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         )
     selection, why = _selection(annotations)
     problems += why
+    constraints, why = _placement_rules(spec)
+    selection.update(constraints)
+    problems += why
     group = labels.get(POD_GROUP) or labels.get(SIG_POD_GROUP)
     try:
         min_members = int(labels.get(MIN_MEMBERS) or annotations.get(MIN_MEMBERS) or 1)
@@ -271,112 +282,51 @@ def _selection(annotations: dict[str, str]) -> tuple[dict, list[str]]:
     return fields, problems
 
 
+def _placement_rules(spec: dict) -> tuple[dict, list[str]]:
+    """Where kube-scheduler would let the pod run: spec.nodeSelector, the required node affinity terms and
+    spec.tolerations, as PodSpec fields; what cannot be honoured is a problem (the pod is not scheduled),
+    never ignored: ignoring it could bind the pod where its owner excluded it."""
+    problems: list[str] = []
+    fields: dict = {}
+    selector = spec.get("nodeSelector") or {}
+    if isinstance(selector, dict):
+        fields["node_selector"] = tuple(sorted((str(k), str(v)) for k, v in selector.items()))
+    else:
+        problems.append("spec.nodeSelector: must be a map of label keys to values")
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = []
+    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+        at = f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+        if term.get("matchFields"):
+            problems.append(f"{at}.matchFields: not supported by fairgpu (use matchExpressions on node labels)")
+            continue
+        try:
+            terms.append(
+                tuple(
+                    MatchExpression(
+                        str(e.get("key", "")), str(e.get("operator", "")), tuple(map(str, e.get("values") or ()))
+                    )
+                    for e in term.get("matchExpressions") or []
+                )
+            )
+        except ValueError as err:
+            problems.append(f"{at}.matchExpressions: {err}")
+    fields["affinity"] = tuple(terms)
+    tolerations = []
+    for i, t in enumerate(spec.get("tolerations") or []):
+        try:
+            tolerations.append(
+                Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                           str(t.get("effect") or ""))
+            )  # fmt: skip
+        except ValueError as err:
+            problems.append(f"spec.tolerations[{i}]: {err}")
+    fields["tolerations"] = tuple(tolerations)
+    return fields, problems
+
+
 def _timestamp(value: str | None) -> float:
     """An RFC 3339 time from the API as Unix seconds; 0 when absent."""
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else 0.0
-
-
-def holdings(p: PodInfo, state: ClusterState, ni: int) -> tuple[list[Placement], str | None]:
-    """What a bound pod holds on node `ni`, read from its HAMi record (`hami.io/vgpu-devices-allocated`)
-    whatever its shape, and why part of it could not be read.
-
-    One Placement when the record is one container's cards at one cores value (what fairgpu writes, and
-    the engine can adopt as a pod); otherwise CPU and memory in one Placement and one per card entry (several
-    GPU containers, init containers, cards shared between them). A record that does not decode names its
-    cards as best it can and they count as fully used (see hold); a GPU pod without a record takes cards that
-    fit its request, so none is booked twice.
-    """
-    spec, node = p.spec, state.nodes[ni]
-    base = Placement(ni, cpu_m=spec.cpu_m, memory_mib=spec.memory_mib)
-    raw = p.annotations.get(hami.ALLOCATED)
-    if raw is None or p.annotations.get(hami.VGPU_NODE) != p.node:
-        if spec.gpu is None:
-            return [base], None
-        fits = [s for s in range(len(node.gpus)) if state.fits(state.placement_for(spec, ni, (s,)))]
-        if len(fits) < spec.gpu.count:
-            return [base], f"GPU pod on {node.name} without a HAMi allocation record, and no room for its GPUs"
-        return [state.placement_for(spec, ni, fits[: spec.gpu.count])], None
-    slot_of = {g.uuid: j for j, g in enumerate(node.gpus)}
-    try:
-        segments = hami.decode_devices(raw)
-    except hami.FormatError as err:
-        named = {slot_of[u] for u in re.split(r"[,:;]", raw) if u in slot_of}
-        blocked = [Placement(ni, (s,), (_BEYOND_ANY_CARD,), (0,)) for s in sorted(named)]  # blocks (see hold)
-        return [base, *blocked], f"{err}; its cards count as fully used"
-    entries = [d for seg in segments for d in seg if d.uuid in slot_of]
-    foreign = sorted({d.uuid for seg in segments for d in seg if d.uuid not in slot_of})
-    problem = f"cards not in {node.name}'s HAMi inventory (MIG, or gone): {', '.join(foreign)}" if foreign else None
-    filled = [seg for seg in segments if seg]
-    if (
-        filled
-        and not foreign
-        and (len(filled) == 1 or not any(segments[: p.init_containers]))
-        and all(len({d.uuid for d in seg}) == len(seg) for seg in filled)
-    ):  # one GPU container's cards, or app containers' in turn, as fairgpu writes them: one Placement
-        entries = [d for seg in filled for d in seg]
-        return [
-            Placement(
-                ni,
-                tuple(slot_of[d.uuid] for d in entries),
-                tuple(d.cores for d in entries),
-                tuple(d.memory_mib for d in entries),
-                spec.cpu_m,
-                spec.memory_mib,
-                tuple(len(seg) for seg in filled) if len(filled) > 1 else (),
-            )
-        ], None
-    cards = _collapse_init(segments[: p.init_containers], segments[p.init_containers :])
-    held = [
-        Placement(ni, (slot_of[uuid],), (cores if k == 0 else 0,), (mem if k == 0 else 0,))
-        for uuid, (mem, cores, tasks) in cards.items()
-        if uuid in slot_of
-        for k in range(tasks)
-    ]
-    return [base, *held], problem
-
-
-def _collapse_init(
-    init: list[list[hami.DeviceUse]], app: list[list[hami.DeviceUse]]
-) -> dict[str, tuple[int, int, int]]:
-    """HAMi's `CollapseInitContainerUsage` (pkg/device/initContainer.go): init containers run one at a time
-    before the app containers, so per card a pod holds max(init peak, app sum) of memory and of cores, and
-    max(1 if an init container used it, app entries) task slots. Returns uuid → (MiB, cores, tasks)."""
-    peak: dict[str, tuple[int, int]] = {}
-    total: dict[str, tuple[int, int, int]] = {}
-    for seg in init:
-        for d in seg:
-            m, c = peak.get(d.uuid, (0, 0))
-            peak[d.uuid] = (max(m, d.memory_mib), max(c, d.cores))
-    for seg in app:
-        for d in seg:
-            m, c, t = total.get(d.uuid, (0, 0, 0))
-            total[d.uuid] = (m + d.memory_mib, c + d.cores, t + 1)
-    out = {}
-    for uuid in [*peak, *(u for u in total if u not in peak)]:
-        (im, ic), (am, ac, at) = peak.get(uuid, (0, 0)), total.get(uuid, (0, 0, 0))
-        out[uuid] = (max(im, am), max(ic, ac), max(1 if uuid in peak else 0, at, 1))
-    return out
-
-
-def hold(state: ClusterState, key: str, placements: list[Placement]) -> tuple[list[str], list[str]]:
-    """Assign a bound pod's holdings under ledger keys `key`, `key#1`, …; an entry that does not fit (a card
-    over-committed, cores over 100, an unreadable record) takes whatever the card still has, so the card
-    counts as fully used and nothing else is booked on it. Returns the keys held and what did not fit."""
-    keys: list[str] = []
-    problems: list[str] = []
-    for i, pl in enumerate(placements):
-        k = key if i == 0 else f"{key}#{i}"
-        if state.fits(pl):
-            state.assign(k, pl)
-            keys.append(k)
-            continue
-        name = state.node_names[pl.node]
-        problems.append(f"{name}: {'GPU ' + str(list(pl.slots)) if pl.slots else 'CPU/memory'} over capacity")
-        for s in pl.slots:
-            rest = Placement(
-                pl.node, (s,), (int(state.gpu_cores_free[pl.node, s]),), (int(state.gpu_mem_free[pl.node, s]),)
-            )
-            if (rest.cores[0] or rest.mem_mib[0]) and state.fits(rest):
-                state.assign(f"{k}@{s}", rest)
-                keys.append(f"{k}@{s}")
-    return keys, problems

@@ -29,7 +29,7 @@ class NodeAffinity:
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         for _, excluded in self.reasons(pod, view):
-            mask.restrict_nodes(~excluded)
+            mask.restrict_nodes(~excluded[mask.rows])
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
         st = view.state

@@ -18,24 +18,24 @@ class Resources:
     NAME: ClassVar[str] = "Resources"
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        st = view.state
-        mask.restrict_nodes(st.schedulable & (st.cpu_free >= pod.cpu_m) & (st.mem_free >= pod.memory_mib))
+        st, r = view.state, mask.rows
+        mask.restrict_nodes(st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib))
         g = pod.gpu
         if g is None:
             return
         if pod.per_container:
             self._per_container(pod, st, mask)
             return
-        if g.exclusive and st.uniform_cores:
+        if g.exclusive and st.uniform_cores and not st.has_mig:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
-                mask.restrict_slots(st.gpu_idle & (st.gpu_mem_cap >= g.mem_mib))
+                mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
             else:
-                mask.restrict_slots(st.gpu_idle, st.node_idle_gpus)
+                mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         else:
-            ok = card_ok(st, g, slice(None))
+            ok = card_ok(st, g, r)
             if pod.gpu_mutex:
-                ok &= st.gpu_tasks == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
+                ok &= st.gpu_tasks[r] == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
             mask.restrict_slots(ok)
         mask.restrict_nodes(mask.counts() >= g.count)
 
@@ -43,12 +43,13 @@ class Resources:
     def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:
         """Nodes where HAMi's Fit finds every GPU container its cards in turn; the cards it picks stay in the
         mask, so placing the pod on any kept node picks them again (framework/cardfit.py)."""
-        rows = np.flatnonzero(mask.nodes)
-        fits, picks = fit_containers(st, pod, rows, None if mask.slots is None else mask.slots[rows])
-        kept = rows[fits]
-        nodes = np.zeros(st.num_nodes, dtype=bool)
+        local = np.flatnonzero(mask.nodes)  # positions in the mask's rows
+        rows = np.arange(st.num_nodes)[mask.rows][local]
+        fits, picks = fit_containers(st, pod, rows, None if mask.slots is None else mask.slots[local])
+        kept = local[fits]
+        nodes = np.zeros(len(mask.nodes), dtype=bool)
         nodes[kept] = True
-        slots = np.zeros(st.gpu_valid.shape, dtype=bool)
+        slots = np.zeros((len(mask.nodes), st.gpu_valid.shape[1]), dtype=bool)
         for p in picks:
             slots[kept[:, None], p[fits]] = True
         mask.restrict_nodes(nodes)
@@ -66,7 +67,7 @@ class Resources:
         if g is None:
             return out
         out.append(("too few GPUs", st.gpu_usable.sum(axis=1) < g.count))
-        if g.exclusive and st.uniform_cores:
+        if g.exclusive and st.uniform_cores and not st.has_mig:
             out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
             return out
         need = memory_need(g, st)

@@ -21,6 +21,7 @@ import numpy as np
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
+from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
@@ -49,6 +50,7 @@ class _Aggregates:
     room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
     clock: int = 0
+    at: int = -1  # the state's version when last brought up to date
     # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
     # between two placements only the nodes that changed need scoring again
     deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
@@ -90,6 +92,8 @@ class Fragmentation:
     # does (FGD's own measure, the `fgd` baseline, sees CPU only)
     memory: bool = False
     max_shapes: int = 128
+    # the inner loops compiled (fragmentation_kernels.py); False runs the NumPy path, bit for bit the same
+    compiled: bool = True
     _keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -105,6 +109,9 @@ class Fragmentation:
     _p_total: float = 0.0
     _per_core: float = 0.0  # CPU millicores per GPU percent of the mix, refreshed with _p
     _agg: _Aggregates | None = None
+    # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
+    # rescores every node, else only nodes whose state changed
+    _generation: int = 0
 
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
@@ -130,12 +137,14 @@ class Fragmentation:
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
             self._pods.append(pod)
             self._agg = None
+            self._generation += 1
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
         if self._agg is None or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
             self._p_total = total
             self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
+            self._generation += 1
             if self._agg is not None:
                 self._agg.usable = None
                 self._agg.deltas.clear()
@@ -143,6 +152,8 @@ class Fragmentation:
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> _Aggregates:
         agg, cpu = self._agg, state.cpu_free
+        if agg is not None and agg.state is state and agg.at == state.version and agg.usable is not None:
+            return agg  # nothing changed since, weights included (new weights drop `usable`)
         mem = state.mem_free if self.memory else np.zeros_like(state.mem_free)
         if agg is None or agg.state is not state:
             free = _free_cores(state, slice(None))
@@ -154,47 +165,47 @@ class Fragmentation:
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
             seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
+            none = np.zeros(0)
             agg = _Aggregates(
-                state,
-                free,
-                cpu.copy(),
-                mem.copy(),
-                fit.sum(axis=1),
-                fit_free,
-                access,
-                seen,
-                version,
-                np.zeros(0),
-                np.zeros(0),
+                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, seen, version, none, none
             )
             agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
             agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
+            self._generation += 1
         rows = np.flatnonzero(agg.seen != state.node_version)
         if rows.size:
             agg.clock += 1
             agg.version[rows] = agg.clock
             agg.seen[rows] = state.node_version[rows]
-            sub = _free_cores(state, rows)
-            fit = sub[:, :, None] >= self._need
-            agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
-            agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
-            agg.fit_count[rows] = fit.sum(axis=1)
-            agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
-            agg.free[rows] = sub
-            agg.cpu[rows] = cpu[rows]
-            agg.mem[rows] = mem[rows]
-            agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
-            agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
-        self._reweigh(agg)
+            if self.compiled:
+                kernels.refresh_rows(
+                    rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
+                    self._mem, agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts,
+                    agg.room,
+                )  # fmt: skip
+            else:
+                self._refresh(agg, rows, _free_cores(state, rows), cpu[rows], mem[rows])
+        if rows.size or agg.usable is None:  # the boosts follow `hosts` and `room`, which only refreshed rows move
+            self._reweigh(agg)
         if agg.usable is not None and rows.size:
-            agg.usable[rows] = self._after(
-                agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows]
-            )
+            agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
         if agg.usable is None:
-            every = np.arange(state.num_nodes)
-            agg.usable = self._after(agg, every, agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
+            agg.usable = self._after(agg, np.arange(state.num_nodes), 0, 0, 0, 0)
+        agg.at = state.version
         return agg
+
+    def _refresh(self, agg: _Aggregates, rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
+        """The NumPy path of kernels.refresh_rows: these rows' aggregates from their free cores, CPU and memory,
+        and `hosts` and `room` moved with them."""
+        fit = free[:, :, None] >= self._need
+        agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+        agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
+        agg.fit_count[rows] = fit.sum(axis=1)
+        agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
+        agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
+        agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+        agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
 
     def _ok(
         self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray, mem: np.ndarray
@@ -230,20 +241,22 @@ class Fragmentation:
             w = (w * boost).astype(np.float32)
         if not np.array_equal(w, self._w):
             self._w = w
+            self._generation += 1
             agg.usable = None
             agg.deltas.clear()
 
-    def _after(
-        self,
-        agg: _Aggregates,
-        rows: np.ndarray,
-        fit_count: np.ndarray,
-        fit_free: np.ndarray,
-        cpu_after: np.ndarray,
-        mem_after: np.ndarray,
-    ) -> np.ndarray:
-        """Σ_t w_t · (free capacity usable by shape t) on these rows after a placement."""
-        return np.asarray(self._usable(agg, rows, fit_count, fit_free, cpu_after, mem_after) @ self._w)
+    def _after(self, agg: _Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int) -> np.ndarray:
+        """Σ_t w_t · (free capacity usable by shape t) on these rows once a pod took `gpus` whole GPUs
+        (`cores` of free capacity), `cpu_m` of CPU and `mem_m` of memory there."""
+        if self.compiled:
+            usable = kernels.node_matrix(
+                rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._k, self._cpu, self._mem, agg.access,
+                gpus, cores, cpu_m, mem_m,
+            )  # fmt: skip
+        else:
+            fit_count, fit_free = agg.fit_count[rows] - gpus, agg.fit_free[rows] - cores
+            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
+        return np.asarray(usable @ self._w)
 
     def _usable(
         self,
@@ -261,16 +274,22 @@ class Fragmentation:
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
         assert pod.gpu is not None and agg.usable is not None
-        f = agg.free[rows, slots]
-        f_after = f - pod.gpu.cores
-        was = f[:, None] >= self._need
-        now = f_after[:, None] >= self._need
-        fit_count = agg.fit_count[rows] - was + now
-        fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
+        cores, cpu_m, mem_m = pod.gpu.cores, pod.cpu_m, self._mem_m(pod)
+        if self.compiled:
+            usable = kernels.slot_matrix(
+                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._need, self._k,
+                self._cpu, self._mem, agg.access, cores, cpu_m, mem_m,
+            )  # fmt: skip
+        else:
+            f = agg.free[rows, slots]
+            f_after = f - cores
+            was = f[:, None] >= self._need
+            now = f_after[:, None] >= self._need
+            fit_count = agg.fit_count[rows] - was + now
+            fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
+            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
         usable_before = agg.usable[rows]
-        usable_after = self._after(
-            agg, rows, fit_count, fit_free, agg.cpu[rows] - pod.cpu_m, self._mem_after(pod, agg, rows)
-        )
+        usable_after = usable @ self._w
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
         return np.asarray(-pod.gpu.cores - usable_after + usable_before)
 
@@ -280,26 +299,21 @@ class Fragmentation:
         taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
         assert agg.usable is not None
         usable_before = agg.usable[rows]
-        usable_after = self._after(
-            agg,
-            rows,
-            agg.fit_count[rows] - k,
-            agg.fit_free[rows] - taken,
-            agg.cpu[rows] - pod.cpu_m,
-            self._mem_after(pod, agg, rows),
-        )
+        usable_after = self._after(agg, rows, k, taken, pod.cpu_m, self._mem_m(pod))
         return np.asarray(-taken - usable_after + usable_before + self._starved(pod, agg, rows))
 
-    def _mem_after(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(agg.mem[rows] - (pod.memory_mib if self.memory else 0))
+    def _mem_m(self, pod: PodSpec) -> int:
+        return pod.memory_mib if self.memory else 0
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
         if not self.cpu_balance or not self._per_core:
             return np.zeros(len(rows))
         per_core = self._per_core
-        free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+        if self.compiled:
+            return np.asarray(kernels.starved(rows, agg.free, agg.cpu, per_core, taken, pod.cpu_m, self.cpu_balance))
+        free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
         before = np.maximum(0.0, free - cpu / per_core)
         after = np.maximum(0.0, free - taken - (cpu - pod.cpu_m) / per_core)
         return np.asarray(self.cpu_balance * (after - before))
@@ -310,9 +324,14 @@ class Fragmentation:
         return np.asarray(np.floor(score) if self.quantize else score)
 
     # -- Score ----------------------------------------------------------------------------------------
-    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+    def generation(self, pod: PodSpec, view: EngineView) -> int:
         self._learn(pod)
-        out = np.zeros(view.state.num_nodes)
+        if self._keys:
+            self._aggregates(view.state)
+        return self._generation
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        out = np.zeros(len(mask.nodes))
         if not self._keys:
             return out
         agg = self._aggregates(view.state)
@@ -329,14 +348,15 @@ class Fragmentation:
         if rows.size:
             delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
         agg.deltas[key] = (agg.clock, delta)
-        nodes = np.flatnonzero(mask.nodes)
+        fit = np.flatnonzero(mask.nodes)
+        nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
         if shared:
             assert mask.slots is not None
-            best = np.where(mask.slots[nodes], delta[nodes], np.inf).min(axis=1)
+            best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
         else:
             best = delta[nodes]
-        out[nodes] = self._to_score(best)
+        out[fit] = self._to_score(best)
         return out
 
     def _gpu_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
@@ -344,10 +364,14 @@ class Fragmentation:
         GPUs of one node with equal free cores are equivalent: each such group is computed once."""
         assert pod.gpu is not None
         free = agg.free[rows]
-        room = free >= max(pod.gpu.cores, 1)
-        same = free[:, :, None] == free[:, None, :]
-        first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
-        sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
+        least = max(pod.gpu.cores, 1)
+        room = free >= least
+        if self.compiled:
+            first, sub, slots = kernels.distinct_slots(free, least)
+        else:
+            same = free[:, :, None] == free[:, None, :]
+            first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
+            sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
         out = np.full(free.shape, np.inf)
         out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
         out = np.take_along_axis(out, first, axis=1)

@@ -28,7 +28,7 @@ class GpuType:
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         if _constrained(pod):
-            mask.restrict_slots(self._slots(view.state, pod))
+            mask.restrict_slots(self._slots(view.state, pod)[mask.rows])
 
     def reasons(self, pod: PodSpec, view: EngineView) -> list[tuple[str, np.ndarray]]:
         if not _constrained(pod) or pod.gpu is None:

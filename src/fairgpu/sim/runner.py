@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -14,6 +14,7 @@ from fairgpu.errors import ScenarioError
 from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
+from fairgpu.model.pod import Workload
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
 from fairgpu.sim.scenario import Scenario
 
@@ -30,6 +31,7 @@ class SimResult:
     utilization: float
     fairness_error: float
     jain_index: float | None
+    jain_window_s: float  # the time jain_index averages over: at least two leaf queues backlogged
     evictions: int
     time_to_fair_share_s: dict[str, Any]
     queues: dict[str, dict[str, Any]]
@@ -48,6 +50,7 @@ class SimResult:
             "utilization": self.utilization,
             "fairness_error": self.fairness_error,
             "jain_index": self.jain_index,
+            "jain_window_s": self.jain_window_s,
             "evictions": self.evictions,
             "idle_gpu_hours": self.idle_gpu_hours,
             "time_to_fair_share_s": self.time_to_fair_share_s,
@@ -63,8 +66,13 @@ def _percentile(values: list[float], q: float) -> float | None:
 class Simulation:
     """One scenario under one profile, advanced event by event."""
 
-    def __init__(self, scenario: Scenario, profile: Profile, horizon: float | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, profile: Profile, horizon: float | None = None, declared_durations: bool = True
+    ) -> None:
+        """`declared_durations` False: the engine is not told how long workloads run (as on a cluster whose
+        pods carry no expected-runtime annotation) and learns it per queue; they still end when they end."""
         self.scenario = scenario
+        self.declared_durations = declared_durations
         self.profile = profile
         self.horizon = scenario.horizon if horizon is None else horizon
         if not self.horizon > 0:  # every figure is a time average over it
@@ -110,10 +118,10 @@ class Simulation:
             while events and events[0][0] == now:
                 _, kind, _, name, payload = heapq.heappop(events)
                 if kind == _SUBMIT:
-                    sched.submit(self.by_name[name])
+                    sched.submit(self._declared(name))
                 elif kind == _FINISH:
                     if sched.state_of(name) == "running" and payload == self._run[name]:
-                        sched.remove(name)
+                        sched.remove(name, finished_at=now)
                         self.completed[self.by_name[name].queue] += 1
                 else:
                     self._evicted(now, name, payload)
@@ -151,7 +159,12 @@ class Simulation:
         self.lost_gpu_seconds[wl.queue] += held * (now - self.starts[name])  # no checkpoint: all of it
         self.sched.remove(name)
         self.starts.pop(name, None)
-        self.sched.submit(wl)
+        self.sched.submit(self._declared(name))
+
+    def _declared(self, name: str) -> Workload:
+        """The workload as the engine is told of it."""
+        wl = self.by_name[name]
+        return wl if self.declared_durations else replace(wl, duration=None)
 
     def run(self) -> SimResult:
         """Run to the horizon and report."""
@@ -206,6 +219,7 @@ class Simulation:
             utilization=float(rec.allocated_gpu_seconds / capacity) if capacity else 0.0,
             fairness_error=float(rec.error_seconds / horizon),
             jain_index=float(rec.jain_seconds / rec.jain_time) if rec.jain_time else None,
+            jain_window_s=float(rec.jain_time),
             evictions=sum(self.preempted.values()),
             time_to_fair_share_s=rec.time_to_fair_share(),
             queues=queues,
@@ -236,5 +250,7 @@ class Simulation:
         return rows
 
 
-def simulate(scenario: Scenario, profile: Profile, horizon: float | None = None) -> SimResult:
-    return Simulation(scenario, profile, horizon).run()
+def simulate(
+    scenario: Scenario, profile: Profile, horizon: float | None = None, declared_durations: bool = True
+) -> SimResult:
+    return Simulation(scenario, profile, horizon, declared_durations).run()

@@ -1,0 +1,171 @@
+"""Compiled inner loops of `Fragmentation` (numba, cached on disk so a cold start compiles once).
+
+Each kernel does in one pass what the plugin's NumPy path does in a dozen array operations on a few rows,
+where the cost is the operations' count, not their size. They compute the same values in the same
+floating-point types and order, so results are bit-identical to the NumPy path
+(tests/test_fragmentation_kernels.py); the weighted sums over shapes stay NumPy matrix products on the
+matrices built here, so the summation order is NumPy's in both paths and a change of shape weights
+changes nothing here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def refresh_rows(
+    rows: np.ndarray,
+    usable: np.ndarray,
+    cores_free: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    hosts: np.ndarray,
+    room: np.ndarray,
+) -> None:
+    """Bring the aggregates of `rows` up to the state's (free cores of usable GPUs, CPU, memory, per shape the
+    GPUs with room and their free cores) and move `hosts`, the nodes each shape fits on, and `room`, the
+    free cores each shape could take, with them (`room` sums integers in float64: exact in any order)."""
+    gpus, shapes = free.shape[1], need.shape[0]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for t in range(shapes):
+            if fit_count[r, t] >= k[t] and cpu[r] >= cpu_t[t] and mem[r] >= mem_t[t] and access[r, t]:
+                hosts[t] -= 1
+                room[t] -= np.float64(fit_free[r, t])
+        cpu[r] = cpu_free[r]
+        mem[r] = mem_free[r]
+        for g in range(gpus):
+            free[r, g] = cores_free[r, g] if usable[r, g] else 0
+        for t in range(shapes):
+            n = 0
+            s = 0
+            for g in range(gpus):
+                if free[r, g] >= need[t]:
+                    n += 1
+                    s += free[r, g]
+            fit_count[r, t] = n
+            fit_free[r, t] = s
+            if n >= k[t] and cpu[r] >= cpu_t[t] and mem[r] >= mem_t[t] and access[r, t]:
+                hosts[t] += 1
+                room[t] += np.float64(fit_free[r, t])
+
+
+@njit(cache=True)
+def node_matrix(
+    rows: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    gpus: int,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+) -> np.ndarray:
+    """(rows, T) float32: free cores usable by each shape on each node once a pod took `gpus` whole GPUs
+    (`cores` of free capacity), `cpu_m` of CPU and `mem_m` of memory; zero where the shape no longer fits."""
+    shapes = k.shape[0]
+    out = np.empty((rows.shape[0], shapes), dtype=np.float32)
+    taken = np.float32(cores)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        c = cpu[r] - cpu_m
+        m = mem[r] - mem_m
+        for t in range(shapes):
+            ok = fit_count[r, t] - gpus >= k[t] and c >= cpu_t[t] and m >= mem_t[t] and access[r, t]
+            out[i, t] = (np.float32(1.0) if ok else np.float32(0.0)) * (fit_free[r, t] - taken)
+    return out
+
+
+@njit(cache=True)
+def slot_matrix(
+    rows: np.ndarray,
+    slots: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+) -> np.ndarray:
+    """(pairs, T) float64: free cores usable by each shape on node rows[i] once a shared pod took `cores`
+    of its GPU slots[i], `cpu_m` of CPU and `mem_m` of memory."""
+    shapes = k.shape[0]
+    out = np.empty((rows.shape[0], shapes), dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        f = free[r, slots[i]]
+        after = f - cores
+        c = cpu[r] - cpu_m
+        m = mem[r] - mem_m
+        for t in range(shapes):
+            was = 1 if f >= need[t] else 0
+            now = 1 if after >= need[t] else 0
+            count = fit_count[r, t] - was + now
+            total = (np.float64(fit_free[r, t]) - np.float64(was * f)) + np.float64(now * after)
+            ok = count >= k[t] and c >= cpu_t[t] and m >= mem_t[t] and access[r, t]
+            out[i, t] = (1.0 if ok else 0.0) * total
+    return out
+
+
+@njit(cache=True)
+def distinct_slots(free: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each node's GPUs: the first GPU of the node with the same free cores, and the (row, slot) of
+    each such first GPU with at least `least` free, in row-major order."""
+    n, gpus = free.shape
+    first = np.empty((n, gpus), dtype=np.int64)
+    sub = np.empty(n * gpus, dtype=np.int64)
+    slots = np.empty(n * gpus, dtype=np.int64)
+    m = 0
+    for r in range(n):
+        for g in range(gpus):
+            j = 0
+            while free[r, j] != free[r, g]:
+                j += 1
+            first[r, g] = j
+            if j == g and free[r, g] >= least:
+                sub[m] = r
+                slots[m] = g
+                m += 1
+    return first, sub[:m], slots[:m]
+
+
+@njit(cache=True)
+def starved(
+    rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, per_core: float, taken: int, cpu_m: int, weight: float
+) -> np.ndarray:
+    """Change in GPU capacity (percent) the node's free CPU could not feed at `per_core` once a pod took
+    `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight`."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        f = 0
+        for g in range(free.shape[1]):
+            f += free[r, g]
+        before = f - cpu[r] / per_core
+        after = (f - taken) - (cpu[r] - cpu_m) / per_core
+        out[i] = weight * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
+    return out

@@ -1,0 +1,137 @@
+"""Speed must not change a decision: the compiled Fragmentation kernels against its NumPy path and the
+engine's per-shape cache of filter and score results against a fresh evaluation of every node, bit for
+bit (and the plugin's incremental aggregates against ones built from scratch, up to float32 rounding),
+over a run of placements and releases on a mixed cluster whose memory, CPU and GPU models all bind."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+from tests.conftest import gpu_node
+
+from fairgpu.catalog import load_profile
+from fairgpu.framework import evaluations as ev
+from fairgpu.framework.interfaces import EngineView, Profile
+from fairgpu.framework.placement import feasible, place_pod
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.plugins.fragmentation import Fragmentation
+
+
+def cluster() -> list[NodeSpec]:
+    """Three GPU models, 4 or 8 GPUs, CPU and memory from scarce to plenty: shapes fit on few nodes or many."""
+    models = (("A100-80GB", 81920), ("A10-24GB", 24576), ("T4", 15360))
+    return [
+        gpu_node(f"n{i}", gpus=8 if i % 3 else 4, model=models[i % 3][0], mem_mib=models[i % 3][1],
+                 cpu_m=(8 + 24 * (i % 4)) * 1000, memory_mib=(24 + 40 * (i % 5)) * 1024)
+        for i in range(24)
+    ]  # fmt: skip
+
+
+def draw(rng: np.random.Generator) -> PodSpec:
+    u = rng.random()
+    if u < 0.1:  # CPU only, some asking most of a small node's memory
+        return PodSpec(cpu_m=int(rng.integers(1, 8)) * 1000, memory_mib=int(rng.choice([1, 8, 20])) * 1024)
+    if u < 0.55:
+        count = int(rng.choice([1, 1, 2, 4, 8]))
+        return PodSpec(cpu_m=2000 * count, memory_mib=4096 * count, gpu=GpuRequest(count, 100, 0, 100))
+    cores = int(rng.choice([0, 10, 25, 30, 50, 75]))
+    include = ("A100",) if rng.random() < 0.2 else ()
+    return PodSpec(cpu_m=1000, memory_mib=512, gpu=GpuRequest(1, cores, int(rng.integers(1, 12)) * 1024),
+                   gpu_include=include)  # fmt: skip
+
+
+def churn(steps: int, seed: int, before=None, after=None) -> None:
+    """Place `steps` random pods where the fairgpu profile puts them, releasing a random one now and then;
+    `before(view, profile, pod)` runs before each is placed, `after` once the profile chose (and learned
+    from the pod) but before the choice is assigned."""
+    rng = np.random.default_rng(seed)
+    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    view, profile, placed = sched.view, sched.profile, []
+    for i in range(steps):
+        pod = draw(rng)
+        if before:
+            before(view, profile, pod)
+        p = place_pod(pod, view, profile)
+        if after:
+            after(view, profile, pod)
+        if p is not None:
+            view.state.assign(f"p{i}", p)
+            placed.append(f"p{i}")
+        if placed and rng.random() < 0.25:
+            view.state.release(placed.pop(int(rng.integers(len(placed)))))
+
+
+def frag(profile: Profile) -> Fragmentation:
+    return next(p for p, _ in profile.score if isinstance(p, Fragmentation))
+
+
+def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
+    numpy_path: list[Fragmentation] = []
+    checked, by_memory, pressed = [0], [0], [0]
+
+    def start(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+        if not numpy_path:  # the same plugin, same args, on the NumPy path, before it learned anything
+            assert frag(profile).memory and frag(profile).pressure  # the profile's measure is what is checked
+            numpy_path.append(copy.deepcopy(frag(profile)))
+            numpy_path[0].compiled = False
+
+    def act(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+        compiled, plain = frag(profile), numpy_path[0]
+        mask = feasible(pod, view, profile)
+        if not mask.nodes.any():
+            return
+        plain.generation(pod, view)  # learns the pod, as place_pod just made the compiled one
+        fresh = copy.deepcopy(plain)  # the same learned mix, aggregates rebuilt from the state
+        fresh._agg = None
+        fresh._aggregates(view.state)
+        a, b, c = (f.score(pod, view, mask) for f in (compiled, plain, fresh))
+        assert np.array_equal(a, b)
+        ka, pa, fa = compiled._agg, plain._agg, fresh._agg
+        assert ka is not None and pa is not None and fa is not None
+        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "usable"):
+            assert np.array_equal(getattr(ka, name), getattr(pa, name)), name
+        assert np.array_equal(compiled._w, plain._w)
+        # room and hosts sum integers: any order of refreshes gives the fresh build's values exactly
+        assert np.array_equal(ka.room, fa.room) and np.array_equal(ka.hosts, fa.hosts)
+        # the run must exercise memory and pressure: a shape held off a node by its memory alone, and
+        # weights boosted by pressure
+        cpu_ok = (ka.fit_count >= compiled._k) & (ka.cpu[:, None] >= compiled._cpu) & ka.access
+        by_memory[0] += int((cpu_ok & (ka.mem[:, None] < compiled._mem)).any())
+        pressed[0] += int(not np.array_equal(compiled._w, compiled._p))
+        # kept current node by node, the aggregates sum in float32 over other row groupings than a fresh
+        # build does (as they always have): equal up to that rounding, far from any stale value
+        assert np.allclose(a, c, rtol=0, atol=1e-3)
+        node = int(np.argmax(np.where(mask.nodes, a, -np.inf)))
+        if pod.gpu is not None and mask.slots is not None:
+            slots = np.flatnonzero(mask.slots[node])
+            orders = [f.gpu_order(pod, view, node, slots) for f in (compiled, plain)]
+            assert np.array_equal(orders[0], orders[1])
+        checked[0] += 1
+
+    churn(300, 7, before=start, after=act)
+    assert checked[0] > 150  # most pods found a node: the comparison ran on a filling, draining cluster
+    assert by_memory[0] > 20 and pressed[0] > 20, (by_memory, pressed)
+
+
+def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node():
+    checked = [0]
+
+    def act(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+        shape = ev.filtered(pod, view, profile)
+        fresh = ev.run_filters(pod, view, profile, slice(None))
+        assert np.array_equal(shape.nodes, fresh.nodes)
+        if fresh.slots is not None:
+            assert shape.slots is not None and np.array_equal(shape.slots, fresh.slots)
+        if not shape.nodes.any():
+            return
+        total = ev.scored(shape, pod, view, profile).copy()
+        every = np.zeros(view.state.num_nodes)
+        for plugin, weight in profile.score:  # generations already taken by `scored`: no relearning
+            every += weight * plugin.score(pod, view, fresh)
+        assert np.array_equal(total[shape.nodes], every[shape.nodes])
+        checked[0] += 1
+
+    churn(300, 11, before=act)
+    assert checked[0] > 150
