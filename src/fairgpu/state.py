@@ -5,6 +5,7 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,7 +156,35 @@ class ClusterState:
             new.gpu_exclusive[n[whole], s[whole]] = False
             new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
             new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
+            if (fp.slot_mig != -1).any():
+                self._free_mig(new, fp)
         return new
+
+    def _free_mig(self, new: ClusterState, fp: Footprint) -> None:
+        """Give the footprint's MIG instances back: real instances never share a slice, so their bits clear;
+        a card that holds or frees a MIG_WHOLE entry (every slice) is recomputed from what the ledger keeps."""
+        mig = fp.slot_mig != -1
+        n, s, c = fp.slot_node[mig], fp.slot_idx[mig], fp.slot_mig[mig]
+        real = c >= 0
+        bits = np.zeros(len(c), dtype=np.int64)
+        bits[real] = self.mig_mask[n[real], s[real], c[real]]
+        freed = np.zeros_like(new.mig_busy)
+        np.bitwise_or.at(freed, (n, s), bits)
+        new.mig_busy &= ~freed
+        odd = {(int(a), int(b)) for a, b in zip(n, s, strict=True) if self.mig_busy[a, b] == -1}
+        if not odd:
+            return
+        gone = Counter(zip(n.tolist(), s.tolist(), c.tolist(), strict=True))
+        held = dict.fromkeys(odd, 0)
+        for q in self._ledger.values():
+            for slot, cand in zip(q.slots, q.mig, strict=False):
+                if (q.node, slot) in held and cand != -1:
+                    if gone[(q.node, slot, cand)] > 0:
+                        gone[(q.node, slot, cand)] -= 1
+                    else:
+                        held[(q.node, slot)] |= self.mig_slices(q.node, slot, cand)
+        for (a, b), h in held.items():
+            new.mig_busy[a, b] = h
 
     # -- sizes --------------------------------------------------------------------------------------
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -177,6 +177,24 @@ class PodSpec:
     def gpus(self) -> tuple[GpuRequest, ...]:
         """Every GPU container's request, in container order."""
         return () if self.gpu is None else (self.gpu, *self.more_gpus)
+
+    @property
+    def whole_gpu(self) -> GpuRequest | None:
+        """The whole GPU request as one container's, for scores and preemption that reason in (cards, cores
+        per card): every container's cards (a card two containers could share counts twice), at their mean
+        cores per card rounded up, exclusive only when every container is; memory the largest per card."""
+        if not self.more_gpus:
+            return self.gpu
+        gs = self.gpus
+        count = sum(g.count for g in gs)
+        cores = -(-sum(g.count * g.cores for g in gs) // count)
+        if any(not g.exclusive for g in gs):
+            cores = min(cores, GPU_CORES - 1)
+        return GpuRequest(count, cores, max(g.mem_mib for g in gs), max(g.mem_pct for g in gs))
+
+    def as_one_container(self) -> PodSpec:
+        """This pod with its whole GPU request in one container (itself when it has one GPU container)."""
+        return self if not self.more_gpus else replace(self, gpu=self.whole_gpu, more_gpus=())
 
     @property
     def per_container(self) -> bool:
