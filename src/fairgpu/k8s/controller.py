@@ -117,7 +117,15 @@ class Controller:
             pod_cache=lambda key: self.pods.cache.get(key),
             lock_expiry=hami_config.lock_expiry,
             fence=self.carry.fence,
+            abandoned=self._abandoned,
         )
+
+    def _abandoned(self, obj: dict, node: str) -> bool:
+        """An unbound pod of ours that nothing of this term is binding to `node` (binder.Binder.abandoned)."""
+        if (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name or not self.leading.is_set():
+            return False
+        meta = obj["metadata"]
+        return not self.carry.busy(f"{meta.get('namespace', '')}/{meta['name']}", node)
 
     def synced(self) -> bool:
         """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
@@ -192,7 +200,11 @@ class Controller:
                     # A new term: the cache must hold every bind made before it (ours cancelled at the last
                     # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
                     await self.pods.resync()
-                    self._built_from = None
+                    # A rebuild is decided where inputs changed: without both marks a term that began with no
+                    # node or queue news kept the last term's engine, whose workloads with binds cancelled at
+                    # the loss stayed booked as running (never bound); flapping leaders piled them up until
+                    # nothing fit.
+                    self._built_from, self._inputs_changed = None, True
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
                 # Waiting work is retried without news, too. asyncio.timeout, not wait_for: in Python 3.11
