@@ -64,6 +64,8 @@ _SHARED = (
     "mig_cores",
     "mig_mask",
     "mig",
+    "has_pairs",
+    "gpu_pair",
     "node_cores_cap",
     "_unplaceable",
 )
@@ -108,6 +110,15 @@ class ClusterState:
         table = MigTable.of([[(d.mode, d.mig) for d in nd.gpus] for nd in self.nodes], g)
         self.has_mig, self.gpu_mig, self.mig_mem, self.mig_cores, self.mig_mask = table.fields()
         self.mig = table
+        # HAMi's GPU pair scores (topology-aware policy): (N, G, G), row j's score of card l; zeros when none
+        self.has_pairs = any(nd.pair_scores for nd in self.nodes)
+        self.gpu_pair = np.zeros((n, g, g) if self.has_pairs else (n, 0, 0), dtype=np.int64)
+        for i, nd in enumerate(self.nodes):
+            if nd.pair_scores:
+                k = len(nd.gpus)
+                self.gpu_pair[i, :k, :k] = nd.pair_scores
+        diagonal = np.arange(self.gpu_pair.shape[1])
+        self.gpu_pair[:, diagonal, diagonal] = 0  # HAMi never scores a card with itself
         self.mig_busy = np.zeros((n, g), dtype=np.int64)  # MIG slices in use, a bit per slice
 
         self.cpu_free = self.cpu_cap.copy()

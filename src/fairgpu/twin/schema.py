@@ -98,8 +98,9 @@ class PodDoc(Strict):
     affinity: list[list[ExpressionRec]] = Field(default_factory=list)
     tolerations: list[TolerationRec] = Field(default_factory=list)
     node_policy: str = ""
-    gpu_policy: str = ""
-    gpu_mutex: bool = False
+    gpu_policy: str = ""  # HAMi's chain as written
+    gpu_mutex: bool = False  # traces before the chain was kept whole: `mutex` beside gpu_policy
+    gpu_weights: tuple[int, int, int] = (1, 1, 1)
     gpu_mode: str | None = None
 
     def spec(self) -> PodSpec:
@@ -116,8 +117,8 @@ class PodDoc(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.affinity),
             tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             node_policy=self.node_policy,
-            gpu_policy=self.gpu_policy,
-            gpu_mutex=self.gpu_mutex,
+            gpu_policy=",".join(filter(None, (self.gpu_policy, "mutex" if self.gpu_mutex else ""))),
+            gpu_weights=self.gpu_weights,
             gpu_mode=self.gpu_mode,
         )
 
@@ -241,8 +242,8 @@ def pod_doc(p: PodSpec) -> dict[str, Any]:
     for name in ("node_policy", "gpu_policy"):
         if getattr(p, name):
             doc[name] = getattr(p, name)
-    if p.gpu_mutex:
-        doc["gpu_mutex"] = True
+    if p.gpu_weights != (1, 1, 1):
+        doc["gpu_weights"] = list(p.gpu_weights)
     if p.gpu_mode is not None:
         doc["gpu_mode"] = p.gpu_mode
     return doc
