@@ -5,7 +5,7 @@ Every error names the field (`workloads[2].requests.cpu`) and the problem, so th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources as pkg_resources
 from pathlib import Path
 from typing import Any, Literal
@@ -210,6 +210,15 @@ class ScenarioDoc(Strict):
         return v
 
 
+@dataclass(slots=True, frozen=True)
+class Change:
+    """At `t`, the inventory or the queues became these (a recorded trace's later snapshots); None: unchanged."""
+
+    t: float
+    nodes: list[NodeSpec] | None = None
+    queues: list[QueueSpec] | None = None
+
+
 @dataclass(slots=True)
 class Scenario:
     """A validated scenario, in the engine's model."""
@@ -220,9 +229,26 @@ class Scenario:
     queues: list[QueueSpec]
     workloads: list[Workload]
     description: str = ""
+    changes: list[Change] = field(default_factory=list)  # in time order
+    # An elastic workload's evicted pods are gone for good (a cluster deletes them; replacements, if any,
+    # arrive as new work in the trace) rather than growing back: how a recorded trace replays.
+    shrink_for_good: bool = False
+    # Evictions a cluster refused (a PodDisruptionBudget): per workload, for each whole-workload eviction
+    # decided for it in turn, the back-off in seconds if it was refused, None if carried out.
+    refusals: dict[str, list[float | None]] = field(default_factory=dict)
 
     def tree(self) -> QueueTree:
         return QueueTree(self.queues)
+
+    def report_tree(self) -> QueueTree:
+        """Every queue the run ever has, for its figures: the first queues, then those created later."""
+        if not self.changes:
+            return self.tree()
+        specs = {q.name: q for q in self.queues}
+        for ch in self.changes:
+            for q in ch.queues or ():
+                specs.setdefault(q.name, q)
+        return QueueTree(list(specs.values()))
 
 
 def build(doc: dict[str, Any]) -> Scenario:

@@ -1,8 +1,9 @@
-"""The trace format, version 1: what a driver saw, one JSON object per line (docs/twin.md is its reference).
+"""The trace format, version 2: what a driver saw, one JSON object per line (docs/twin.md is its reference).
 
 A trace opens with a `header` and holds, in time order: `nodes` and `queues` snapshots (whole, whenever they
 change), and per workload its `submit` (pods with their requests, queue, user, priority), each `start`, an
-`evict` decision, and its `end` (finished, evicted or withdrawn). Times `t` are seconds since the header's
+`evict` decision, a `refused` eviction (version 2), and its `end` (finished, evicted or withdrawn). Version 1
+traces (no `refused`) read as they are. Times `t` are seconds since the header's
 `epoch` (the driver's clock). Both drivers share this module: the controller and `fairgpu record` write it,
 the simulator reads it back; neither imports the other.
 """
@@ -25,7 +26,8 @@ from fairgpu.model.constraints import MatchExpression, Taint, Toleration
 from fairgpu.spec import QueueDoc, Strict, validation_message
 
 SCHEMA = "fairgpu-trace"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # versions this reader takes: each adds kinds or fields to the one before
 
 
 class GpuDoc(Strict):
@@ -175,6 +177,15 @@ class Evict(Strict):
     pods: list[int] | None = None  # an elastic workload gives back only these pods
 
 
+class Refused(Strict):
+    """The eviction last decided for a workload was refused (a PodDisruptionBudget): it runs on."""
+
+    kind: Literal["refused"]
+    t: float
+    workload: str = Field(min_length=1)
+    retry: float  # when the engine may choose it as a victim again (trace seconds)
+
+
 class End(Strict):
     kind: Literal["end"]
     t: float
@@ -183,7 +194,7 @@ class End(Strict):
     ran: float | None = Field(default=None, ge=0)  # how long its pods ran, when the driver saw them run (seconds)
 
 
-Record = Header | Nodes | Queues | Submit | Start | Evict | End
+Record = Header | Nodes | Queues | Submit | Start | Evict | Refused | End
 _BY_KIND: dict[str, type[Record]] = {
     "header": Header,
     "nodes": Nodes,
@@ -191,6 +202,7 @@ _BY_KIND: dict[str, type[Record]] = {
     "submit": Submit,
     "start": Start,
     "evict": Evict,
+    "refused": Refused,
     "end": End,
 }
 KINDS = tuple(_BY_KIND)
@@ -326,8 +338,8 @@ def dumps(record: dict[str, Any]) -> str:
 
 # -- records → checked objects ----------------------------------------------------------------------------
 def read(path: Path) -> Iterator[tuple[int, Record]]:
-    """(line number, record) of a trace file, checked: the first line a v1 header, then records in time
-    order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
+    """(line number, record) of a trace file, checked: the first line a header of a version it reads, then
+    records in time order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
     if not path.is_file():
         raise ScenarioError(f"{path}: no such file")
     last_t = -math.inf
@@ -354,7 +366,7 @@ def read(path: Path) -> Iterator[tuple[int, Record]]:
 
 
 def parse(text: str, where: str) -> Record:
-    """One line: a ScenarioError `where: field: problem` if it is not a valid v1 record."""
+    """One line: a ScenarioError `where: field: problem` if it is not a valid record."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -364,8 +376,9 @@ def parse(text: str, where: str) -> Record:
     kind = doc.get("kind")
     if kind not in KINDS:
         raise ScenarioError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "header" and doc.get("version") != VERSION:
-        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads version {VERSION}")
+    if kind == "header" and doc.get("version") not in READS:
+        known = " and ".join(map(str, READS))
+        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads versions {known}")
     try:
         return _BY_KIND[kind].model_validate(doc)
     except ValidationError as err:
