@@ -90,7 +90,7 @@ def _decide(value: str, now: datetime, expiry: timedelta, owner_exists: bool) ->
     me = PodInfo.__new__(PodInfo)
     me.namespace, me.name = "test-ns", "me"
     try:
-        return asyncio.run(binder._ours_or_free(value, me))
+        return asyncio.run(binder._ours_or_free(value, me, "n"))  # the owner Port.get returns is bound nowhere
     except BindError:
         return "error"
 
