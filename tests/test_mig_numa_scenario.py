@@ -1,6 +1,7 @@
 """Scenarios describe MIG and NUMA nodes (issue 12): the built-in `mig-numa` scenario's nodes are what the live
 driver reads from HAMi's annotations for the same cards, so the simulator schedules them as live does; its
-pods get MIG instances, one NUMA node and the NVLinked pair; and the whole scenario simulates."""
+pods get MIG instances, one NUMA node and the NVLinked pair; the whole scenario simulates; and a recorded
+trace keeps all of it for replay."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from fairgpu.catalog import load_profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.translate import node_spec
-from fairgpu.model import NodeSpec
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec
 from fairgpu.sim.runner import Simulation
 from fairgpu.sim.scenario import load
 from fairgpu.state import ClusterState
+from fairgpu.twin.schema import NodeDoc, PodDoc, node_doc, pod_doc
 
 SAME = ("gpu_valid", "gpu_usable", "gpu_split", "gpu_mem_cap", "gpu_cores_cap", "gpu_numa", "gpu_mig", "mig_mem",
         "mig_cores", "mig_mask", "gpu_pair")  # fmt: skip
@@ -84,3 +86,16 @@ def test_mig_numa_scenario_simulates_to_the_end() -> None:
     started = {name.rsplit("-", 1)[0] for name in res.starts}
     assert started == {"small", "medium", "train", "batch"}
     sim.sched.state.check_invariants()
+
+
+def test_a_recorded_trace_keeps_mig_numa_and_pair_scores() -> None:
+    """The twin's trace (twin/schema.py) carries what this engine schedules by: a card's MIG profiles, NUMA node
+    and devcore, the node's pair scores, a pod's further GPU containers, numa-bind and scoring weights; a replay
+    would otherwise schedule MIG cards as ordinary ones."""
+    sc = load("mig-numa")
+    for n in sc.nodes:
+        assert NodeDoc.model_validate(node_doc(n)).spec() == n
+    pod = PodSpec(gpu=GpuRequest(2, 30, 1000), more_gpus=(GpuRequest(1, 10, 0, 50),), numa_bind=True,
+                  gpu_policy="binpack,topology-aware", gpu_weights=(1, 0, 3))  # fmt: skip
+    assert PodDoc.model_validate(pod_doc(pod)).spec() == pod
+    assert "cores" not in node_doc(NodeSpec("x", 1, 1, (GpuDevice("m", 1),)))["gpus"][0]  # defaults stay unwritten
