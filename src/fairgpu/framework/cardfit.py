@@ -188,13 +188,16 @@ def _last_numa_run(order: np.ndarray, checked: np.ndarray, numa: np.ndarray) -> 
     return out
 
 
-_COMBO_BUDGET = 1 << 20  # (rows × combinations) evaluated at once by _topology
+_COMBO_BUDGET = 1 << 22  # (rows × combinations × pairs) gathered at once by _topology
 
 
 @functools.cache
-def _combinations(m: int, k: int) -> np.ndarray:
-    """(C, k) every k of positions 0..m-1, in the order HAMi's generateCombinations lists them."""
-    return np.array(list(itertools.combinations(range(m), k)), dtype=np.int64).reshape(-1, k)
+def _combinations(m: int, k: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, k) every k of walk positions 0..m-1, in the order HAMi's generateCombinations lists them, and (C,
+    pairs) each one's pairs (earlier position first) as indices into a flattened g × g matrix."""
+    combos = np.array(list(itertools.combinations(range(m), k)), dtype=np.int64).reshape(-1, k)
+    a, b = (np.array(x, dtype=np.int64) for x in zip(*itertools.combinations(range(k), 2), strict=True))
+    return combos, combos[:, a] * g + combos[:, b]
 
 
 def _topology(st: ClusterState, rows: np.ndarray, ok_first: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
@@ -215,16 +218,16 @@ def _topology(st: ClusterState, rows: np.ndarray, ok_first: np.ndarray, m: np.nd
         worst = np.where(inside, total, np.iinfo(np.int64).max).argmin(axis=1)
         chosen[many, 0] = cand[np.arange(len(many)), worst]
     elif many.size:
-        combos = _combinations(int(m[many].max()), k)
-        pairs = list(itertools.combinations(range(k), 2))
-        step = max(1, _COMBO_BUDGET // len(combos))
+        combos, flat = _combinations(int(m[many].max()), k, ok_first.shape[1])
+        step = max(1, _COMBO_BUDGET // (len(combos) * flat.shape[1]))
         for lo in range(0, len(many), step):
             sub = many[lo : lo + step]
-            cards = ok_first[sub][:, combos]  # (sub, C, k)
-            at = np.arange(len(sub))[:, None]
-            total = sum(pair[sub][at, cards[:, :, a], cards[:, :, b]] for a, b in pairs)
+            order = ok_first[sub]
+            # pair scores by walk position (row a's score of b), then every combination's pairs in one gather
+            walked = np.take_along_axis(np.take_along_axis(pair[sub], order[:, :, None], 1), order[:, None, :], 2)
+            total = walked.reshape(len(sub), -1)[:, flat].sum(axis=2)
             total = np.where(combos.max(axis=1)[None, :] < m[sub, None], total, np.iinfo(np.int64).min)
-            chosen[sub] = cards[np.arange(len(sub)), total.argmax(axis=1)]
+            chosen[sub] = np.take_along_axis(order, combos[total.argmax(axis=1)], 1)
     return chosen
 
 
