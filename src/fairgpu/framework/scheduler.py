@@ -385,8 +385,8 @@ class Scheduler:
     def _take_over(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> bool:
         """A starving workload ahead of the starving holder in this cycle's order takes the hold over (see
         _on_unschedulable). Where the held room fits it now (the holder was due), it starts there at once:
-        holding that room for itself instead would leave it idle until the next cycle. Otherwise nothing
-        changes here."""
+        holding that room for itself instead would leave it idle until the next cycle. Otherwise the hold
+        stays with its holder here, and _on_unschedulable decides after preemption had its say."""
         holder = self.reservations.starving_holder()
         if not self.profile.reserve or holder is None or holder in memo.attempted or entry.placed:
             return False
@@ -395,7 +395,8 @@ class Scheduler:
         held = self.reservations.pop(holder)
         if self._try_place(entry, result, self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)):
             return True
-        self.reservations[holder] = held
+        if not entry.placed:  # pods a profile without a gang permit kept may be on those nodes: keep it taken
+            self.reservations[holder] = held
         return False
 
     def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> None:
