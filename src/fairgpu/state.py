@@ -5,7 +5,8 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,7 @@ class ClusterState:
         self.node_version = np.zeros(n, dtype=np.int64)
         self.version = 0
         self._ledger: dict[str, Placement] = {}
+        self._journals: list[_Journal] = []  # open dry runs, innermost last
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
     def copy(self) -> ClusterState:
@@ -137,25 +139,56 @@ class ClusterState:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
         new.version = self.version
+        new._journals = []
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
         """A dry-run copy with a footprint's resources freed, in a few vectorised updates (the ledger is
         not changed: the copy answers "what would fit", it is never committed)."""
         new = self.copy()
-        np.add.at(new.cpu_free, fp.pod_node, fp.pod_cpu)
-        np.add.at(new.mem_free, fp.pod_node, fp.pod_mem)
-        if len(fp.slot_node):
-            n, s, cores = fp.slot_node, fp.slot_idx, fp.slot_cores
-            np.add.at(new.gpu_cores_free, (n, s), cores)
-            np.add.at(new.gpu_mem_free, (n, s), fp.slot_mem)
-            np.add.at(new.gpu_tasks, (n, s), -1)
-            np.add.at(new.node_cores_free, n, cores)
-            whole = (cores >= GPU_CORES) & new.gpu_whole[n, s]
-            new.gpu_exclusive[n[whole], s[whole]] = False
-            new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
-            new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
+        new._free(fp)
         return new
+
+    @contextmanager
+    def dry_run(self, freed: Footprint | None = None) -> Iterator[ClusterState]:
+        """This very state, with a footprint's resources freed, for a dry run that may assign and release:
+        on leaving the block every array and the ledger are as they were (dry runs nest). Unlike a copy it
+        keeps what caches keyed by this state know (filter and score results, a score plugin's per-node
+        sums): only the nodes the dry run touched are recomputed, in it and after it, as their
+        `node_version` moves on."""
+        journal = _Journal(self.num_nodes)
+        self._journals.append(journal)
+        try:
+            if freed is not None and len(freed.pod_node):
+                nodes = np.concatenate([freed.pod_node, freed.slot_node])
+                journal.save(self, nodes)
+                self._free(freed)
+                self.node_version[nodes] += 1
+                self.version += 1
+            yield self
+        finally:
+            self._journals.pop()
+            journal.undo(self)
+
+    def _free(self, fp: Footprint) -> None:
+        """Free a footprint's resources in place (the ledger and versions are the caller's)."""
+        np.add.at(self.cpu_free, fp.pod_node, fp.pod_cpu)
+        np.add.at(self.mem_free, fp.pod_node, fp.pod_mem)
+        if not len(fp.slot_node):
+            return
+        n, s, cores = fp.slot_node, fp.slot_idx, fp.slot_cores
+        # on the flat arrays, in their own dtypes: ufunc.at on 2-D indices or with a cast is far slower
+        flat = n * self.gpu_valid.shape[1] + s
+        np.add.at(self.gpu_cores_free.reshape(-1), flat, cores.astype(self.gpu_cores_free.dtype))
+        np.add.at(self.gpu_mem_free.reshape(-1), flat, fp.slot_mem.astype(self.gpu_mem_free.dtype))
+        np.add.at(self.gpu_tasks.reshape(-1), flat, self.gpu_tasks.dtype.type(-1))
+        np.add.at(self.node_cores_free, n, cores)
+        whole = (cores >= GPU_CORES) & self.gpu_whole[n, s]
+        self.gpu_exclusive[n[whole], s[whole]] = False
+        rows = np.zeros(self.num_nodes, dtype=bool)
+        rows[n] = True
+        self.gpu_idle[rows] = self.gpu_usable[rows] & (self.gpu_tasks[rows] == 0)
+        self.node_idle_gpus[rows] = self.gpu_idle[rows].sum(axis=1)
 
     # -- sizes --------------------------------------------------------------------------------------
     @property
@@ -259,6 +292,8 @@ class ClusterState:
             raise StateError(f"{key} is already placed")
         if not self.fits(p):
             raise StateError(f"{key} does not fit on node {self.node_names[p.node]}")
+        if self._journals:
+            self._journals[-1].changing(self, key, p.node)
         self._apply(p, -1)
         self._ledger[key] = p
 
@@ -266,6 +301,8 @@ class ClusterState:
         p = self._ledger.pop(key, None)
         if p is None:
             raise StateError(f"{key} is not placed")
+        if self._journals:
+            self._journals[-1].changing(self, key, p.node, p)
         self._apply(p, +1)
         return p
 
@@ -414,3 +451,42 @@ class ClusterState:
             raise StateError("idle-GPU index disagrees with the placements held")
         if not np.array_equal(cores.sum(axis=1), self.node_cores_free):
             raise StateError("per-node free GPU cores disagree with the placements held")
+
+
+_SAVED = tuple(name for name in _ARRAYS if name != "node_version")  # versions only move forward
+
+
+class _Journal:
+    """What one dry run changed, to undo it: the rows of the nodes it touched as they were before, and
+    the ledger entries it added or removed."""
+
+    def __init__(self, nodes: int) -> None:
+        self.saved = np.zeros(nodes, dtype=bool)
+        self.rows: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        self.ledger: list[tuple[str, Placement | None]] = []  # (key, placement it had before: None = none)
+
+    def save(self, state: ClusterState, nodes: np.ndarray) -> None:
+        new = np.unique(nodes[~self.saved[nodes]])
+        if new.size:
+            self.saved[new] = True
+            self.rows.append((new, [getattr(state, name)[new].copy() for name in _SAVED]))
+
+    def changing(self, state: ClusterState, key: str, node: int, placed: Placement | None = None) -> None:
+        """A placement is about to be assigned (`placed` None) or released on `node`."""
+        if not self.saved[node]:
+            self.save(state, np.array([node]))
+        self.ledger.append((key, placed))
+
+    def undo(self, state: ClusterState) -> None:
+        for key, before in reversed(self.ledger):
+            if before is None:
+                del state._ledger[key]
+            else:
+                state._ledger[key] = before
+        for nodes, values in self.rows:
+            for name, value in zip(_SAVED, values, strict=True):
+                getattr(state, name)[nodes] = value
+        if self.rows:
+            touched = np.flatnonzero(self.saved)
+            state.node_version[touched] += 1
+            state.version += 1

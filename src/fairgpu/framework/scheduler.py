@@ -403,7 +403,6 @@ class Scheduler:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         self.preempting.placements_changed()
-        entry.version += 1
         charge = sign * self.accounting.charge(pod)
         self.backlogs[entry.queue].account(entry.user, self.accounting.dominant(charge))
         self.view.add_usage(entry.queue, charge)
