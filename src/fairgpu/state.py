@@ -250,9 +250,15 @@ class ClusterState:
     ) -> Placement:
         """The Placement that pod would get on these slots of that node: its GPU containers' cards in turn,
         `segments` of them each (one container when empty)."""
-        slots = tuple(int(s) for s in slots)
-        if pod.gpu is None:
+        slots = tuple(slots.tolist() if isinstance(slots, np.ndarray) else (int(s) for s in slots))
+        g = pod.gpu
+        if g is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
+        if not self.has_mig and not pod.more_gpus:  # one container, no MIG card: in scalar steps
+            n = len(slots)
+            caps = self.gpu_mem_cap[node].tolist()
+            mem_n = (g.mem_mib,) * n if g.mem_mib else tuple(caps[s] * g.mem_pct // 100 for s in slots)
+            return Placement(node, slots, (g.cores,) * n, mem_n, pod.cpu_m, pod.memory_mib, segments)
         # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
         cores: list[int] = []
