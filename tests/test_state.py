@@ -567,7 +567,7 @@ def test_dry_run_frees_in_place_nests_and_leaves_everything_as_it_was() -> None:
     before, ledger, versions = snapshot(state), dict(state._ledger), state.node_version.copy()
     freed = Footprint.from_rows(
         [(a.node, a.cpu_m, a.memory_mib, 0), (c.node, c.cpu_m, c.memory_mib, 1)],
-        [(a.node, 0, 100, a.mem_mib[0], 0), (a.node, 1, 100, a.mem_mib[1], 0), (c.node, 2, 50, 2000, 1)],
+        [(a.node, 0, 100, a.mem_mib[0], -1, 0), (a.node, 1, 100, a.mem_mib[1], -1, 0), (c.node, 2, 50, 2000, -1, 1)],
     )
     copy = state.without(freed)
     with pytest.raises(RuntimeError), state.dry_run(freed) as dry:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Iterator, KeysView, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -184,6 +184,10 @@ class Scheduler:
         self.preempting.eviction_refused(name, retry_at)
 
     # -- what drivers and the dashboard may read ----------------------------------------------------
+    def refused_evictions(self) -> Mapping[str, float]:
+        """Running workloads whose eviction was refused → when they may be chosen as victims again."""
+        return self.preempting.refused
+
     def status(self, name: str) -> WorkloadStatus:
         """One workload's state. Raises KeyError for a workload the engine does not hold."""
         return status_of(self.running.get(name) or self.pending[name])

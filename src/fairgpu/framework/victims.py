@@ -22,7 +22,7 @@ from fairgpu.framework.interfaces import VictimTable, VictimUnit, VictimUnits
 from fairgpu.state import Footprint, Placement
 
 _node, _cpu, _mem = attrgetter("node"), attrgetter("cpu_m"), attrgetter("memory_mib")
-_slots, _cores, _gmem = attrgetter("slots"), attrgetter("cores"), attrgetter("mem_mib")
+_slots, _cores, _gmem, _mig = attrgetter("slots"), attrgetter("cores"), attrgetter("mem_mib"), attrgetter("mig")
 _placed, _pods, _needed = attrgetter("placed"), attrgetter("workload.pods"), attrgetter("workload.needed")
 
 
@@ -56,11 +56,15 @@ def build(entries: Sequence[Entry], accounting: ShareAccounting, dims: int) -> t
     pod_node = _ints(map(_node, flat), m)
     per_pod = _ints(map(len, map(_slots, flat)), m)
     k = int(per_pod.sum())
+    if any(map(_mig, flat)):  # each entry's MIG candidate; -1 for an ordinary card
+        mig = _ints(chain.from_iterable(p.mig or (-1,) * len(p.slots) for p in flat), k)
+    else:
+        mig = np.full(k, -1, dtype=np.int64)
     footprint = Footprint(
         pod_node, _ints(map(_cpu, flat), m), _ints(map(_mem, flat), m), pod_tag,
         np.repeat(pod_node, per_pod), _ints(chain.from_iterable(map(_slots, flat)), k),
         _ints(chain.from_iterable(map(_cores, flat)), k), _ints(chain.from_iterable(map(_gmem, flat)), k),
-        np.repeat(pod_tag, per_pod),
+        mig, np.repeat(pod_tag, per_pod),
     )  # fmt: skip
     # What each unit holds: a complete workload its whole charge (the very sum), else its placed pods'.
     charge = np.empty((count, dims))
