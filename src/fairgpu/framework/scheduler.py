@@ -427,9 +427,10 @@ class Scheduler:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         self.preempting.placements_changed()
-        entry.version += 1
         charge = sign * self.accounting.charge(pod)
-        self.backlogs[entry.queue].account(entry.user, self.accounting.dominant(charge))
+        backlog = self.backlogs[entry.queue]
+        if backlog.by_user:  # only a queue fair among its users keeps what each holds
+            backlog.account(entry.user, self.accounting.dominant(charge))
         self.view.add_usage(entry.queue, charge)
 
     def _release(self, entry: Entry, i: int) -> Placement:
