@@ -23,11 +23,20 @@ from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, Workload
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.model.mig import MigTemplate
 from fairgpu.spec import QueueDoc, Strict, validation_message
 
 SCHEMA = "fairgpu-trace"
 VERSION = 2
 READS = (1, 2)  # versions this reader takes: each adds kinds or fields to the one before
+
+
+class MigDoc(Strict):
+    name: str
+    memory_mib: int = Field(ge=0)
+    cores: int = Field(ge=0)
+    slices: int = Field(ge=0)
+    placements: list[tuple[int, int]] = Field(default_factory=list)  # (start, size)
 
 
 class GpuDoc(Strict):
@@ -37,6 +46,14 @@ class GpuDoc(Strict):
     healthy: bool = True
     split: int = Field(default=0, ge=0)
     mode: str = "hami-core"
+    cores: int = Field(default=100, ge=0)  # HAMi's devcore
+    numa: int = Field(default=0, ge=0)
+    mig: list[MigDoc] = Field(default_factory=list)  # mode mig: the profiles the card registered
+
+    def device(self) -> GpuDevice:
+        mig = tuple(MigTemplate(m.name, m.memory_mib, m.cores, m.slices, tuple(m.placements)) for m in self.mig)
+        return GpuDevice(self.model, self.memory_mib, self.uuid, self.healthy, self.split, self.mode, self.cores,
+                         self.numa, mig)  # fmt: skip
 
 
 class TaintRec(Strict):
@@ -54,13 +71,15 @@ class NodeDoc(Strict):
     split_count: int = Field(default=10, ge=1)
     schedulable: bool = True
     taints: list[TaintRec] = Field(default_factory=list)
+    pair_scores: list[list[int]] = Field(default_factory=list)  # HAMi's GPU pair scores, GPU × GPU
 
     def spec(self) -> NodeSpec:
-        gpus = tuple(GpuDevice(g.model, g.memory_mib, g.uuid, g.healthy, g.split, g.mode) for g in self.gpus)
+        gpus = tuple(g.device() for g in self.gpus)
         taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
         return NodeSpec(
-            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints
-        )
+            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints,
+            tuple(tuple(row) for row in self.pair_scores),
+        )  # fmt: skip
 
 
 class GpuRequestDoc(Strict):
@@ -90,6 +109,7 @@ class PodDoc(Strict):
     cpu_m: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     gpu: GpuRequestDoc | None = None
+    more_gpus: list[GpuRequestDoc] = Field(default_factory=list)  # the further GPU containers'
     gpu_include: list[str] = Field(default_factory=list)
     gpu_exclude: list[str] = Field(default_factory=list)
     gpu_uuid_include: list[str] = Field(default_factory=list)
@@ -98,9 +118,11 @@ class PodDoc(Strict):
     affinity: list[list[ExpressionRec]] = Field(default_factory=list)
     tolerations: list[TolerationRec] = Field(default_factory=list)
     node_policy: str = ""
-    gpu_policy: str = ""
-    gpu_mutex: bool = False
+    gpu_policy: str = ""  # HAMi's chain as written
+    gpu_mutex: bool = False  # traces before the chain was kept whole: `mutex` beside gpu_policy
+    gpu_weights: tuple[int, int, int] = (1, 1, 1)
     gpu_mode: str | None = None
+    numa_bind: bool = False
 
     def spec(self) -> PodSpec:
         g = self.gpu
@@ -108,6 +130,7 @@ class PodDoc(Strict):
             cpu_m=self.cpu_m,
             memory_mib=self.memory_mib,
             gpu=None if g is None else GpuRequest(g.count, g.cores, g.mem_mib, g.mem_pct),
+            more_gpus=tuple(GpuRequest(m.count, m.cores, m.mem_mib, m.mem_pct) for m in self.more_gpus),
             gpu_include=tuple(self.gpu_include),
             gpu_exclude=tuple(self.gpu_exclude),
             gpu_uuid_include=tuple(self.gpu_uuid_include),
@@ -116,9 +139,10 @@ class PodDoc(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.affinity),
             tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             node_policy=self.node_policy,
-            gpu_policy=self.gpu_policy,
-            gpu_mutex=self.gpu_mutex,
+            gpu_policy=",".join(filter(None, (self.gpu_policy, "mutex" if self.gpu_mutex else ""))),
+            gpu_weights=self.gpu_weights,
             gpu_mode=self.gpu_mode,
+            numa_bind=self.numa_bind,
         )
 
 
@@ -210,13 +234,28 @@ KINDS = tuple(_BY_KIND)
 # -- the engine's data → records ---------------------------------------------------------------------------
 def node_doc(n: NodeSpec) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": n.name, "cpu_m": n.cpu_m, "memory_mib": n.memory_mib}
-    doc["gpus"] = [
-        {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
-        | {"mode": g.mode}
-        for g in n.gpus
-    ]
+    doc["gpus"] = [_gpu_doc(g) for g in n.gpus]
     doc |= {"labels": dict(n.labels), "split_count": n.split_count, "schedulable": n.schedulable}
     doc["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints]
+    if n.pair_scores:
+        doc["pair_scores"] = [list(row) for row in n.pair_scores]
+    return doc
+
+
+def _gpu_doc(g: GpuDevice) -> dict[str, Any]:
+    """A card; devcore, NUMA node and MIG profiles only when they are not the defaults (older readers)."""
+    doc = {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
+    doc["mode"] = g.mode
+    if g.cores != 100:
+        doc["cores"] = g.cores
+    if g.numa:
+        doc["numa"] = g.numa
+    if g.mig:
+        doc["mig"] = [
+            {"name": m.name, "memory_mib": m.memory_mib, "cores": m.cores, "slices": m.slices,
+             "placements": [list(p) for p in m.placements]}
+            for m in g.mig
+        ]  # fmt: skip
     return doc
 
 
@@ -225,6 +264,11 @@ def pod_doc(p: PodSpec) -> dict[str, Any]:
     doc: dict[str, Any] = {"cpu_m": p.cpu_m, "memory_mib": p.memory_mib}
     if g is not None:
         doc["gpu"] = {"count": g.count, "cores": g.cores, "mem_mib": g.mem_mib, "mem_pct": g.mem_pct}
+    if p.more_gpus:
+        doc["more_gpus"] = [{"count": m.count, "cores": m.cores, "mem_mib": m.mem_mib, "mem_pct": m.mem_pct}
+                            for m in p.more_gpus]  # fmt: skip
+    if p.numa_bind:
+        doc["numa_bind"] = True
     for name in ("gpu_include", "gpu_exclude", "gpu_uuid_include", "gpu_uuid_exclude"):
         if getattr(p, name):
             doc[name] = list(getattr(p, name))
@@ -241,8 +285,8 @@ def pod_doc(p: PodSpec) -> dict[str, Any]:
     for name in ("node_policy", "gpu_policy"):
         if getattr(p, name):
             doc[name] = getattr(p, name)
-    if p.gpu_mutex:
-        doc["gpu_mutex"] = True
+    if p.gpu_weights != (1, 1, 1):
+        doc["gpu_weights"] = list(p.gpu_weights)
     if p.gpu_mode is not None:
         doc["gpu_mode"] = p.gpu_mode
     return doc
