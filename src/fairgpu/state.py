@@ -5,6 +5,7 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,6 +64,8 @@ _SHARED = (
     "mig_cores",
     "mig_mask",
     "mig",
+    "has_pairs",
+    "gpu_pair",
     "node_cores_cap",
     "_unplaceable",
 )
@@ -107,6 +110,15 @@ class ClusterState:
         table = MigTable.of([[(d.mode, d.mig) for d in nd.gpus] for nd in self.nodes], g)
         self.has_mig, self.gpu_mig, self.mig_mem, self.mig_cores, self.mig_mask = table.fields()
         self.mig = table
+        # HAMi's GPU pair scores (topology-aware policy): (N, G, G), row j's score of card l; zeros when none
+        self.has_pairs = any(nd.pair_scores for nd in self.nodes)
+        self.gpu_pair = np.zeros((n, g, g) if self.has_pairs else (n, 0, 0), dtype=np.int64)
+        for i, nd in enumerate(self.nodes):
+            if nd.pair_scores:
+                k = len(nd.gpus)
+                self.gpu_pair[i, :k, :k] = nd.pair_scores
+        diagonal = np.arange(self.gpu_pair.shape[1])
+        self.gpu_pair[:, diagonal, diagonal] = 0  # HAMi never scores a card with itself
         self.mig_busy = np.zeros((n, g), dtype=np.int64)  # MIG slices in use, a bit per slice
 
         self.cpu_free = self.cpu_cap.copy()
@@ -155,7 +167,35 @@ class ClusterState:
             new.gpu_exclusive[n[whole], s[whole]] = False
             new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
             new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
+            if (fp.slot_mig != -1).any():
+                self._free_mig(new, fp)
         return new
+
+    def _free_mig(self, new: ClusterState, fp: Footprint) -> None:
+        """Give the footprint's MIG instances back: real instances never share a slice, so their bits clear;
+        a card that holds or frees a MIG_WHOLE entry (every slice) is recomputed from what the ledger keeps."""
+        mig = fp.slot_mig != -1
+        n, s, c = fp.slot_node[mig], fp.slot_idx[mig], fp.slot_mig[mig]
+        real = c >= 0
+        bits = np.zeros(len(c), dtype=np.int64)
+        bits[real] = self.mig_mask[n[real], s[real], c[real]]
+        freed = np.zeros_like(new.mig_busy)
+        np.bitwise_or.at(freed, (n, s), bits)
+        new.mig_busy &= ~freed
+        odd = {(int(a), int(b)) for a, b in zip(n, s, strict=True) if self.mig_busy[a, b] == -1}
+        if not odd:
+            return
+        gone = Counter(zip(n.tolist(), s.tolist(), c.tolist(), strict=True))
+        held = dict.fromkeys(odd, 0)
+        for q in self._ledger.values():
+            for slot, cand in zip(q.slots, q.mig, strict=False):
+                if (q.node, slot) in held and cand != -1:
+                    if gone[(q.node, slot, cand)] > 0:
+                        gone[(q.node, slot, cand)] -= 1
+                    else:
+                        held[(q.node, slot)] |= self.mig_slices(q.node, slot, cand)
+        for (a, b), h in held.items():
+            new.mig_busy[a, b] = h
 
     # -- sizes --------------------------------------------------------------------------------------
     @property

@@ -26,7 +26,7 @@ class VictimRows:
 
     version: int
     pods: list[tuple[int, int, int]]  # (node, cpu_m, memory_mib) per placed pod
-    slots: list[list[tuple[int, int, int, int]]]  # per placed pod: (node, slot, cores, MiB) per GPU
+    slots: list[list[tuple[int, int, int, int, int]]]  # per placed pod: (node, slot, cores, MiB, MIG candidate)
     held: np.ndarray  # fair vector of its placed pods
 
 

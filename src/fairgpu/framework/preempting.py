@@ -195,7 +195,7 @@ class Preempting:
         units: list[VictimUnit] = []
         index: dict[str, list[int]] = {}
         pod_rows: list[tuple[int, int, int, int]] = []
-        slot_rows: list[tuple[int, int, int, int, int]] = []
+        slot_rows: list[tuple[int, int, int, int, int, int]] = []
         for e in self.running.values():
             if e.started is None:
                 continue
@@ -225,7 +225,13 @@ class Preempting:
             e.victim_rows = VictimRows(
                 e.version,
                 [(p.node, p.cpu_m, p.memory_mib) for p in e.placed],
-                [[(p.node, s, c, m) for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True)] for p in e.placed],
+                [
+                    [
+                        (p.node, s, c, m, p.mig[k] if p.mig else -1)
+                        for k, (s, c, m) in enumerate(zip(p.slots, p.cores, p.mem_mib, strict=True))
+                    ]
+                    for p in e.placed
+                ],
                 self.accounting.charge_of(e.workload.pods[: len(e.placed)]),
             )
         return e.victim_rows

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from fairgpu.framework.profile import Profile
+from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
@@ -295,7 +296,7 @@ class Controller:
                 if not self.carry.quiet():
                     self.wake.set()  # rebuild once the binds under way have landed and the cache shows them
                     return
-                self._rebuild(node_specs, tree, shape)
+                self._rebuild(node_specs, tree, shape, now)
             self._inputs_changed = False
         engine, book = self.engine, self.book
         assert engine is not None and book is not None
@@ -336,9 +337,14 @@ class Controller:
             book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
-    def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
-        """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
-        self.engine = Scheduler(node_specs, tree, self.profile)
+    def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple, now: float) -> None:
+        """A new engine for a changed inventory or queue set, keeping the old one's per-queue memory (decayed
+        usage, learned run times: framework/reconfigure.py, as the simulator replays such a change); every
+        pod is re-derived from the cache."""
+        old = self.engine
+        self.engine = (
+            Scheduler(node_specs, tree, self.profile) if old is None else successor(old, node_specs, tree, now)
+        )
         self._engine_changed = True
         self._built_from = shape
         self.book = Holdings(

@@ -126,7 +126,10 @@ class Preemption:
         slot_cost = np.zeros(st.gpu_valid.shape)
         np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
         need = pod.gpu.count if pod.gpu is not None else 0
-        if need:  # only slots that can take the pod there: the earlier pods' own room is taken
+        if pod.per_container:  # the mask holds the cards HAMi's Fit takes for all its containers: all needed
+            assert mask.slots is not None
+            ranked = np.where(mask.slots, slot_cost, 0.0).sum(axis=1)
+        elif need:  # only slots that can take the pod there: the earlier pods' own room is taken
             assert mask.slots is not None
             ranked = np.sort(np.where(mask.slots, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
