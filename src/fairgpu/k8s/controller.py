@@ -25,6 +25,7 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.carryout import CarryOut, Stats
 from fairgpu.k8s.holdings import Holdings
+from fairgpu.k8s.identity import UNATTRIBUTED
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
@@ -367,6 +368,11 @@ class Controller:
 
         def waiting(p: PodInfo) -> bool:
             if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
+                return False
+            if UNATTRIBUTED in p.annotations:  # charged to no one (webhook.stamp): it waits, and says why
+                meta = self.pods.cache[p.key]["metadata"]
+                refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")]
+                self.reporter.unattributed(p.key, p.uid, refs[0] if refs else {})
                 return False
             return p.key not in self.owned and p.key not in self.inflight
 
