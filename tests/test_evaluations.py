@@ -1,7 +1,7 @@
 """Speed must not change a decision: the compiled Fragmentation kernels against its NumPy path and the
 engine's per-shape cache of filter and score results against a fresh evaluation of every node, bit for
 bit (and the plugin's incremental aggregates against ones built from scratch, up to float32 rounding),
-over a run of placements and releases on a mixed cluster."""
+over a run of placements and releases on a mixed cluster whose memory, CPU and GPU models all bind."""
 
 from __future__ import annotations
 
@@ -20,22 +20,22 @@ from fairgpu.plugins.fragmentation import Fragmentation
 
 
 def cluster() -> list[NodeSpec]:
-    """Three GPU models, 4 or 8 GPUs, CPU from scarce to plenty: shapes fit on few nodes or many."""
+    """Three GPU models, 4 or 8 GPUs, CPU and memory from scarce to plenty: shapes fit on few nodes or many."""
     models = (("A100-80GB", 81920), ("A10-24GB", 24576), ("T4", 15360))
     return [
         gpu_node(f"n{i}", gpus=8 if i % 3 else 4, model=models[i % 3][0], mem_mib=models[i % 3][1],
-                 cpu_m=(8 + 24 * (i % 4)) * 1000)
+                 cpu_m=(8 + 24 * (i % 4)) * 1000, memory_mib=(24 + 40 * (i % 5)) * 1024)
         for i in range(24)
     ]  # fmt: skip
 
 
 def draw(rng: np.random.Generator) -> PodSpec:
     u = rng.random()
-    if u < 0.1:
-        return PodSpec(cpu_m=int(rng.integers(1, 8)) * 1000, memory_mib=1024)  # CPU only
+    if u < 0.1:  # CPU only, some asking most of a small node's memory
+        return PodSpec(cpu_m=int(rng.integers(1, 8)) * 1000, memory_mib=int(rng.choice([1, 8, 20])) * 1024)
     if u < 0.55:
         count = int(rng.choice([1, 1, 2, 4, 8]))
-        return PodSpec(cpu_m=2000 * count, memory_mib=4096, gpu=GpuRequest(count, 100, 0, 100))
+        return PodSpec(cpu_m=2000 * count, memory_mib=4096 * count, gpu=GpuRequest(count, 100, 0, 100))
     cores = int(rng.choice([0, 10, 25, 30, 50, 75]))
     include = ("A100",) if rng.random() < 0.2 else ()
     return PodSpec(cpu_m=1000, memory_mib=512, gpu=GpuRequest(1, cores, int(rng.integers(1, 12)) * 1024),
@@ -69,10 +69,11 @@ def frag(profile: Profile) -> Fragmentation:
 
 def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
     numpy_path: list[Fragmentation] = []
-    checked = [0]
+    checked, by_memory, pressed = [0], [0], [0]
 
     def start(view: EngineView, profile: Profile, pod: PodSpec) -> None:
         if not numpy_path:  # the same plugin, same args, on the NumPy path, before it learned anything
+            assert frag(profile).memory and frag(profile).pressure  # the profile's measure is what is checked
             numpy_path.append(copy.deepcopy(frag(profile)))
             numpy_path[0].compiled = False
 
@@ -87,6 +88,18 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
         fresh._aggregates(view.state)
         a, b, c = (f.score(pod, view, mask) for f in (compiled, plain, fresh))
         assert np.array_equal(a, b)
+        ka, pa, fa = compiled._agg, plain._agg, fresh._agg
+        assert ka is not None and pa is not None and fa is not None
+        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "usable"):
+            assert np.array_equal(getattr(ka, name), getattr(pa, name)), name
+        assert np.array_equal(compiled._w, plain._w)
+        # room and hosts sum integers: any order of refreshes gives the fresh build's values exactly
+        assert np.array_equal(ka.room, fa.room) and np.array_equal(ka.hosts, fa.hosts)
+        # the run must exercise memory and pressure: a shape held off a node by its memory alone, and
+        # weights boosted by pressure
+        cpu_ok = (ka.fit_count >= compiled._k) & (ka.cpu[:, None] >= compiled._cpu) & ka.access
+        by_memory[0] += int((cpu_ok & (ka.mem[:, None] < compiled._mem)).any())
+        pressed[0] += int(not np.array_equal(compiled._w, compiled._p))
         # kept current node by node, the aggregates sum in float32 over other row groupings than a fresh
         # build does (as they always have): equal up to that rounding, far from any stale value
         assert np.allclose(a, c, rtol=0, atol=1e-3)
@@ -99,6 +112,7 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
 
     churn(300, 7, before=start, after=act)
     assert checked[0] > 150  # most pods found a node: the comparison ran on a filling, draining cluster
+    assert by_memory[0] > 20 and pressed[0] > 20, (by_memory, pressed)
 
 
 def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node():

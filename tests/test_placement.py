@@ -234,12 +234,60 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
     for i, pod in enumerate([whole(1, cpu_m=4000)] * 5 + [fraction(30, 1024)] * 5):
         view.state.assign(f"p{i}", place_pod(pod, view, prof))
         agg = frag._aggregates(view.state)
-        np.testing.assert_array_equal(agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0))
+        np.testing.assert_array_equal(
+            agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
+        )
         boost = np.where(agg.hosts < 8, np.exp2(np.ceil(np.log2(8 / np.maximum(agg.hosts, 1)))), 1.0)
         np.testing.assert_allclose(frag._w, frag._p * boost, rtol=1e-6)
-    t = frag._keys[(120_000, 8, 100, (), ())]
+    t = frag._keys[(120_000, 0, 8, 100, (), ())]
     assert agg.hosts[t] == 2 and frag._w[t] == pytest.approx(4 * frag._p[t])
     assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
+
+
+def test_unconstrained_pod_leaves_the_only_model_a_constrained_shape_can_use() -> None:
+    """One T4 node (1 GPU), two G2 nodes (2 GPUs each), no CPU asked. The mix so far: a 2-GPU pod (A), two
+    1-GPU pods allowing only T4 (B), and the 1-GPU pod to place (C, any model). By GPU demand A 2/5, B 2/5,
+    C 1/5; pressure (free capacity of the cluster / that the shape can use, to a power of two): A 500/400 → 1,
+    B 500/100 → 4, C 1; scarce (16 / hosts, up to a power of two): A 8, B 16, C 8. So w = 3.2, 25.6, 1.6.
+    Change in fragmentation (% of a GPU; the pod's own 100 taken off): T4 node −100 + 100·(25.6 + 1.6) = 2,620;
+    a G2 node −100 − 100·1.6 + 200·(3.2 + 1.6) = 700. C goes to G2 (GPUs squared and no pressure took T4).
+    The scheduler's cycle and the fill experiment both place through place_pod with this profile."""
+    nodes = [
+        gpu_node("t4", gpus=1, model="T4"),
+        gpu_node("g2a", gpus=2, model="G2"),
+        gpu_node("g2b", gpus=2, model="G2"),
+    ]
+    view, prof = view_of(nodes)
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    t4_only = whole(cpu_m=0, gpu_include=("T4",))
+    for pod in (whole(2, cpu_m=0), t4_only, t4_only):  # seen, not placed
+        place_pod(pod, view, prof)
+    p = place_pod(whole(cpu_m=0), view, prof)
+    np.testing.assert_allclose(frag._w, [3.2, 25.6, 1.6], rtol=1e-6)
+    assert view.state.node_names[p.node] in ("g2a", "g2b")
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_a_pod_taking_memory_strands_the_gpus_of_the_shape_that_needed_it(memory: bool) -> None:
+    """Two 8-GPU nodes: big (72 cores, 768 GiB) and small (256 cores, 512 GiB). The mix so far: one 8-GPU pod
+    asking 64 cores and 700 GiB, which only big can host (seen, not placed). Then a CPU-only pod asking 8 cores
+    and 80 GiB. With memory in the measure the shape has one host and half the free capacity, so
+    w = 1 (its share) x 16 (scarce: 16 / 1 host) x 2 (pressure: 1,600 free / 800 where it fits) = 32; on big
+    the pod leaves 688 GiB < 700, so the shape's 800 usable cores are lost: +25,600, on small 0. Blind to
+    memory (FGD's measure) both nodes score 0 and Binpack's tie-break takes big, the fuller by CPU and memory."""
+    gib = 1024
+    nodes = [
+        gpu_node("big", cpu_m=72_000, memory_mib=768 * gib),
+        gpu_node("small", cpu_m=256_000, memory_mib=512 * gib),
+    ]
+    view, prof = view_of(nodes)
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    frag.memory = memory
+    place_pod(replace(whole(8, cpu_m=64_000), memory_mib=700 * gib), view, prof)
+    p = place_pod(PodSpec(cpu_m=8000, memory_mib=80 * gib), view, prof)
+    assert p is not None
+    np.testing.assert_allclose(frag._w, [32.0 if memory else 8.0])
+    assert view.state.node_names[p.node] == ("small" if memory else "big")
 
 
 def test_unplaced_cause_names_what_rules_out_every_node() -> None:

@@ -43,6 +43,7 @@ def record(sc, path: Path, max_bytes: int = 100 << 20, keep: int = 3):
 def test_a_recorded_run_replays_to_the_same_run(tmp_path, name):
     """Gangs, reclaim and elastic shrinking: every workload starts when it started, is evicted as often."""
     sc = parity_scenario() if name == "parity" else scenario_mod.load(name)
+    sc.recreated = True  # as on a cluster, and so as a trace replays: evicted pods come back as new ones
     res = Simulation(sc, load_profile("fairgpu")).run()
     record(sc, tmp_path / "t.jsonl")
     trace = read_fairgpu(tmp_path / "t.jsonl")
@@ -98,7 +99,7 @@ def _set(key: str, value: object):
 @pytest.mark.parametrize(
     ("line", "change", "message"),
     [
-        (1, _set("version", 2), ":1: version: 2; this fairgpu reads version 1"),
+        (1, _set("version", 3), ":1: version: 3; this fairgpu reads versions 1 and 2"),
         (2, _set("t", "soon"), ":2: t: Input should be a valid number"),
         (4, lambda text: text[:-5], ":4: not JSON"),
         (4, _set("kind", "launch"), ":4: kind: 'launch' is not one of header, nodes"),

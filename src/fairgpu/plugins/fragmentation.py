@@ -27,9 +27,10 @@ from fairgpu.state import ClusterState
 _CACHED_SHAPES = 512
 
 
-def _shape(pod: PodSpec) -> tuple[Any, ...]:
+def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
     g = pod.gpu
-    return (pod.cpu_m, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
+    mem = pod.memory_mib if memory else 0
+    return (pod.cpu_m, mem, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
 
 
 @dataclass(slots=True)
@@ -39,12 +40,14 @@ class _Aggregates:
     state: ClusterState
     free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
     cpu: np.ndarray  # (N,)
+    mem: np.ndarray  # (N,) free memory (MiB), or zeros when the measure leaves memory out
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
     fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
     seen: np.ndarray  # (N,) the state's node_version these rows reflect
     version: np.ndarray  # (N,) clock value of each node's last change
     hosts: np.ndarray  # (T,) nodes where each shape fits now
+    room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
     clock: int = 0
     at: int = -1  # the state's version when last brought up to date
@@ -63,9 +66,10 @@ class Fragmentation:
     # FGD's own integer node scores (0..100, ties then go to the next score plugin); False keeps the
     # exact expected change, which separates placements FGD's rounding calls equal.
     quantize: bool = False
-    # weigh each shape by the square of the GPUs its pods ask for rather than by how many pods ask: a
-    # blocked k-GPU pod leaves k GPUs of demand unserved and needs k whole GPUs on one node, so nodes
-    # that can still take large pods are worth keeping (on openb this keeps 8-GPU pods placeable to 90 %)
+    # weigh each shape by the GPUs its pods ask for rather than by how many pods ask: a blocked k-GPU pod
+    # leaves k GPUs of demand unserved. (That it also needs k GPUs on one node is `pressure`'s part: the
+    # square of the GPUs, used before, kept whole nodes for 8-GPU pods even while hundreds were whole, and so
+    # sent small pods to the models that GPU-constrained pods needed.)
     by_demand: bool = False
     # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
     # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
@@ -76,12 +80,24 @@ class Fragmentation:
     # take a shape (say, the only ones with 120 cores beside 8 GPUs) costs more than breaking one of
     # hundreds alike (0 = FGD's weights alone)
     scarce: int = 0
+    # weigh a shape up by the cluster's free GPU capacity over the part of it the shape can use (nodes where
+    # it fits: a model it allows, enough GPUs free, CPU and, with `memory`, memory), to a power of two, up to
+    # this factor: a shape's demand lands only on capacity it can use, so a unit of that capacity is worth
+    # demand / usable capacity. A shape that allows a model holding a tenth of the free GPUs weighs ten times
+    # its share of the mix there, and pods that may go anywhere leave it to that shape; an 8-GPU shape asking
+    # 120 cores, which only the few 128-core nodes can host, weighs up from the start (0 = off)
+    pressure: int = 0
+    # a node's free GPUs count as lost to a shape when its free memory cannot host the shape, as FGD counts
+    # them for CPU: a pod taking memory strands the GPUs of the shapes that needed it just as one taking CPU
+    # does (FGD's own measure, the `fgd` baseline, sees CPU only)
+    memory: bool = False
     max_shapes: int = 128
     # the inner loops compiled (fragmentation_kernels.py); False runs the NumPy path, bit for bit the same
     compiled: bool = True
     _keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
     _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
@@ -107,7 +123,7 @@ class Fragmentation:
             return  # CPU-only pods leave every node's GPU fragmentation as it is
         self._cpu_per_gpu[0] += pod.cpu_m
         self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
-        key = _shape(pod)
+        key = _shape(pod, self.memory)
         t = self._keys.get(key)
         if t is None:
             if len(self._keys) >= self.max_shapes:
@@ -115,13 +131,14 @@ class Fragmentation:
             t = self._keys[key] = len(self._keys)
             self._count = np.append(self._count, 0.0)
             self._cpu = np.append(self._cpu, pod.cpu_m)
+            self._mem = np.append(self._mem, pod.memory_mib if self.memory else 0)
             self._k = np.append(self._k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
             self._pods.append(pod)
             self._agg = None
             self._generation += 1
-        self._count[t] += pod.gpu.gpu_equivalents() ** 2 if self.by_demand else 1
+        self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
         if self._agg is None or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
@@ -137,6 +154,7 @@ class Fragmentation:
         agg, cpu = self._agg, state.cpu_free
         if agg is not None and agg.state is state and agg.at == state.version and agg.usable is not None:
             return agg  # nothing changed since, weights included (new weights drop `usable`)
+        mem = state.mem_free if self.memory else np.zeros_like(state.mem_free)
         if agg is None or agg.state is not state:
             free = _free_cores(state, slice(None))
             fit = free[:, :, None] >= self._need
@@ -147,8 +165,12 @@ class Fragmentation:
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
             seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
-            agg = _Aggregates(state, free, cpu.copy(), fit.sum(axis=1), fit_free, access, seen, version, np.zeros(0))
-            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu).sum(axis=0)
+            none = np.zeros(0)
+            agg = _Aggregates(
+                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, seen, version, none, none
+            )
+            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
+            agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
             self._generation += 1
         rows = np.flatnonzero(agg.seen != state.node_version)
@@ -158,30 +180,52 @@ class Fragmentation:
             agg.seen[rows] = state.node_version[rows]
             if self.compiled:
                 kernels.refresh_rows(
-                    rows, state.gpu_usable, state.gpu_cores_free, cpu, self._need, self._k, self._cpu,
-                    agg.access, agg.free, agg.cpu, agg.fit_count, agg.fit_free, agg.hosts,
+                    rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
+                    self._mem, agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts,
+                    agg.room,
                 )  # fmt: skip
             else:
-                sub = _free_cores(state, rows)
-                fit = sub[:, :, None] >= self._need
-                agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
-                agg.fit_count[rows] = fit.sum(axis=1)
-                agg.fit_free[rows] = (fit * sub[:, :, None]).sum(axis=1)
-                agg.free[rows] = sub
-                agg.cpu[rows] = cpu[rows]
-                agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows]).sum(axis=0)
-        if rows.size or agg.usable is None:  # the boosts follow `hosts`, which only refreshed rows move
+                self._refresh(agg, rows, _free_cores(state, rows), cpu[rows], mem[rows])
+        if rows.size or agg.usable is None:  # the boosts follow `hosts` and `room`, which only refreshed rows move
             self._reweigh(agg)
         if agg.usable is not None and rows.size:
-            agg.usable[rows] = self._after(agg, rows, 0, 0, 0)
+            agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
         if agg.usable is None:
-            agg.usable = self._after(agg, np.arange(state.num_nodes), 0, 0, 0)
+            agg.usable = self._after(agg, np.arange(state.num_nodes), 0, 0, 0, 0)
         agg.at = state.version
         return agg
 
-    def _ok(self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+    def _refresh(self, agg: _Aggregates, rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
+        """The NumPy path of kernels.refresh_rows: these rows' aggregates from their free cores, CPU and memory,
+        and `hosts` and `room` moved with them."""
+        fit = free[:, :, None] >= self._need
+        agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+        agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
+        agg.fit_count[rows] = fit.sum(axis=1)
+        agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
+        agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
+        agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+        agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
+
+    def _ok(
+        self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+    ) -> np.ndarray:
         """(rows, T): each shape fits on the node."""
-        return np.asarray((fit_count >= self._k) & (cpu[:, None] >= self._cpu) & agg.access[rows])
+        return np.asarray(
+            (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & (mem[:, None] >= self._mem) & agg.access[rows]
+        )
+
+    def _room(
+        self,
+        agg: _Aggregates,
+        rows: np.ndarray | slice,
+        fit_count: np.ndarray,
+        fit_free: np.ndarray,
+        cpu: np.ndarray,
+        mem: np.ndarray,
+    ) -> np.ndarray:
+        """(T,) free GPU cores on these rows that each shape could take."""
+        return np.asarray(self._usable(agg, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64))
 
     def _reweigh(self, agg: _Aggregates) -> None:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
@@ -191,31 +235,50 @@ class Fragmentation:
             few = agg.hosts < self.scarce
             boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
             w = (w * np.where(few, boost, 1.0)).astype(np.float32)
+        if self.pressure:
+            ratio = agg.free.sum() / np.maximum(agg.room, 1.0)
+            boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
+            w = (w * boost).astype(np.float32)
         if not np.array_equal(w, self._w):
             self._w = w
             self._generation += 1
             agg.usable = None
             agg.deltas.clear()
 
-    def _after(self, agg: _Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int) -> np.ndarray:
+    def _after(self, agg: _Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int) -> np.ndarray:
         """Σ_t w_t · (free capacity usable by shape t) on these rows once a pod took `gpus` whole GPUs
-        (`cores` of free capacity) and `cpu_m` of CPU there."""
+        (`cores` of free capacity), `cpu_m` of CPU and `mem_m` of memory there."""
         if self.compiled:
-            k, cpu, access = self._k, self._cpu, agg.access
-            usable = kernels.node_matrix(rows, agg.fit_count, agg.fit_free, agg.cpu, k, cpu, access, gpus, cores, cpu_m)
+            usable = kernels.node_matrix(
+                rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._k, self._cpu, self._mem, agg.access,
+                gpus, cores, cpu_m, mem_m,
+            )  # fmt: skip
         else:
-            fit_count, cpu_after = agg.fit_count[rows] - gpus, agg.cpu[rows] - cpu_m
-            usable = self._ok(agg, rows, fit_count, cpu_after) * (agg.fit_free[rows] - cores)
+            fit_count, fit_free = agg.fit_count[rows] - gpus, agg.fit_free[rows] - cores
+            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
         return np.asarray(usable @ self._w)
+
+    def _usable(
+        self,
+        agg: _Aggregates,
+        rows: np.ndarray | slice,
+        fit_count: np.ndarray,
+        fit_free: np.ndarray,
+        cpu: np.ndarray,
+        mem: np.ndarray,
+    ) -> np.ndarray:
+        """(rows, T) free GPU cores each shape could use on these rows: those of the GPUs with room for it
+        where the whole shape fits, else none."""
+        return np.asarray(self._ok(agg, rows, fit_count, cpu, mem) * fit_free)
 
     def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
         assert pod.gpu is not None and agg.usable is not None
-        cores, cpu_m = pod.gpu.cores, pod.cpu_m
+        cores, cpu_m, mem_m = pod.gpu.cores, pod.cpu_m, self._mem_m(pod)
         if self.compiled:
             usable = kernels.slot_matrix(
-                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, self._need, self._k, self._cpu,
-                agg.access, cores, cpu_m,
+                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._need, self._k,
+                self._cpu, self._mem, agg.access, cores, cpu_m, mem_m,
             )  # fmt: skip
         else:
             f = agg.free[rows, slots]
@@ -224,7 +287,7 @@ class Fragmentation:
             now = f_after[:, None] >= self._need
             fit_count = agg.fit_count[rows] - was + now
             fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
-            usable = self._ok(agg, rows, fit_count, agg.cpu[rows] - cpu_m) * fit_free
+            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
         usable_before = agg.usable[rows]
         usable_after = usable @ self._w
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
@@ -236,8 +299,11 @@ class Fragmentation:
         taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
         assert agg.usable is not None
         usable_before = agg.usable[rows]
-        usable_after = self._after(agg, rows, k, taken, pod.cpu_m)
+        usable_after = self._after(agg, rows, k, taken, pod.cpu_m, self._mem_m(pod))
         return np.asarray(-taken - usable_after + usable_before + self._starved(pod, agg, rows))
+
+    def _mem_m(self, pod: PodSpec) -> int:
+        return pod.memory_mib if self.memory else 0
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
@@ -259,18 +325,19 @@ class Fragmentation:
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        self._learn(pod)
+        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
         if self._keys:
             self._aggregates(view.state)
         return self._generation
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        pod = pod.as_one_container()
         out = np.zeros(len(mask.nodes))
         if not self._keys:
             return out
         agg = self._aggregates(view.state)
         shared = pod.gpu is not None and not pod.gpu.exclusive
-        key = _shape(pod)  # deltas do not depend on memory: a shared pod's GPUs are masked per call
+        key = _shape(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
         hit = agg.deltas.get(key)
         if hit is None:
             n = view.state.num_nodes

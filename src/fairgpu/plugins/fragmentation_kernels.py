@@ -20,25 +20,32 @@ def refresh_rows(
     usable: np.ndarray,
     cores_free: np.ndarray,
     cpu_free: np.ndarray,
+    mem_free: np.ndarray,
     need: np.ndarray,
     k: np.ndarray,
     cpu_t: np.ndarray,
+    mem_t: np.ndarray,
     access: np.ndarray,
     free: np.ndarray,
     cpu: np.ndarray,
+    mem: np.ndarray,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     hosts: np.ndarray,
+    room: np.ndarray,
 ) -> None:
-    """Bring the aggregates of `rows` up to the state's (free cores of usable GPUs, CPU, per shape the GPUs
-    with room and their free cores) and move `hosts`, the nodes each shape fits on, with them."""
+    """Bring the aggregates of `rows` up to the state's (free cores of usable GPUs, CPU, memory, per shape the
+    GPUs with room and their free cores) and move `hosts`, the nodes each shape fits on, and `room`, the
+    free cores each shape could take, with them (`room` sums integers in float64: exact in any order)."""
     gpus, shapes = free.shape[1], need.shape[0]
     for i in range(rows.shape[0]):
         r = rows[i]
         for t in range(shapes):
-            if fit_count[r, t] >= k[t] and cpu[r] >= cpu_t[t] and access[r, t]:
+            if fit_count[r, t] >= k[t] and cpu[r] >= cpu_t[t] and mem[r] >= mem_t[t] and access[r, t]:
                 hosts[t] -= 1
+                room[t] -= np.float64(fit_free[r, t])
         cpu[r] = cpu_free[r]
+        mem[r] = mem_free[r]
         for g in range(gpus):
             free[r, g] = cores_free[r, g] if usable[r, g] else 0
         for t in range(shapes):
@@ -50,8 +57,9 @@ def refresh_rows(
                     s += free[r, g]
             fit_count[r, t] = n
             fit_free[r, t] = s
-            if n >= k[t] and cpu[r] >= cpu_t[t] and access[r, t]:
+            if n >= k[t] and cpu[r] >= cpu_t[t] and mem[r] >= mem_t[t] and access[r, t]:
                 hosts[t] += 1
+                room[t] += np.float64(fit_free[r, t])
 
 
 @njit(cache=True)
@@ -60,23 +68,27 @@ def node_matrix(
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     cpu: np.ndarray,
+    mem: np.ndarray,
     k: np.ndarray,
     cpu_t: np.ndarray,
+    mem_t: np.ndarray,
     access: np.ndarray,
     gpus: int,
     cores: int,
     cpu_m: int,
+    mem_m: int,
 ) -> np.ndarray:
     """(rows, T) float32: free cores usable by each shape on each node once a pod took `gpus` whole GPUs
-    (`cores` of free capacity) and `cpu_m` of CPU; zero where the shape no longer fits."""
+    (`cores` of free capacity), `cpu_m` of CPU and `mem_m` of memory; zero where the shape no longer fits."""
     shapes = k.shape[0]
     out = np.empty((rows.shape[0], shapes), dtype=np.float32)
     taken = np.float32(cores)
     for i in range(rows.shape[0]):
         r = rows[i]
         c = cpu[r] - cpu_m
+        m = mem[r] - mem_m
         for t in range(shapes):
-            ok = fit_count[r, t] - gpus >= k[t] and c >= cpu_t[t] and access[r, t]
+            ok = fit_count[r, t] - gpus >= k[t] and c >= cpu_t[t] and m >= mem_t[t] and access[r, t]
             out[i, t] = (np.float32(1.0) if ok else np.float32(0.0)) * (fit_free[r, t] - taken)
     return out
 
@@ -89,15 +101,18 @@ def slot_matrix(
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     cpu: np.ndarray,
+    mem: np.ndarray,
     need: np.ndarray,
     k: np.ndarray,
     cpu_t: np.ndarray,
+    mem_t: np.ndarray,
     access: np.ndarray,
     cores: int,
     cpu_m: int,
+    mem_m: int,
 ) -> np.ndarray:
     """(pairs, T) float64: free cores usable by each shape on node rows[i] once a shared pod took `cores`
-    of its GPU slots[i] and `cpu_m` of CPU."""
+    of its GPU slots[i], `cpu_m` of CPU and `mem_m` of memory."""
     shapes = k.shape[0]
     out = np.empty((rows.shape[0], shapes), dtype=np.float64)
     for i in range(rows.shape[0]):
@@ -105,12 +120,13 @@ def slot_matrix(
         f = free[r, slots[i]]
         after = f - cores
         c = cpu[r] - cpu_m
+        m = mem[r] - mem_m
         for t in range(shapes):
             was = 1 if f >= need[t] else 0
             now = 1 if after >= need[t] else 0
             count = fit_count[r, t] - was + now
             total = (np.float64(fit_free[r, t]) - np.float64(was * f)) + np.float64(now * after)
-            ok = count >= k[t] and c >= cpu_t[t] and access[r, t]
+            ok = count >= k[t] and c >= cpu_t[t] and m >= mem_t[t] and access[r, t]
             out[i, t] = (1.0 if ok else 0.0) * total
     return out
 

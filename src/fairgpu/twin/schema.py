@@ -1,8 +1,9 @@
-"""The trace format, version 1: what a driver saw, one JSON object per line (docs/twin.md is its reference).
+"""The trace format, version 2: what a driver saw, one JSON object per line (docs/twin.md is its reference).
 
 A trace opens with a `header` and holds, in time order: `nodes` and `queues` snapshots (whole, whenever they
 change), and per workload its `submit` (pods with their requests, queue, user, priority), each `start`, an
-`evict` decision, and its `end` (finished, evicted or withdrawn). Times `t` are seconds since the header's
+`evict` decision, a `refused` eviction (version 2), and its `end` (finished, evicted or withdrawn). Version 1
+traces (no `refused`) read as they are. Times `t` are seconds since the header's
 `epoch` (the driver's clock). Both drivers share this module: the controller and `fairgpu record` write it,
 the simulator reads it back; neither imports the other.
 """
@@ -22,10 +23,20 @@ from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, Workload
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.model.mig import MigTemplate
 from fairgpu.spec import QueueDoc, Strict, validation_message
 
 SCHEMA = "fairgpu-trace"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # versions this reader takes: each adds kinds or fields to the one before
+
+
+class MigDoc(Strict):
+    name: str
+    memory_mib: int = Field(ge=0)
+    cores: int = Field(ge=0)
+    slices: int = Field(ge=0)
+    placements: list[tuple[int, int]] = Field(default_factory=list)  # (start, size)
 
 
 class GpuDoc(Strict):
@@ -35,6 +46,14 @@ class GpuDoc(Strict):
     healthy: bool = True
     split: int = Field(default=0, ge=0)
     mode: str = "hami-core"
+    cores: int = Field(default=100, ge=0)  # HAMi's devcore
+    numa: int = Field(default=0, ge=0)
+    mig: list[MigDoc] = Field(default_factory=list)  # mode mig: the profiles the card registered
+
+    def device(self) -> GpuDevice:
+        mig = tuple(MigTemplate(m.name, m.memory_mib, m.cores, m.slices, tuple(m.placements)) for m in self.mig)
+        return GpuDevice(self.model, self.memory_mib, self.uuid, self.healthy, self.split, self.mode, self.cores,
+                         self.numa, mig)  # fmt: skip
 
 
 class TaintRec(Strict):
@@ -52,13 +71,15 @@ class NodeDoc(Strict):
     split_count: int = Field(default=10, ge=1)
     schedulable: bool = True
     taints: list[TaintRec] = Field(default_factory=list)
+    pair_scores: list[list[int]] = Field(default_factory=list)  # HAMi's GPU pair scores, GPU × GPU
 
     def spec(self) -> NodeSpec:
-        gpus = tuple(GpuDevice(g.model, g.memory_mib, g.uuid, g.healthy, g.split, g.mode) for g in self.gpus)
+        gpus = tuple(g.device() for g in self.gpus)
         taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
         return NodeSpec(
-            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints
-        )
+            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints,
+            tuple(tuple(row) for row in self.pair_scores),
+        )  # fmt: skip
 
 
 class GpuRequestDoc(Strict):
@@ -88,6 +109,7 @@ class PodDoc(Strict):
     cpu_m: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     gpu: GpuRequestDoc | None = None
+    more_gpus: list[GpuRequestDoc] = Field(default_factory=list)  # the further GPU containers'
     gpu_include: list[str] = Field(default_factory=list)
     gpu_exclude: list[str] = Field(default_factory=list)
     gpu_uuid_include: list[str] = Field(default_factory=list)
@@ -96,9 +118,11 @@ class PodDoc(Strict):
     affinity: list[list[ExpressionRec]] = Field(default_factory=list)
     tolerations: list[TolerationRec] = Field(default_factory=list)
     node_policy: str = ""
-    gpu_policy: str = ""
-    gpu_mutex: bool = False
+    gpu_policy: str = ""  # HAMi's chain as written
+    gpu_mutex: bool = False  # traces before the chain was kept whole: `mutex` beside gpu_policy
+    gpu_weights: tuple[int, int, int] = (1, 1, 1)
     gpu_mode: str | None = None
+    numa_bind: bool = False
 
     def spec(self) -> PodSpec:
         g = self.gpu
@@ -106,6 +130,7 @@ class PodDoc(Strict):
             cpu_m=self.cpu_m,
             memory_mib=self.memory_mib,
             gpu=None if g is None else GpuRequest(g.count, g.cores, g.mem_mib, g.mem_pct),
+            more_gpus=tuple(GpuRequest(m.count, m.cores, m.mem_mib, m.mem_pct) for m in self.more_gpus),
             gpu_include=tuple(self.gpu_include),
             gpu_exclude=tuple(self.gpu_exclude),
             gpu_uuid_include=tuple(self.gpu_uuid_include),
@@ -114,9 +139,10 @@ class PodDoc(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.affinity),
             tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             node_policy=self.node_policy,
-            gpu_policy=self.gpu_policy,
-            gpu_mutex=self.gpu_mutex,
+            gpu_policy=",".join(filter(None, (self.gpu_policy, "mutex" if self.gpu_mutex else ""))),
+            gpu_weights=self.gpu_weights,
             gpu_mode=self.gpu_mode,
+            numa_bind=self.numa_bind,
         )
 
 
@@ -174,6 +200,15 @@ class Evict(Strict):
     pods: list[int] | None = None  # an elastic workload gives back only these pods
 
 
+class Refused(Strict):
+    """The eviction last decided for a workload was refused (a PodDisruptionBudget): it runs on."""
+
+    kind: Literal["refused"]
+    t: float
+    workload: str = Field(min_length=1)
+    retry: float  # when the engine may choose it as a victim again (trace seconds)
+
+
 class End(Strict):
     kind: Literal["end"]
     t: float
@@ -182,7 +217,7 @@ class End(Strict):
     ran: float | None = Field(default=None, ge=0)  # how long its pods ran, when the driver saw them run (seconds)
 
 
-Record = Header | Nodes | Queues | Submit | Start | Evict | End
+Record = Header | Nodes | Queues | Submit | Start | Evict | Refused | End
 _BY_KIND: dict[str, type[Record]] = {
     "header": Header,
     "nodes": Nodes,
@@ -190,6 +225,7 @@ _BY_KIND: dict[str, type[Record]] = {
     "submit": Submit,
     "start": Start,
     "evict": Evict,
+    "refused": Refused,
     "end": End,
 }
 KINDS = tuple(_BY_KIND)
@@ -198,13 +234,28 @@ KINDS = tuple(_BY_KIND)
 # -- the engine's data → records ---------------------------------------------------------------------------
 def node_doc(n: NodeSpec) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": n.name, "cpu_m": n.cpu_m, "memory_mib": n.memory_mib}
-    doc["gpus"] = [
-        {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
-        | {"mode": g.mode}
-        for g in n.gpus
-    ]
+    doc["gpus"] = [_gpu_doc(g) for g in n.gpus]
     doc |= {"labels": dict(n.labels), "split_count": n.split_count, "schedulable": n.schedulable}
     doc["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints]
+    if n.pair_scores:
+        doc["pair_scores"] = [list(row) for row in n.pair_scores]
+    return doc
+
+
+def _gpu_doc(g: GpuDevice) -> dict[str, Any]:
+    """A card; devcore, NUMA node and MIG profiles only when they are not the defaults (older readers)."""
+    doc = {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
+    doc["mode"] = g.mode
+    if g.cores != 100:
+        doc["cores"] = g.cores
+    if g.numa:
+        doc["numa"] = g.numa
+    if g.mig:
+        doc["mig"] = [
+            {"name": m.name, "memory_mib": m.memory_mib, "cores": m.cores, "slices": m.slices,
+             "placements": [list(p) for p in m.placements]}
+            for m in g.mig
+        ]  # fmt: skip
     return doc
 
 
@@ -213,6 +264,11 @@ def pod_doc(p: PodSpec) -> dict[str, Any]:
     doc: dict[str, Any] = {"cpu_m": p.cpu_m, "memory_mib": p.memory_mib}
     if g is not None:
         doc["gpu"] = {"count": g.count, "cores": g.cores, "mem_mib": g.mem_mib, "mem_pct": g.mem_pct}
+    if p.more_gpus:
+        doc["more_gpus"] = [{"count": m.count, "cores": m.cores, "mem_mib": m.mem_mib, "mem_pct": m.mem_pct}
+                            for m in p.more_gpus]  # fmt: skip
+    if p.numa_bind:
+        doc["numa_bind"] = True
     for name in ("gpu_include", "gpu_exclude", "gpu_uuid_include", "gpu_uuid_exclude"):
         if getattr(p, name):
             doc[name] = list(getattr(p, name))
@@ -229,8 +285,8 @@ def pod_doc(p: PodSpec) -> dict[str, Any]:
     for name in ("node_policy", "gpu_policy"):
         if getattr(p, name):
             doc[name] = getattr(p, name)
-    if p.gpu_mutex:
-        doc["gpu_mutex"] = True
+    if p.gpu_weights != (1, 1, 1):
+        doc["gpu_weights"] = list(p.gpu_weights)
     if p.gpu_mode is not None:
         doc["gpu_mode"] = p.gpu_mode
     return doc
@@ -325,8 +381,8 @@ def dumps(record: dict[str, Any]) -> str:
 
 # -- records → checked objects ----------------------------------------------------------------------------
 def read(path: Path) -> Iterator[tuple[int, Record]]:
-    """(line number, record) of a trace file, checked: the first line a v1 header, then records in time
-    order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
+    """(line number, record) of a trace file, checked: the first line a header of a version it reads, then
+    records in time order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
     if not path.is_file():
         raise ScenarioError(f"{path}: no such file")
     last_t = -math.inf
@@ -353,7 +409,7 @@ def read(path: Path) -> Iterator[tuple[int, Record]]:
 
 
 def parse(text: str, where: str) -> Record:
-    """One line: a ScenarioError `where: field: problem` if it is not a valid v1 record."""
+    """One line: a ScenarioError `where: field: problem` if it is not a valid record."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -363,8 +419,9 @@ def parse(text: str, where: str) -> Record:
     kind = doc.get("kind")
     if kind not in KINDS:
         raise ScenarioError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "header" and doc.get("version") != VERSION:
-        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads version {VERSION}")
+    if kind == "header" and doc.get("version") not in READS:
+        known = " and ".join(map(str, READS))
+        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads versions {known}")
     try:
         return _BY_KIND[kind].model_validate(doc)
     except ValidationError as err:
