@@ -3,6 +3,8 @@ behaviour that no other test checked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -435,3 +437,26 @@ def test_fair_share_preemption_never_takes_from_a_queue_below_its_share():
         run(sched, "a", 4, 10.0)
         gone = evicted(sched.cycle(10.0))
         assert all(v.startswith("c") for v in gone) and bool(gone) == (min_runtime == 0.0), (min_runtime, gone)
+
+
+def test_fairgpu_runs_the_election_timing_docs_deploy_md_states(fake_api, tmp_path):
+    """docs/deploy.md: lease duration 15 s > renew deadline 10 s > retry period 2 s, as `fairgpu run` builds
+    its elector (the defaults); the Lease a cluster admin reads says 15 s."""
+    import asyncio
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.leader import LeaderElector
+    from fairgpu.k8s.port import LEASES
+
+    async def go() -> tuple:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        e = LeaderElector(port, "fairgpu-system", "fairgpu", "A")
+        assert await e.try_acquire_or_renew()
+        lease = await port.get(LEASES, "fairgpu", "fairgpu-system")
+        await port.close()
+        return lease["spec"]["leaseDurationSeconds"], e.renew_deadline, e.retry_period
+
+    assert asyncio.run(asyncio.wait_for(go(), 30)) == (15, 10.0, 2.0)
+    assert "(lease duration 15 s > renew deadline 10 s > retry period 2 s)" in " ".join(
+        (Path(__file__).parent.parent / "docs" / "deploy.md").read_text().split()
+    )
