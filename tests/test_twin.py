@@ -5,6 +5,8 @@ puts the recorded run beside the replays, with other queues too."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,20 @@ def test_record_refuses_a_bad_destination_before_connecting(tmp_path):
     )
     result = runner.invoke(app, ["record", str(tmp_path / "nope" / "t.jsonl"), "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 2 and "OUT: folder" in result.output
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_worked_example_in_the_docs_runs_and_prints_its_table(monkeypatch):
+    """docs/twin.md's worked example: its command, run from the repository root on the trace and queues
+    docs/examples/ ships, prints the very table the page shows (so the figures it reads out are current)."""
+    text = (ROOT / "docs/twin.md").read_text()
+    section = text[text.index("## Worked example") : text.index("## Parity")]
+    command, table = re.search(r"```sh\n(.*?)```\n\n```\n(.*?)```", section, re.S).groups()
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, shlex.split(command)[1:])
+    assert result.exit_code == 0, result.output
+    printed = [line.rstrip() for line in result.stdout.splitlines()]
+    shown = table.strip().splitlines()
+    assert len(shown) > 10 and printed[-len(shown) :] == shown
