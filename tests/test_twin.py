@@ -23,8 +23,8 @@ from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import Simulation
 from fairgpu.spec import QueueDoc
+from fairgpu.twin.encode import queue_doc
 from fairgpu.twin.recorder import EngineRecorder, Recorder
-from fairgpu.twin.schema import queue_doc
 from fairgpu.twin.writer import MIN_BYTES, TraceWriter
 from test_twin_parity import scenario as parity_scenario
 
