@@ -43,7 +43,7 @@ def record(sc, path: Path, max_bytes: int = 100 << 20, keep: int = 3):
 def test_a_recorded_run_replays_to_the_same_run(tmp_path, name):
     """Gangs, reclaim and elastic shrinking: every workload starts when it started, is evicted as often."""
     sc = parity_scenario() if name == "parity" else scenario_mod.load(name)
-    sc.shrink_for_good = True  # as on a cluster: an elastic workload's evicted pods are gone, not regrown
+    sc.recreated = True  # as on a cluster, and so as a trace replays: evicted pods come back as new ones
     res = Simulation(sc, load_profile("fairgpu")).run()
     record(sc, tmp_path / "t.jsonl")
     trace = read_fairgpu(tmp_path / "t.jsonl")

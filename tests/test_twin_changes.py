@@ -39,7 +39,7 @@ def replay(path: Path, horizon: float) -> SimResult:
 
 def round_trip(sc: Scenario, path: Path) -> tuple[SimResult, SimResult]:
     """The run as recorded, and its trace replayed."""
-    sc.shrink_for_good = True  # as a cluster does, and so as a trace replays
+    sc.recreated = True  # as on a cluster, and so as a trace replays: evicted pods come back as new ones
     res = Simulation(sc, load_profile("fairgpu")).run()
     record(sc, path)
     return res, replay(path, res.horizon_s)

@@ -296,7 +296,7 @@ class Scheduler:
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
                     memo.skip(q, entry)
-                elif self._try_place(entry, result, exclude):
+                elif self._try_place(entry, result, exclude) or (outside and self._take_over(entry, now, result, memo)):
                     self._start(entry, result, now)
                 else:
                     if outside:
@@ -379,13 +379,33 @@ class Scheduler:
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
 
+    def _starving(self, entry: Entry, now: float) -> bool:
+        return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
+
+    def _take_over(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> bool:
+        """A starving workload ahead of the starving holder in this cycle's order takes the hold over (see
+        _on_unschedulable). Where the held room fits it now (the holder was due), it starts there at once:
+        holding that room for itself instead would leave it idle until the next cycle. Otherwise the hold
+        stays with its holder here, and _on_unschedulable decides after preemption had its say."""
+        holder = self.reservations.starving_holder()
+        if not self.profile.reserve or holder is None or holder in memo.attempted or entry.placed:
+            return False
+        if not self._starving(entry, now):
+            return False
+        held = self.reservations.pop(holder)
+        if self._try_place(entry, result, self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)):
+            return True
+        if not entry.placed:  # pods a profile without a gang permit kept may be on those nodes: keep it taken
+            self.reservations[holder] = held
+        return False
+
     def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> None:
         """A workload that is next in order does not fit: preempt for it if its queue's policy allows,
         else reserve the soonest-freeing nodes if it starves."""
         wl = entry.workload
         if wl.name in self.reservations or self.preempting.try_once(entry, now, result, memo.hopeless):
             return  # holding nodes (its victims are leaving, or it waits for them to free), or now will
-        starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
+        starving = self._starving(entry, now)
         # One starving workload holds nodes at a time; one ahead of it in this cycle's order takes over.
         holder = self.reservations.starving_holder()
         if holder is not None and holder not in memo.attempted:

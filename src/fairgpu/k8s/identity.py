@@ -13,6 +13,9 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+from fairgpu.errors import InputError
 
 USER_LABEL = "fairgpu.io/user"  # translate.USER_LABEL: what the engine reads
 USER_ANNOTATION = "fairgpu.io/user-name"  # the full, unescaped name
@@ -85,6 +88,16 @@ class Trust:
         """Objects this user creates are charged to it when they carry no stamp: everyone but a controller,
         which only copies templates others wrote."""
         return self.full(user) or user not in self.controllers
+
+
+def read_trusted(directory: str) -> list[str]:
+    """The identities in a mounted ConfigMap (deploy/trusted-identities.yaml): one per file, any name; the
+    volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap."""
+    base = Path(directory)
+    if not base.is_dir():
+        raise InputError(f"--trusted-identities: {directory} is not a directory (mount the ConfigMap there)")
+    names = [f.read_text().strip() for f in sorted(base.iterdir()) if not f.name.startswith(".") and f.is_file()]
+    return [n for n in names if n]
 
 
 def owner_of(meta: dict) -> str:

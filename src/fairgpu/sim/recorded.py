@@ -177,7 +177,7 @@ def read_fairgpu(path: Path) -> FairgpuTrace:
     workloads.sort(key=lambda w: w.submit_time)
     origin_text = f"recorded by `fairgpu {head.source}`"
     sc = Scenario(f"fairgpu:{path.name}", max(last, 1.0), nodes, queues, workloads, origin_text)
-    sc.changes, sc.shrink_for_good = sorted(changes.values(), key=lambda c: c.t), True
+    sc.changes, sc.recreated = sorted(changes.values(), key=lambda c: c.t), True
     sc.refusals = {name: plan for name, plan in decided.items() if any(b is not None for b in plan)}
     return FairgpuTrace(sc, head.profile, runs, list(dict.fromkeys(notes)))
 

@@ -213,7 +213,7 @@ class Simulation:
             return  # it finished on its own during the grace period
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
             self._count_eviction(now, name)
-            self.sched.shrink(name, pods, regrow=not self.scenario.shrink_for_good)
+            self.sched.shrink(name, pods, regrow=not self.scenario.recreated)
             return
         held = self._held_gpus(name, self.sched)
         self.sched.remove(name)
@@ -236,7 +236,8 @@ class Simulation:
         self._count_eviction(now, name)
         self.lost_gpu_seconds[self.by_name[name].queue] += held * (now - self.starts[name])
         self.starts.pop(name, None)
-        self._submit(self._declared(name))
+        wl = self._declared(name)
+        self._submit(replace(wl, submit_time=now) if self.scenario.recreated else wl)
 
     def _declared(self, name: str) -> Workload:
         """The workload as the engine is told of it."""

@@ -230,9 +230,11 @@ class Scenario:
     workloads: list[Workload]
     description: str = ""
     changes: list[Change] = field(default_factory=list)  # in time order
-    # An elastic workload's evicted pods are gone for good (a cluster deletes them; replacements, if any,
-    # arrive as new work in the trace) rather than growing back: how a recorded trace replays.
-    shrink_for_good: bool = False
+    # Evicted work comes back as on a cluster, whose controllers recreate evicted pods (how a recorded trace
+    # replays): a whole workload waits again from its eviction, as new pods wait from their creation, rather
+    # than keeping its place; an elastic workload's evicted pods are gone for good (replacements, if any,
+    # arrive as new work) rather than growing back.
+    recreated: bool = False
     # Evictions a cluster refused (a PodDisruptionBudget): per workload, for each whole-workload eviction
     # decided for it in turn, the back-off in seconds if it was refused, None if carried out.
     refusals: dict[str, list[float | None]] = field(default_factory=dict)
