@@ -226,7 +226,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_worked_example_in_the_docs_runs_and_prints_its_table(monkeypatch):
     """docs/twin.md's worked example: its command, run from the repository root on the trace and queues
-    docs/examples/ ships, prints the very table the page shows (so the figures it reads out are current)."""
+    docs/examples/ ships, prints the very table the page shows (so the figures it reads out are current).
+    When an engine change moves them: `pytest tests/test_twin_parity.py --basetemp=DIR`, copy
+    DIR/test_live_simulated_and_replay0/trace.jsonl to docs/examples/twin-trace.jsonl, paste the new table
+    and reread it."""
     text = (ROOT / "docs/twin.md").read_text()
     section = text[text.index("## Worked example") : text.index("## Parity")]
     command, table = re.search(r"```sh\n(.*?)```\n\n```\n(.*?)```", section, re.S).groups()
