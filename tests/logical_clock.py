@@ -25,7 +25,9 @@ MAX_ROUNDS = 2000  # quiet checks without the clock moving or a write landing: s
 
 class LogicalClock:
     def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
+        # A whole second: the apiserver's timestamps have second resolution, so pods created at an instant
+        # are stamped with that instant.
+        self.now = float(int(time.time())) if start is None else start
         self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.moves = 0

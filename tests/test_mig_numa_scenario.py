@@ -17,7 +17,8 @@ from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec
 from fairgpu.sim.runner import Simulation
 from fairgpu.sim.scenario import load
 from fairgpu.state import ClusterState
-from fairgpu.twin.schema import NodeDoc, PodDoc, node_doc, pod_doc
+from fairgpu.twin.encode import node_doc, pod_doc
+from fairgpu.twin.schema import NodeDoc, PodDoc
 
 SAME = ("gpu_valid", "gpu_usable", "gpu_split", "gpu_mem_cap", "gpu_cores_cap", "gpu_numa", "gpu_mig", "mig_mem",
         "mig_cores", "mig_mask", "gpu_pair")  # fmt: skip

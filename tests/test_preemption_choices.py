@@ -189,3 +189,20 @@ def test_victims_build_is_empty_without_running_work():
     sched = _scheduler(np.random.default_rng(0))
     table, first = victims.build([], sched.accounting, len(r.FAIR_DIMS))
     assert len(table.units) == 0 and table.charge.shape == (0, len(r.FAIR_DIMS)) and len(first) == 0
+
+
+def test_the_node_view_never_lists_a_dry_runs_pod():
+    from fairgpu.observe.views import node_view
+    from fairgpu.state import scratch_key
+
+    sched = _scheduler(np.random.default_rng(0))
+    one = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 0))
+    sched.submit(Workload("real", "a", (one,), submit_time=0))
+    sched.cycle(0.0)
+    node = sched.state.placement("real-0").node
+    with sched.state.dry_run() as dry:
+        slot = int(np.flatnonzero(dry.gpu_idle[node])[0])
+        dry.assign(scratch_key("preempt", 0), dry.placement_for(one, node, [slot]))
+        view = node_view(sched, dry.node_names[node])  # as the dashboard's thread may read it meanwhile
+    pods = [p["pod"] for gpu in view["gpus"] for p in gpu["pods"]]
+    assert pods == ["real-0"]

@@ -22,7 +22,7 @@ from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Change, Scenario
 from fairgpu.sim.twin import plan, recorded
-from fairgpu.twin.schema import queue_doc
+from fairgpu.twin.encode import queue_doc
 from test_twin import record
 from test_twin_parity import scenario as parity_scenario
 

@@ -11,6 +11,7 @@ from fairgpu.model import NodeSpec, QueueSpec, QueueTree, Workload
 from fairgpu.sim.scenario import Change, Scenario
 from fairgpu.state import ClusterState
 from fairgpu.twin import schema
+from fairgpu.twin.encode import queue_doc
 
 
 @dataclass(slots=True)
@@ -183,7 +184,7 @@ def read_fairgpu(path: Path) -> FairgpuTrace:
 
 
 def _docs(queues: list[QueueSpec]) -> list[dict]:
-    return [schema.queue_doc(q) for q in queues]
+    return [queue_doc(q) for q in queues]
 
 
 # An observed run this close to the runtime the workload declared ran that runtime: the difference is the

@@ -16,7 +16,7 @@ from typing import Any
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.model import NodeSpec, QueueSpec, Workload
-from fairgpu.twin.schema import header, node_doc, queue_doc, submit_record
+from fairgpu.twin.encode import header, node_doc, queue_doc, submit_record
 from fairgpu.twin.writer import TraceWriter
 
 
