@@ -1,21 +1,33 @@
 """Fair and full (issue 17): every built-in scenario and the Philly replay under kube-default and fairgpu.
 
 Prints one JSON line per (scenario, profile): utilisation, fairness error, Jain index, idle GPU-hours by cause
-and the longest wait of a gang (a workload of more than one pod). `--table` prints a Markdown table instead.
+and the longest wait of a gang (a workload of more than one pod), and where the error comes from:
+- `error_taken`: time-average of the share leaf queues hold above their entitlement (Σ max(usage − entitled,
+  0)): room some queue holds while another is entitled to it. Without eviction it only shrinks as that work ends;
+- `error_unused`: half the time-average of the entitlement nobody uses (Σ entitled − Σ usage): idle GPUs some
+  queue is entitled to but cannot use yet (a gang waiting for nodes, a reservation, fragments).
+  fairness_error = error_taken + error_unused;
+- `all_backlogged`: the error and Jain's index over only the time when every leaf queue has pending work (the
+  issue's acceptance window), and how long that was.
+`--table` prints a Markdown table instead.
 
     .venv/bin/python bench/fair_full.py --table
     .venv/bin/python bench/fair_full.py --scenario demo --scenario philly
     .venv/bin/python bench/fair_full.py --undeclared-durations   # the engine learns run times per queue
+    .venv/bin/python bench/fair_full.py --fair-share-preemption  # every queue evicts for its fair share
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from fairgpu.catalog import load_profile
-from fairgpu.sim.runner import simulate
+from fairgpu.sim.runner import SimResult, simulate
 from fairgpu.sim.scenario import Scenario, builtin_scenarios, load
 from fairgpu.sim.traces import load_philly
 
@@ -23,14 +35,54 @@ PHILLY = Path(__file__).resolve().parents[1] / "../shared/traces/gavel-philly-vc
 PROFILES = ("kube-default", "fairgpu")
 
 
-def scenario(name: str) -> tuple[Scenario, float | None]:
-    if name == "philly":
-        return load_philly(PHILLY.resolve(), 256), 14 * 86400.0
-    return load(name), None
+GRACE_S = 120.0  # --fair-share-preemption: an evicted pod's notice before its GPUs are free
 
 
-def row(name: str, profile: str, declared: bool = True) -> dict[str, object]:
-    sc, horizon = scenario(name)
+def scenario(name: str, fair_share_preemption: bool = False) -> tuple[Scenario, float | None]:
+    sc, horizon = (load_philly(PHILLY.resolve(), 256), 14 * 86400.0) if name == "philly" else (load(name), None)
+    if fair_share_preemption:  # the same policy on every queue of every scenario, never per file
+        sc.queues = [
+            replace(q, preemption=replace(q.preemption, fair_share=True, grace_period=GRACE_S))
+            if q.preemption.enabled
+            else q
+            for q in sc.queues
+        ]
+    return sc, horizon
+
+
+def jain(x: np.ndarray) -> float:
+    denom = len(x) * float((x * x).sum())
+    return float(x.sum()) ** 2 / denom if denom > 0 else 0.0
+
+
+def error_sources(sc: Scenario, res: SimResult) -> dict[str, object]:
+    """The fairness error split into share taken and entitlement unused, and the error and Jain's index over
+    the time every leaf queue was backlogged, from the run's timeline (each sample holds until the next)."""
+    tl, leaf = res.timeline, np.array(sc.tree().is_leaf)
+    if not tl.t:
+        return {}
+    dt = np.diff([*tl.t, res.horizon_s])
+    usage, entitled = np.array(tl.share)[:, leaf], np.array(tl.entitled)[:, leaf]
+    backlogged = np.array(tl.backlogged)[:, leaf]
+    taken = np.clip(usage - entitled, 0.0, None).sum(axis=1)
+    unused = 0.5 * (entitled.sum(axis=1) - usage.sum(axis=1))
+    every = backlogged.all(axis=1) & (dt > 0)
+    window = float(dt[every].sum())
+    err = taken + unused
+    jains = np.array([jain(usage[i] / entitled[i]) if (entitled[i] > 0).all() else 0.0 for i in np.flatnonzero(every)])
+    return {
+        "error_taken": round(float((taken * dt).sum()) / res.horizon_s, 4),
+        "error_unused": round(float((unused * dt).sum()) / res.horizon_s, 4) + 0.0,  # never -0.0
+        "all_backlogged": {
+            "window_s": round(window),
+            "fairness_error": round(float((err * dt)[every].sum()) / window, 4) if window else None,
+            "jain_index": round(float((jains * dt[every]).sum()) / window, 4) if window else None,
+        },
+    }
+
+
+def row(name: str, profile: str, declared: bool = True, fair_share_preemption: bool = False) -> dict[str, object]:
+    sc, horizon = scenario(name, fair_share_preemption)
     res = simulate(sc, load_profile(profile), horizon, declared_durations=declared)
     gangs = [w for w in sc.workloads if len(w.pods) > 1 and w.submit_time <= res.horizon_s]
     waits = [res.starts.get(w.name, res.horizon_s) - w.submit_time for w in gangs]
@@ -44,6 +96,8 @@ def row(name: str, profile: str, declared: bool = True) -> dict[str, object]:
         "evictions": res.evictions,
         "gang_wait_max_s": round(max(waits), 1) if waits else None,
         "idle_gpu_hours": {k: round(v, 2) for k, v in res.idle_gpu_hours.items() if v >= 0.005},
+        "lost_gpu_hours": round(sum(float(q["lost_gpu_hours"]) for q in res.queues.values() if q["parent"] is None), 1),
+        **error_sources(sc, res),
     }
 
 
@@ -52,22 +106,28 @@ def main() -> None:
     ap.add_argument("--scenario", action="append", help="built-in name or 'philly' (default: all of them)")
     ap.add_argument("--table", action="store_true", help="one Markdown table instead of JSON lines")
     ap.add_argument("--undeclared-durations", action="store_true", help="the engine is told no run times")
+    ap.add_argument("--fair-share-preemption", action="store_true", help="every queue evicts for its fair share")
     args = ap.parse_args()
     names = args.scenario or [*sorted(builtin_scenarios()), "philly"]
     rows = []
     for name in names:
         for profile in PROFILES:
-            rows.append(row(name, profile, not args.undeclared_durations))
+            rows.append(row(name, profile, not args.undeclared_durations, args.fair_share_preemption))
             if not args.table:
                 print(json.dumps(rows[-1]), flush=True)
     if args.table:
-        print("| scenario | kube util | fairgpu util | fairness error | Jain | evictions | gang wait max s |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| scenario | kube util | fairgpu util | fairness error (taken + unused) | Jain "
+            "| all backlogged: error, Jain, window s | evictions | gang wait max s |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for kube, fair in zip(rows[::2], rows[1::2], strict=True):
+            every = fair.get("all_backlogged") or {}
             print(
                 f"| {fair['scenario']} | {kube['utilization']:.4f} | {fair['utilization']:.4f} "
-                f"| {fair['fairness_error']:.4f} | {fair['jain_index']} | {fair['evictions']} "
-                f"| {fair['gang_wait_max_s']} |"
+                f"| {fair['fairness_error']:.4f} ({fair.get('error_taken')} + {fair.get('error_unused')}) "
+                f"| {fair['jain_index']} | {every.get('fairness_error')}, {every.get('jain_index')}, "
+                f"{every.get('window_s')} | {fair['evictions']} | {fair['gang_wait_max_s']} |"
             )
 
 

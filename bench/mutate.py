@@ -4,14 +4,18 @@ Each mutant is one small AST change (an arithmetic, comparison, boolean or bitwi
 number or True/False changed, a `not` dropped) in one of the policy modules. It runs in a scratch copy of the
 repository (never the working tree) against only the tests that execute its line, as one coverage run of the
 unmutated suite recorded them (per-test contexts; cached until a source or test file changes), fastest first,
-stopping at the first failure, under a timeout of three times those tests' baseline time. A long-lived worker
-(bench/mutate_worker.py) has imported everything once and forks per mutant, so a mutant costs its tests and
-not an interpreter start. A mutant that no test notices *survives*: a test is missing or the change is
-equivalent (docs/testing.md lists the survivors and which each is); one on a line no test runs is *uncovered*.
+stopping at the first failure, under a timeout of three times those tests' baseline time; in passes by test
+time (--tiers), so every mutant's fast tests run before any mutant's slow ones, which only the survivors run.
+A long-lived worker (bench/mutate_worker.py) has imported everything once and forks per mutant, so a mutant
+costs its tests and not an interpreter start. A mutant that no test notices *survives*: a test is missing or
+the change is equivalent (docs/testing.md lists the survivors and which each is); one on a line no test runs
+is *uncovered*.
 
     .venv/bin/python bench/mutate.py                          # every mutant; resumes from --state
     .venv/bin/python bench/mutate.py --only fragmentation     # the modules whose path contains this
+    .venv/bin/python bench/mutate.py --upto 0.5               # only the first pass (tests up to 0.5 s)
     .venv/bin/python bench/mutate.py --list                   # count the mutants per module and stop
+    .venv/bin/python bench/mutate.py --mutant FILE:INDEX --test tests/test_x.py   # one mutant, nothing recorded
 
 Progress goes to stderr, one line per mutant; every outcome is appended to <state>/results.jsonl (a rerun
 skips the mutants already there, keyed by the file's content); the summary is one JSON line on stdout.
@@ -23,6 +27,7 @@ import argparse
 import ast
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -43,7 +48,8 @@ TARGETS = (
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
 SKIP_TESTS = ("test_dashboard.py", "test_live_dashboard.py", "test_grafana.py", "test_deploy.py")
-UNDECIDED = ("survived", "uncovered", "capped", "error")  # each wants a test or an argument
+# each wants a test or an argument; "pending" survived its fast tests and waits for the slow pass
+UNDECIDED = ("survived", "uncovered", "capped", "error", "pending")
 # Left out of the coverage run, so no mutant runs them. The full fill's policy code runs in a process pool,
 # whose coverage is lost, so tracing only slows it (by tens of minutes); the docs' commands replay real
 # traces through the CLI, minutes each when traced, over engine code the scenario and trace tests run too.
@@ -51,7 +57,7 @@ NOT_TRACED = (
     "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
     "tests/test_docs.py::test_doc_command_runs",
 )
-OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error")
+OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error", "pending")
 
 FLIP: dict[type, type] = {
     ast.Add: ast.Sub,
@@ -357,6 +363,46 @@ def summarize(results: list[dict[str, object]], total: int) -> dict[str, object]
     }
 
 
+def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
+    """One mutant against these tests (fastest first, stopping at the first failure)."""
+    # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop slower is
+    # not killed by the clock alone.
+    wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
+    answer = worker.run(m, tests, min(wanted, cap))
+    if answer["outcome"] == "timeout" and wanted > cap:
+        answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
+    return answer
+
+
+def _ran_upto(r: dict[str, object]) -> float:
+    """The bound up to which a pending mutant's tests have run."""
+    return float(r.get("ran_upto", r.get("slow_after", 0.0)))  # type: ignore[arg-type]
+
+
+def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
+    """--mutant FILE:INDEX (repeatable): run those mutants of the working tree against --test (default: the
+    tests that cover each, by the cached coverage run) and print each outcome; nothing is recorded. To check
+    that a new test kills a survivor."""
+    by_name = {f"{m.file}:{m.index}": m for m in every}
+    unknown = [name for name in args.mutant if name not in by_name]
+    if unknown:
+        sys.exit(f"--mutant: no mutant {', '.join(unknown)} (see --survivors for FILE:INDEX)")
+    scratch = scratch_copy(REPO)
+    lines: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
+    if not args.test:
+        all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
+        lines, seconds = coverage_map(scratch, all_files, args.state)
+    worker = Worker(scratch)
+    for name in args.mutant:
+        m = by_name[name]
+        tests = args.test or sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+        answer = worker.run(m, tests, args.cap)
+        print(json.dumps({"mutant": f"{m.file}:{m.line} [{m.index}] {m.what}", "tests": len(tests), **answer}))
+    worker.close()
+    shutil.rmtree(scratch)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", default=[], help="modules whose path contains this (repeatable)")
@@ -365,6 +411,17 @@ def main() -> None:
     ap.add_argument("--state", type=Path, default=REPO / "out" / "mutate", help="coverage cache and results")
     ap.add_argument("--survivors", action="store_true", help="list the survivors recorded so far and stop")
     ap.add_argument("--cap", type=float, default=900, help="at most this many seconds per mutant")
+    ap.add_argument(
+        "--tiers",
+        default="0.5,5",
+        help="passes, by each test's time in the coverage run (s): every mutant runs its tests up to the first "
+        "bound, then the survivors their tests up to the next, ..., then the rest",
+    )
+    ap.add_argument("--upto", type=float, default=math.inf, help="stop after the pass with this bound (resume later)")
+    ap.add_argument(
+        "--mutant", action="append", default=[], help="FILE:INDEX: run this mutant of the working tree (repeatable)"
+    )
+    ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
     files = sorted(
         str(p.relative_to(REPO))
@@ -382,12 +439,15 @@ def main() -> None:
         print(json.dumps({"total": len(every), "per_module": counts}))
         return
     args.state.mkdir(parents=True, exist_ok=True)
+    if args.mutant:
+        _one(args, every)
+        return
     log = args.state / "results.jsonl"
     done = {}
     if log.exists():
         for line in log.read_text().splitlines():
             r = json.loads(line)
-            done[r["key"]] = r
+            done[r["key"]] = r  # a later line (the slow pass) supersedes an earlier one
     if args.survivors:
         for m in every:
             r = done.get(m.key)
@@ -398,36 +458,47 @@ def main() -> None:
     scratch = scratch_copy(REPO)
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
     lines, seconds = coverage_map(scratch, all_files, args.state)
-    todo = [m for m in every if m.key not in done]
-    print(f"{len(every)} mutants, {len(every) - len(todo)} already done", file=sys.stderr, flush=True)
-    worker = Worker(scratch) if todo else None
-    began = time.monotonic()
+    bounds = [*(float(b) for b in args.tiers.split(",")), math.inf]
+    bounds = [b for b in bounds if b <= args.upto] or [args.upto]
+    # What each mutant has run so far: none, or its tests up to a bound ("pending"); a final outcome ends it.
+    ran = {m.key: -1.0 for m in every if m.key not in done}
+    ran.update((m.key, _ran_upto(done[m.key])) for m in every if done.get(m.key, {}).get("outcome") == "pending")
+    print(
+        f"{len(every)} mutants, {len(ran)} to run (of them {sum(v >= 0 for v in ran.values())} pending)",
+        file=sys.stderr,
+    )
+    worker = Worker(scratch)
     with log.open("a") as out:
-        for n, m in enumerate(todo, 1):
-            tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
-            if not tests:
-                answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
-            else:
-                # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop
-                # slower is not killed by the clock alone.
-                wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
-                assert worker is not None
-                answer = worker.run(m, tests, min(wanted, args.cap))
-                if answer["outcome"] == "timeout" and wanted > args.cap:
-                    answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
-            r = {**asdict(m), "key": m.key, "tests": len(tests), **answer}
-            done[m.key] = r
-            out.write(json.dumps(r) + "\n")
-            out.flush()
-            eta = (time.monotonic() - began) / n * (len(todo) - n) / 60
-            print(
-                f"[{n}/{len(todo)} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s {len(tests):4} tests "
-                f"{r['mode']} {m.file}:{m.line} {m.what}",
-                file=sys.stderr,
-                flush=True,
-            )
-    if worker is not None:
-        worker.close()
+        for bound in bounds:
+            todo = [m for m in every if m.key in ran and ran[m.key] < bound]
+            began = time.monotonic()
+            for n, m in enumerate(todo, 1):
+                tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+                these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
+                later = [t for t in tests if seconds.get(t, 60.0) > bound]
+                if not tests:
+                    answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
+                elif these:
+                    answer = _run(worker, m, these, seconds, args.cap)
+                else:
+                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-"}
+                if answer["outcome"] == "survived" and later:
+                    answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
+                    ran[m.key] = bound
+                else:
+                    del ran[m.key]
+                r = {**asdict(m), "key": m.key, "ran_upto": bound if later else None, "tests": len(these), **answer}
+                done[m.key] = r
+                out.write(json.dumps(r) + "\n")
+                out.flush()
+                eta = (time.monotonic() - began) / n * (len(todo) - n) / 60
+                print(
+                    f"[≤{bound:g}s {n}/{len(todo)} eta {eta:.0f}m] {r['outcome']:9} {r['seconds']:6.1f}s "
+                    f"{len(these):4} tests {r['mode']} {m.file}:{m.line} {m.what}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    worker.close()
     shutil.rmtree(scratch)
     print(json.dumps(summarize([done[m.key] for m in every], len(every))))
 

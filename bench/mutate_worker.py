@@ -137,8 +137,24 @@ def run(request: dict[str, object], index: dict[tuple[str, str], list[types.Func
     return {"outcome": _outcome(status), "seconds": round(time.monotonic() - began, 2), "mode": mode}
 
 
+def _compile_tests() -> None:
+    """Bytecode for the tests, written once: PYTHONDONTWRITEBYTECODE (set so no stale .pyc of a mutated source
+    is ever read) would otherwise make every child compile, and pytest re-rewrite the asserts of, each test
+    module it imports. Tests are never mutated, so theirs cannot go stale; the run is a subprocess so that this
+    process imports no test module (a child imports them after its swap, as their module-level code may call
+    the mutated function)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    tests = sorted(str(p) for p in (ROOT / "tests").glob("test_*.py"))
+    for cmd in (["compileall", "-q", str(ROOT / "tests")], ["pytest", "--collect-only", *PYTEST_ARGS[1:], *tests]):
+        subprocess.run([sys.executable, "-m", *cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
 def main() -> None:
+    _compile_tests()
     index = _preimport()
+    # What is imported now is never freed: out of the collector's sight, each child's pytest (which collects
+    # twice at exit) no longer walks all of it, and the children share its pages instead of copying them.
+    gc.freeze()
     for line in sys.stdin:
         print(json.dumps(run(json.loads(line), index)), flush=True)
 

@@ -2,8 +2,9 @@
 its Allocate does (`hami_allocate`, below), the kubelet starts the pod (Running and Ready), and stops a pod
 marked for deletion once its grace period has passed (then deletes it with grace 0); it also audits every
 GPU on every allocation for over-commitment. With `complete`, a pod's containers exit (Succeeded) once it has
-run for its `fairgpu.io/expected-runtime`, on the given clock: a scaled clock runs a simulated hour in
-seconds. `runs` keeps when each pod ran, on that clock.
+run for its `fairgpu.io/expected-runtime`, on the given clock, waiting with the clock's `sleep_until` (a
+logical clock, tests/logical_clock.py, runs a simulated hour in seconds). `runs` keeps when each pod ran, on
+that clock.
 
 Every refusal of the device plugin double, and every limit it would set that differs from what HAMi's own
 scheduler would have written for the pod, is a violation: the integration tests assert there are none."""
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -242,10 +243,15 @@ def scheduler_limits(pod: dict, node: dict, node_pods: list[dict] = ()) -> list[
 
 class FakeNodes:
     def __init__(
-        self, port: KubePort, clock: Callable[[], float] = time.time, scale: float = 1.0, complete: bool = False
+        self,
+        port: KubePort,
+        clock: Callable[[], float] = time.time,
+        complete: bool = False,
+        sleep_until: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.port = port
-        self.clock, self.scale, self.complete = clock, scale, complete  # scale: clock seconds per real second
+        self.clock, self.complete = clock, complete
+        self.sleep_until = sleep_until or (lambda t: asyncio.sleep(max(0.0, t - self.clock())))
         self.runs: dict[str, list[list[float]]] = defaultdict(list)  # pod key → [started, ended] on the clock
         self.informer = Informer(port, PODS, self._event)
         self.todo: asyncio.Queue[str] = asyncio.Queue()
@@ -254,6 +260,11 @@ class FakeNodes:
         self.started: set[str] = set()
         self.stopping: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
+        self.busy = 0  # pods being started, finished or stopped now (their API calls under way)
+
+    def idle(self) -> bool:
+        """Nothing to start and no API call under way (pods running towards their exit do not count)."""
+        return self.todo.empty() and not self.busy
 
     def _event(self, kind: str, obj: dict) -> None:
         key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
@@ -336,7 +347,14 @@ class FakeNodes:
     async def _exit(self, key: str, obj: dict, started: float, runtime: float) -> None:
         """The containers finish their work `runtime` after they started (whenever this loop gets to notice):
         the pod Succeeds, its containers' statuses saying when they ran, as a kubelet's do."""
-        await asyncio.sleep(max(0.0, started + runtime - self.clock()) / self.scale)
+        await self.sleep_until(started + runtime)
+        self.busy += 1
+        try:
+            await self._finish_run(key, obj, started, runtime)
+        finally:
+            self.busy -= 1
+
+    async def _finish_run(self, key: str, obj: dict, started: float, runtime: float) -> None:
         now = self.informer.cache.get(key)
         uid = obj["metadata"].get("uid")
         if now is None or now["metadata"].get("uid") != uid or now["metadata"].get("deletionTimestamp"):
@@ -355,13 +373,16 @@ class FakeNodes:
 
     async def _stop(self, key: str, grace: float) -> None:
         """The containers ignore SIGTERM: the pod goes when its grace period is over."""
-        await asyncio.sleep(grace / self.scale)
+        await self.sleep_until(self.clock() + grace)
         ns, name = key.split("/", 1)
+        self.busy += 1
         try:
             await self.port.delete(PODS, name, ns, grace_seconds=0)
         except KubeError as err:
             if err.code != 404:
                 raise
+        finally:
+            self.busy -= 1
 
     async def _get_pod(self, ns: str, name: str) -> dict | None:
         try:
@@ -372,6 +393,13 @@ class FakeNodes:
             raise
 
     async def _allocate(self, key: str, obj: dict) -> None:
+        self.busy += 1
+        try:
+            await self._start(key, obj)
+        finally:
+            self.busy -= 1
+
+    async def _start(self, key: str, obj: dict) -> None:
         ns, name = key.split("/", 1)
         node = obj["spec"]["nodeName"]
         try:

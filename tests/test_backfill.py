@@ -133,3 +133,19 @@ def test_a_starving_gang_keeps_its_nodes_while_their_earlier_work_overruns_its_e
     assert list(s.reservations["gang"].fit.nodes) == [0]
     s.remove("b", finished_at=150)
     assert s.cycle(150).started[0] == "gang"
+
+
+def test_a_starving_workload_that_takes_over_a_due_hold_starts_in_it_at_once():
+    # y holds the only GPU for when x ends. At that instant z, of higher priority and so ahead of y in its
+    # queue's order, takes the hold over. The GPU is free: z must start on it now, not hold it idle until
+    # some later event (here there is none, so it would idle for good) while y loses its turn anyway.
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q", starvation_after=0)]), load_profile("fairgpu"))
+    x = wl("x", "q", 1, 100)
+    s.adopt(x, [s.state.placement_for(x.pods[0], 0, [0])], started=0.0)
+    s.submit(wl("y", "q", 1, 1000, t=1))
+    s.cycle(1)
+    assert s.reservations["y"].fit.at == 100
+    s.remove("x", finished_at=100)
+    s.submit(Workload("z", "q", (whole(1),), submit_time=100, priority=10, duration=1000))
+    assert s.cycle(100).started == ["z"]
+    assert s.reservations["y"].fit.at == 1100  # y holds the GPU again, for when z ends

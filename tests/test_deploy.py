@@ -85,12 +85,30 @@ def test_rbac_is_least_privilege(rendered):
     leases = next(d for d in rendered if d["kind"] == "Role")
     assert leases["metadata"]["namespace"] == "fairgpu-system"
     assert [r.get("resourceNames") for r in leases["rules"]] == [None, ["fairgpu"]]
-    # the identities the Deployment trusts are the ones the policy trusts, fairgpu's own account first
-    container = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    trusted = {a.split("=", 1)[1] for a in container["args"] if a.startswith("--trusted-identity=")}
+    # One list of trusted identities: the ConfigMap the policy reads as params is the one mounted where the
+    # Deployment's --trusted-identities points; neither names anyone else (fairgpu's own account aside).
+    pod = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--trusted-identity=")]
+    where = next(a.split("=", 1)[1] for a in args if a.startswith("--trusted-identities="))
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == where)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     keys = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-scheduling-keys")
-    listed = set(re.findall(r"'(system:[^']+)'", keys["spec"]["matchConditions"][0]["expression"]))
-    assert listed == trusted | {"system:serviceaccount:fairgpu-system:fairgpu"}
+    binding = next(
+        d
+        for d in rendered
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and d is not keys
+        and d["spec"]["policyName"] == "fairgpu-scheduling-keys"
+    )
+    ref = binding["spec"]["paramRef"]
+    assert keys["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert volume["configMap"]["name"] == ref["name"] and ref["namespace"] == "fairgpu-system"
+    cm = next(d for d in rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref["name"])
+    assert cm["metadata"]["namespace"] == ref["namespace"]
+    assert list(cm["data"].values()) == ["system:serviceaccount:kube-system:hami-device-plugin"]
+    text = yaml.safe_dump(keys)
+    assert set(re.findall(r"'(system:[^']+)'", text)) == {"system:serviceaccount:fairgpu-system:fairgpu"}
     policy = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-least-privilege")
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods", "nodes"]
     bindings = {d["spec"]["policyName"] for d in rendered if d["kind"] == "ValidatingAdmissionPolicyBinding"}

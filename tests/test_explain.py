@@ -117,3 +117,30 @@ def test_cli_explain_rejects_unknown_workload():
     result = CliRunner().invoke(app, ["simulate", "--scenario", "demo", "--explain", "nope@1h"])
     assert result.exit_code == 2
     assert "--explain: no workload named 'nope'" in result.output
+
+
+def test_every_pending_workload_gets_a_reason_before_any_is_told_again():
+    """The live reporter explains pending workloads within a budget per pass. Before, it went in submission
+    order: once the first ones were due again (10 s on) they took the budget back, and with more pending
+    than a pass covers the newest never got a reason (the long soak's "lost" pods, pending with none)."""
+    from itertools import islice
+
+    from fairgpu.k8s.reporter import Reporter
+
+    s = Scheduler([gpu_node("a0")], tree("a"), load_profile("fairgpu"))
+    s.submit(job("filler", "a", whole(8)))
+    s.cycle(0)
+    for i in range(12):
+        s.submit(job(f"w{i:02d}", "a", whole(1), t=1))
+    s.cycle(1)
+    told: list[str] = []
+
+    class Recording(Reporter):
+        def unschedulable(self, key: str, uid: str, message: str) -> None:
+            told.append(key)
+
+    reporter = Recording(None, "fairgpu", explain_every=10.0)  # type: ignore[arg-type]
+    for n in range(3):  # passes 10 s apart, each with room for 4 explanations
+        steps = reporter.report_pending(s, lambda name: (name,), lambda k: True, lambda k: "uid", 1 + 10 * n)
+        list(islice(steps, 4))
+    assert sorted(told) == [f"w{i:02d}" for i in range(12)]

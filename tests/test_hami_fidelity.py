@@ -182,7 +182,8 @@ def test_selection_annotations_in_kubernetes_mode():
     spec = pod_info(obj).spec
     assert spec.allows_uuid("GPU-a") and not spec.allows_uuid("GPU-b") and not spec.allows_uuid("GPU-c")
     assert spec.allows_model("NVIDIA A100-SXM4-80GB") and not spec.allows_model("NVIDIA H100")
-    assert (spec.node_policy, spec.gpu_policy, spec.gpu_mutex) == ("spread", "binpack", True)
+    # the chain as written (HAMi tells a chain from a single policy by its commas)
+    assert (spec.node_policy, spec.gpu_policy, spec.gpu_mutex) == ("spread", "binpack, numa ,mutex", True)
     assert spec.allows_mode("hami-core") and not spec.allows_mode("mps")
     gpus = {"nvidia.com/gpu": "2"}
     bad = {**ann, hami.GPU_POLICY: "fastest", hami.NUMA_BIND: "true"}

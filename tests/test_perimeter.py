@@ -43,6 +43,7 @@ SERVED = {
     "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "ConfigMap",
 }
 FAIRGPU = "system:serviceaccount:fairgpu-system:fairgpu"
 pytestmark = pytest.mark.skipif(KUBECTL is None or shutil.which("openssl") is None, reason="needs kubectl, openssl")
@@ -56,7 +57,7 @@ def path_of(doc: dict) -> str:
     group_version = doc["apiVersion"]
     base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
     ns = doc["metadata"].get("namespace")
-    if ns and doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+    if ns and doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ConfigMap"):
         base += f"/namespaces/{ns}"
     return f"{base}/{plural(doc['kind'])}"
 
@@ -111,10 +112,10 @@ def cluster(tmp_path, rendered):
     CA.append(str(cert))
     fake_api = FakeApiServer(("a", "b", "fairgpu-system"), (str(cert), str(key))).start()
     queues = {"team-a": ("a",)}
+    # fairgpu's webhook trusts whom the ConfigMap lists, read as `fairgpu run --trusted-identities` reads it
+    trusted = next(d for d in rendered if d["kind"] == "ConfigMap" and "trusted" in d["metadata"]["name"])["data"]
     hook = WebhookServer(
-        lambda: webhook_app(
-            queues.get, "fairgpu", Trust.of(FAIRGPU, ["system:serviceaccount:kube-system:hami-device-plugin"])
-        ),
+        lambda: webhook_app(queues.get, "fairgpu", Trust.of(FAIRGPU, trusted.values())),
         "127.0.0.1",
         0,
         str(cert),

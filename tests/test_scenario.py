@@ -174,7 +174,54 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "cluster.nodes",
         "collide",
     ),
+    ("gpu_numa not one per GPU", lambda d: node0(d).update(gpu_numa=[0, 1]), "cluster.nodes[0]", "gpu_numa: 2 entries"),
+    ("negative NUMA node", lambda d: node0(d).update(gpu_numa=[-1] * 8), "cluster.nodes[0].gpu_numa", "negative"),
+    ("mig mode without profiles", lambda d: node0(d).update(gpu_mode="mig"), "cluster.nodes[0]", "mig_profiles"),
+    ("unknown GPU mode", lambda d: node0(d).update(gpu_mode="vgpu"), "cluster.nodes[0].gpu_mode", "'hami-core'"),
+    (
+        "MIG profiles without mig mode",
+        lambda d: node0(d).update(mig_profiles=[MIG_1G]),
+        "cluster.nodes[0]",
+        "mig_profiles: needed with gpu_mode mig",
+    ),
+    (
+        "MIG profile memory without a unit",
+        lambda d: node0(d).update(gpu_mode="mig", mig_profiles=[{**MIG_1G, "memory": 5120}]),
+        "cluster.nodes[0].mig_profiles[0].memory",
+        "unit",
+    ),
+    (
+        "MIG profile without placements",
+        lambda d: node0(d).update(gpu_mode="mig", mig_profiles=[{**MIG_1G, "placements": []}]),
+        "cluster.nodes[0].mig_profiles[0].placements",
+        "at least 1",
+    ),
+    (
+        "MIG profile larger than the GPU",
+        lambda d: node0(d).update(gpu_mode="mig", mig_profiles=[{**MIG_1G, "memory": "90Gi"}]),
+        "cluster.nodes[0]",
+        "mig_profiles: 1g.5gb has more memory than the GPU",
+    ),
+    (
+        "pair_scores not GPU x GPU",
+        lambda d: node0(d).update(pair_scores=[[0, 1]] * 8),
+        "cluster.nodes[0]",
+        "pair_scores: 8 rows of 8 scores",
+    ),
+    (
+        "bad scoring weights",
+        lambda d: wl0(d).update(device_scoring_weights="slot=1,core=1"),
+        "workloads[0].device_scoring_weights",
+        "expected slot, core, and memory weights",
+    ),
+    (
+        "unknown GPU policy in a chain",
+        lambda d: wl0(d).update(gpu_scheduler_policy="binpack,fastest"),
+        "workloads[0].gpu_scheduler_policy",
+        "'fastest' is not one of",
+    ),
 ]
+MIG_1G = {"name": "1g.5gb", "memory": "5Gi", "cores": 14, "slices": 1, "placements": [{"start": 0, "size": 1}]}
 
 
 @pytest.mark.parametrize(("mutate", "path", "problem"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])

@@ -552,3 +552,47 @@ ClusterMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestClusterMachine = ClusterMachine.TestCase
+
+
+# -- dry runs in place ----------------------------------------------------------------------------------------
+
+
+def test_dry_run_frees_in_place_nests_and_leaves_everything_as_it_was() -> None:
+    from fairgpu.state import Footprint
+
+    state = ClusterState([node("n0"), node("n1"), node("n2")])
+    a = put(state, "a", whole(2), 0, (0, 1))
+    put(state, "b", frac(30, 1000), 1, (2,))
+    c = put(state, "c", frac(50, 2000), 1, (2,))
+    before, ledger, versions = snapshot(state), dict(state._ledger), state.node_version.copy()
+    freed = Footprint.from_rows(
+        [(a.node, a.cpu_m, a.memory_mib, 0), (c.node, c.cpu_m, c.memory_mib, 1)],
+        [(a.node, 0, 100, a.mem_mib[0], -1, 0), (a.node, 1, 100, a.mem_mib[1], -1, 0), (c.node, 2, 50, 2000, -1, 1)],
+    )
+    copy = state.without(freed)
+    with pytest.raises(RuntimeError), state.dry_run(freed) as dry:
+        assert dry is state
+        for name in ARRAYS:  # the very arrays a copy with the footprint freed has
+            assert np.array_equal(getattr(state, name), getattr(copy, name)), name
+        assert state.gpu_idle[0, :2].all() and state.node_idle_gpus[0] == 4
+        put(state, "\0dry", whole(4), 0, (0, 1, 2, 3))  # the freed GPUs can be taken in the dry run
+        with state.dry_run() as inner:
+            inner.release("b")
+            put(inner, "\0inner", frac(100, 1000), 1, (2,))
+            raise RuntimeError("a dry run that fails still undoes itself")
+    assert_same(state, before)
+    assert state._ledger == ledger
+    state.check_invariants()
+    # The touched nodes moved on, so caches recompute them; node 2 was never touched.
+    assert (state.node_version[:2] > versions[:2]).all() and state.node_version[2] == versions[2]
+    assert not state._journals
+
+
+def test_a_copy_made_in_a_dry_run_is_independent_of_it() -> None:
+    state = ClusterState([node("n0"), node("n1")])
+    with state.dry_run():
+        put(state, "\0x", whole(1), 0, (0,))
+        copy = state.copy()
+    assert copy.placement("\0x") is not None and state.placement("\0x") is None
+    put(copy, "y", whole(1), 1, (0,))  # no journal of the original's follows the copy
+    assert not copy._journals and state.gpu_idle[1, 0]

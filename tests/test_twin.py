@@ -5,6 +5,8 @@ puts the recorded run beside the replays, with other queues too."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +23,8 @@ from fairgpu.sim import scenario as scenario_mod
 from fairgpu.sim.recorded import read_fairgpu
 from fairgpu.sim.runner import Simulation
 from fairgpu.spec import QueueDoc
+from fairgpu.twin.encode import queue_doc
 from fairgpu.twin.recorder import EngineRecorder, Recorder
-from fairgpu.twin.schema import queue_doc
 from fairgpu.twin.writer import MIN_BYTES, TraceWriter
 from test_twin_parity import scenario as parity_scenario
 
@@ -43,6 +45,7 @@ def record(sc, path: Path, max_bytes: int = 100 << 20, keep: int = 3):
 def test_a_recorded_run_replays_to_the_same_run(tmp_path, name):
     """Gangs, reclaim and elastic shrinking: every workload starts when it started, is evicted as often."""
     sc = parity_scenario() if name == "parity" else scenario_mod.load(name)
+    sc.recreated = True  # as on a cluster, and so as a trace replays: evicted pods come back as new ones
     res = Simulation(sc, load_profile("fairgpu")).run()
     record(sc, tmp_path / "t.jsonl")
     trace = read_fairgpu(tmp_path / "t.jsonl")
@@ -98,7 +101,7 @@ def _set(key: str, value: object):
 @pytest.mark.parametrize(
     ("line", "change", "message"),
     [
-        (1, _set("version", 2), ":1: version: 2; this fairgpu reads version 1"),
+        (1, _set("version", 3), ":1: version: 3; this fairgpu reads versions 1 and 2"),
         (2, _set("t", "soon"), ":2: t: Input should be a valid number"),
         (4, lambda text: text[:-5], ":4: not JSON"),
         (4, _set("kind", "launch"), ":4: kind: 'launch' is not one of header, nodes"),
@@ -216,3 +219,23 @@ def test_record_refuses_a_bad_destination_before_connecting(tmp_path):
     )
     result = runner.invoke(app, ["record", str(tmp_path / "nope" / "t.jsonl"), "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 2 and "OUT: folder" in result.output
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_worked_example_in_the_docs_runs_and_prints_its_table(monkeypatch):
+    """docs/twin.md's worked example: its command, run from the repository root on the trace and queues
+    docs/examples/ ships, prints the very table the page shows (so the figures it reads out are current).
+    When an engine change moves them: `pytest tests/test_twin_parity.py --basetemp=DIR`, copy
+    DIR/test_live_simulated_and_replay0/trace.jsonl to docs/examples/twin-trace.jsonl, paste the new table
+    and reread it."""
+    text = (ROOT / "docs/twin.md").read_text()
+    section = text[text.index("## Worked example") : text.index("## Parity")]
+    command, table = re.search(r"```sh\n(.*?)```\n\n```\n(.*?)```", section, re.S).groups()
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, shlex.split(command)[1:])
+    assert result.exit_code == 0, result.output
+    printed = [line.rstrip() for line in result.stdout.splitlines()]
+    shown = table.strip().splitlines()
+    assert len(shown) > 10 and printed[-len(shown) :] == shown

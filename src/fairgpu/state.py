@@ -5,7 +5,9 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,8 @@ _SHARED = (
     "mig_cores",
     "mig_mask",
     "mig",
+    "has_pairs",
+    "gpu_pair",
     "node_cores_cap",
     "_unplaceable",
 )
@@ -107,6 +111,15 @@ class ClusterState:
         table = MigTable.of([[(d.mode, d.mig) for d in nd.gpus] for nd in self.nodes], g)
         self.has_mig, self.gpu_mig, self.mig_mem, self.mig_cores, self.mig_mask = table.fields()
         self.mig = table
+        # HAMi's GPU pair scores (topology-aware policy): (N, G, G), row j's score of card l; zeros when none
+        self.has_pairs = any(nd.pair_scores for nd in self.nodes)
+        self.gpu_pair = np.zeros((n, g, g) if self.has_pairs else (n, 0, 0), dtype=np.int64)
+        for i, nd in enumerate(self.nodes):
+            if nd.pair_scores:
+                k = len(nd.gpus)
+                self.gpu_pair[i, :k, :k] = nd.pair_scores
+        diagonal = np.arange(self.gpu_pair.shape[1])
+        self.gpu_pair[:, diagonal, diagonal] = 0  # HAMi never scores a card with itself
         self.mig_busy = np.zeros((n, g), dtype=np.int64)  # MIG slices in use, a bit per slice
 
         self.cpu_free = self.cpu_cap.copy()
@@ -126,6 +139,7 @@ class ClusterState:
         self.node_version = np.zeros(n, dtype=np.int64)
         self.version = 0
         self._ledger: dict[str, Placement] = {}
+        self._journals: list[_Journal] = []  # open dry runs, innermost last
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
     def copy(self) -> ClusterState:
@@ -137,25 +151,84 @@ class ClusterState:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
         new.version = self.version
+        new._journals = []
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
         """A dry-run copy with a footprint's resources freed, in a few vectorised updates (the ledger is
         not changed: the copy answers "what would fit", it is never committed)."""
         new = self.copy()
-        np.add.at(new.cpu_free, fp.pod_node, fp.pod_cpu)
-        np.add.at(new.mem_free, fp.pod_node, fp.pod_mem)
-        if len(fp.slot_node):
-            n, s, cores = fp.slot_node, fp.slot_idx, fp.slot_cores
-            np.add.at(new.gpu_cores_free, (n, s), cores)
-            np.add.at(new.gpu_mem_free, (n, s), fp.slot_mem)
-            np.add.at(new.gpu_tasks, (n, s), -1)
-            np.add.at(new.node_cores_free, n, cores)
-            whole = (cores >= GPU_CORES) & new.gpu_whole[n, s]
-            new.gpu_exclusive[n[whole], s[whole]] = False
-            new.gpu_idle = new.gpu_usable & (new.gpu_tasks == 0)
-            new.node_idle_gpus = new.gpu_idle.sum(axis=1).astype(np.int32)
+        new._free(fp)
         return new
+
+    @contextmanager
+    def dry_run(self, freed: Footprint | None = None) -> Iterator[ClusterState]:
+        """This very state, with a footprint's resources freed, for a dry run that may assign and release:
+        on leaving the block every array and the ledger are as they were (dry runs nest). Unlike a copy it
+        keeps what caches keyed by this state know (filter and score results, a score plugin's per-node
+        sums): only the nodes the dry run touched are recomputed, in it and after it, as their
+        `node_version` moves on."""
+        journal = _Journal(self.num_nodes)
+        self._journals.append(journal)
+        try:
+            if freed is not None and len(freed.pod_node):
+                nodes = np.concatenate([freed.pod_node, freed.slot_node])
+                journal.save(self, nodes)
+                self._free(freed)
+                self.node_version[nodes] += 1
+                self.version += 1
+            yield self
+        finally:
+            self._journals.pop()
+            journal.undo(self)
+
+    def _free(self, fp: Footprint) -> None:
+        """Free a footprint's resources in place (the ledger and versions are the caller's)."""
+        np.add.at(self.cpu_free, fp.pod_node, fp.pod_cpu)
+        np.add.at(self.mem_free, fp.pod_node, fp.pod_mem)
+        if not len(fp.slot_node):
+            return
+        n, s, cores = fp.slot_node, fp.slot_idx, fp.slot_cores
+        # on the flat arrays, in their own dtypes: ufunc.at on 2-D indices or with a cast is far slower
+        flat = n * self.gpu_valid.shape[1] + s
+        np.add.at(self.gpu_cores_free.reshape(-1), flat, cores.astype(self.gpu_cores_free.dtype))
+        np.add.at(self.gpu_mem_free.reshape(-1), flat, fp.slot_mem.astype(self.gpu_mem_free.dtype))
+        np.add.at(self.gpu_tasks.reshape(-1), flat, self.gpu_tasks.dtype.type(-1))
+        np.add.at(self.node_cores_free, n, cores)
+        whole = (cores >= GPU_CORES) & self.gpu_whole[n, s]
+        self.gpu_exclusive[n[whole], s[whole]] = False
+        rows = np.zeros(self.num_nodes, dtype=bool)
+        rows[n] = True
+        self.gpu_idle[rows] = self.gpu_usable[rows] & (self.gpu_tasks[rows] == 0)
+        self.node_idle_gpus[rows] = self.gpu_idle[rows].sum(axis=1)
+        if (fp.slot_mig != -1).any():
+            self._free_mig(fp)
+
+    def _free_mig(self, fp: Footprint) -> None:
+        """Give the footprint's MIG instances back: real instances never share a slice, so their bits clear;
+        a card that holds or frees a MIG_WHOLE entry (every slice) is recomputed from what the ledger keeps."""
+        mig = fp.slot_mig != -1
+        n, s, c = fp.slot_node[mig], fp.slot_idx[mig], fp.slot_mig[mig]
+        real = c >= 0
+        bits = np.zeros(len(c), dtype=np.int64)
+        bits[real] = self.mig_mask[n[real], s[real], c[real]]
+        odd = {(int(a), int(b)) for a, b in zip(n, s, strict=True) if self.mig_busy[a, b] == -1}
+        freed = np.zeros_like(self.mig_busy)
+        np.bitwise_or.at(freed, (n, s), bits)
+        self.mig_busy &= ~freed
+        if not odd:
+            return
+        gone = Counter(zip(n.tolist(), s.tolist(), c.tolist(), strict=True))
+        held = dict.fromkeys(odd, 0)
+        for q in self._ledger.values():
+            for slot, cand in zip(q.slots, q.mig, strict=False):
+                if (q.node, slot) in held and cand != -1:
+                    if gone[(q.node, slot, cand)] > 0:
+                        gone[(q.node, slot, cand)] -= 1
+                    else:
+                        held[(q.node, slot)] |= self.mig_slices(q.node, slot, cand)
+        for (a, b), h in held.items():
+            self.mig_busy[a, b] = h
 
     # -- sizes --------------------------------------------------------------------------------------
     @property
@@ -217,9 +290,15 @@ class ClusterState:
     ) -> Placement:
         """The Placement that pod would get on these slots of that node: its GPU containers' cards in turn,
         `segments` of them each (one container when empty)."""
-        slots = tuple(int(s) for s in slots)
-        if pod.gpu is None:
+        slots = tuple(slots.tolist() if isinstance(slots, np.ndarray) else (int(s) for s in slots))
+        g = pod.gpu
+        if g is None:
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
+        if not self.has_mig and not pod.more_gpus:  # one container, no MIG card: in scalar steps
+            n = len(slots)
+            caps = self.gpu_mem_cap[node].tolist()
+            mem_n = (g.mem_mib,) * n if g.mem_mib else tuple(caps[s] * g.mem_pct // 100 for s in slots)
+            return Placement(node, slots, (g.cores,) * n, mem_n, pod.cpu_m, pod.memory_mib, segments)
         # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.
         cores: list[int] = []
@@ -259,6 +338,8 @@ class ClusterState:
             raise StateError(f"{key} is already placed")
         if not self.fits(p):
             raise StateError(f"{key} does not fit on node {self.node_names[p.node]}")
+        if self._journals:
+            self._journals[-1].changing(self, key, p.node)
         self._apply(p, -1)
         self._ledger[key] = p
 
@@ -266,6 +347,8 @@ class ClusterState:
         p = self._ledger.pop(key, None)
         if p is None:
             raise StateError(f"{key} is not placed")
+        if self._journals:
+            self._journals[-1].changing(self, key, p.node, p)
         self._apply(p, +1)
         return p
 
@@ -414,3 +497,42 @@ class ClusterState:
             raise StateError("idle-GPU index disagrees with the placements held")
         if not np.array_equal(cores.sum(axis=1), self.node_cores_free):
             raise StateError("per-node free GPU cores disagree with the placements held")
+
+
+_SAVED = tuple(name for name in _ARRAYS if name != "node_version")  # versions only move forward
+
+
+class _Journal:
+    """What one dry run changed, to undo it: the rows of the nodes it touched as they were before, and
+    the ledger entries it added or removed."""
+
+    def __init__(self, nodes: int) -> None:
+        self.saved = np.zeros(nodes, dtype=bool)
+        self.rows: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        self.ledger: list[tuple[str, Placement | None]] = []  # (key, placement it had before: None = none)
+
+    def save(self, state: ClusterState, nodes: np.ndarray) -> None:
+        new = np.unique(nodes[~self.saved[nodes]])
+        if new.size:
+            self.saved[new] = True
+            self.rows.append((new, [getattr(state, name)[new].copy() for name in _SAVED]))
+
+    def changing(self, state: ClusterState, key: str, node: int, placed: Placement | None = None) -> None:
+        """A placement is about to be assigned (`placed` None) or released on `node`."""
+        if not self.saved[node]:
+            self.save(state, np.array([node]))
+        self.ledger.append((key, placed))
+
+    def undo(self, state: ClusterState) -> None:
+        for key, before in reversed(self.ledger):
+            if before is None:
+                del state._ledger[key]
+            else:
+                state._ledger[key] = before
+        for nodes, values in self.rows:
+            for name, value in zip(_SAVED, values, strict=True):
+                getattr(state, name)[nodes] = value
+        if self.rows:
+            touched = np.flatnonzero(self.saved)
+            state.node_version[touched] += 1
+            state.version += 1

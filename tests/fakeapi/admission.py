@@ -244,17 +244,31 @@ class Admission:
             if policy is None:
                 continue
             spec = policy.get("spec") or {}
-            rules = (spec.get("matchConstraints") or {}).get("resourceRules") or []
-            if not any(_rule_matches(rule, req) for rule in rules):
+            scope = spec.get("matchConstraints") or {}  # rules and selectors as a webhook's, no conditions
+            keys = ("namespaceSelector", "objectSelector")
+            hook = {"name": _name(policy), "rules": scope.get("resourceRules") or [], **{k: scope.get(k) for k in keys}}
+            if not self._matches(hook, req):
                 continue
             who = (
                 f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding '{binding['metadata']['name']}'"
             )
             failure = spec.get("failurePolicy", "Fail")
-            if not self._conditions(spec.get("matchConditions") or [], req, failure, who):
+            params: dict = {}
+            if spec.get("paramKind"):  # the binding's paramRef names the object the policy reads as `params`
+                ref = (binding.get("spec") or {}).get("paramRef") or {}
+                kind = BY_KIND.get(spec["paramKind"].get("kind", ""))
+                found = kind and self.store.objects.get(
+                    (kind.group, kind.plural, ref.get("namespace", ""), ref.get("name"))
+                )
+                if not found:
+                    if ref.get("parameterNotFoundAction") == "Allow":
+                        continue
+                    raise ApiError(403, "Forbidden", f"{who} denied request: no params found for policy binding")
+                params = {"params": found}
+            if not self._conditions(spec.get("matchConditions") or [], req, failure, who, params):
                 continue
             variables: dict = {}
-            activation = {"object": req.obj, "oldObject": req.old, "request": req.cel_request()}
+            activation = {"object": req.obj, "oldObject": req.old, "request": req.cel_request(), **params}
             try:
                 for var in spec.get("variables") or []:
                     variables[var["name"]] = _plain(cel(var["expression"], {**activation, "variables": variables}))

@@ -77,6 +77,7 @@ RESOURCES = [
         "fairgpu.io", "v1alpha1", "Queue", "queues", False, subresources=("status",), generation=True, custom=True
     ),
     Resource("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",)),
+    Resource("", "v1", "ConfigMap", "configmaps", True, short_names=("cm",)),
     Resource("batch", "v1", "Job", "jobs", True, subresources=("status",), generation=True),
     *(
         Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced)

@@ -49,6 +49,12 @@ def run_cmd(
         list[str] | None,
         typer.Option(help="A user who may also write scheduling keys (HAMi's device plugin, say); repeatable."),
     ] = None,
+    trusted_identities: Annotated[
+        str | None,
+        typer.Option(
+            help="A directory of trusted identities, one per file: the ConfigMap the API server's policy reads."
+        ),
+    ] = None,
     pod_controller: Annotated[
         list[str] | None,
         typer.Option(help="A user that makes pods from templates, whose pods keep the template's user; repeatable."),
@@ -69,7 +75,7 @@ def run_cmd(
     import socket
 
     from fairgpu.k8s import app as live
-    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust
+    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, read_trusted
     from fairgpu.k8s.kubeconfig import check_kubeconfig
 
     try:
@@ -98,7 +104,11 @@ def run_cmd(
         check_kubeconfig(kubeconfig)  # after the addresses, so an unsafe exposure is named first
     except FairgpuError as err:
         raise fail(str(err)) from err
-    trust = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    try:
+        trusted = [*(trusted_identity or ()), *(read_trusted(trusted_identities) if trusted_identities else ())]
+    except InputError as err:
+        raise fail(str(err)) from err
+    trust = Trust.of(service_account, trusted, pod_controller or DEFAULT_CONTROLLERS)
     try:
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:

@@ -62,6 +62,13 @@ class ShareAccounting:
         v.history_dom = fairness.dominant_shares(self._history * self._decay_rate[:, None], v.capacity)
         v.share_ratio = fairness.share_ratio(v.usage_dom + v.history_dom, v.entitled_dom)
 
+    def inherit(self, old: ShareAccounting, same: list[tuple[int, int]], now: float) -> None:
+        """Take over `old`'s decayed usage, brought up to `now`, for each (queue here, queue there) pair."""
+        old._decay(now)
+        for mine, theirs in same:
+            self._history[mine] = old._history[theirs]
+        self._history_t = now
+
     def _decay(self, now: float) -> None:
         if self._history_t is not None and now > self._history_t:
             lam = self._decay_rate

@@ -1,24 +1,30 @@
 """HAMi's per-container Fit (pkg/scheduler/score.go `fitInDevices`, pkg/device/nvidia/device.go `Fit`) over
 many nodes at once, for the pods whose cards HAMi chooses container by container: several GPU containers
-(each fitted on the usage the ones before it left, so two containers may share a card), or a container
-bound to one NUMA node (`nvidia.com/numa-bind`).
+(each fitted on the usage the ones before it left, so two containers may share a card), a GPU policy or
+scoring weights of the pod's own (hami.io/gpu-scheduler-policy, hami.io/device-scoring-weights), or a
+container bound to one NUMA node (`nvidia.com/numa-bind`).
 
-Cards are taken in HAMi's order: its card score (used/count + used cores/cores + used MiB/MiB) lowest first
-under the default `spread` GPU policy, highest first under `binpack`; ties go to the higher NUMA node, then
-the higher index, as HAMi's Fit walks its sorted list from the end. With numa-bind each container's cards
-come from the first NUMA group in that walk (lowest first under binpack, highest under spread) that has
-enough of them. Array operations over (nodes, cards) per container: no loop over nodes.
+Cards are taken in HAMi's order (`_walk`): its weighted card score, NUMA and index as its policy chain says.
+With numa-bind each container's cards come from the first NUMA group in that walk that has enough of them.
+Under `topology-aware` HAMi collects every fitting card and takes the combination with the highest summed
+pair scores (hami.io/node-nvidia-score), or for one card the worst connected. Array operations over (nodes,
+cards) per container: no loop over nodes.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
+from fairgpu.model.constraints import gpu_sort_chain
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.state import ClusterState
+
+VENDOR = "NVIDIA"  # the type HAMi's NVIDIA container requests carry
 
 
 @dataclass(slots=True)
@@ -70,24 +76,27 @@ def fit_containers(
     )  # fmt: skip
     fits = np.ones(n, dtype=bool)
     picks: list[np.ndarray] = []
-    binpack = pod.gpu_policy == "binpack"
-    cols = np.arange(st.gpu_valid.shape[1])
     numa = st.gpu_numa[rows]
+    checked = st.gpu_usable[rows] if allowed is None else st.gpu_usable[rows] & allowed
+    topology = pod.gpu_topology
     for g in pod.gpus:
         ok = card_ok(st, g, rows, u)
         if allowed is not None:
             ok &= allowed
         if pod.gpu_mutex:
             ok &= u.tasks == 0
-        if pod.numa_bind:
-            ok &= numa == _numa_group(ok, numa, g.count, binpack)[:, None]
-        fits &= ok.sum(axis=1) >= g.count
-        score = _card_score(st, rows, u)
-        key = np.where(ok, -score if binpack else score, np.inf)
-        order = np.lexsort((-cols[None, :].repeat(n, 0), -numa, key), axis=1)[:, : g.count]
-        picks.append(order)
+        order = _walk(pod, _card_score(st, rows, u, g, pod.gpu_weights), u.tasks, numa)
+        if pod.numa_bind and topology:
+            ok &= _last_numa_run(order, checked, numa)
+        elif pod.numa_bind:
+            ok &= numa == _numa_group(ok, numa, g.count, _numa_ascending(pod))[:, None]
+        ok_first = np.take_along_axis(order, np.argsort(~np.take_along_axis(ok, order, 1), axis=1, kind="stable"), 1)
+        m = ok.sum(axis=1)
+        fits &= m >= g.count
+        chosen = _topology(st, rows, ok_first, m, g.count) if topology else ok_first[:, : g.count]
+        picks.append(chosen)
         r = np.repeat(np.arange(n)[fits], g.count)
-        s = order[fits].ravel()
+        s = chosen[fits].ravel()
         mem = np.full(len(s), g.mem_mib) if g.mem_mib else st.gpu_mem_cap[rows][r, s] * g.mem_pct // 100
         cores = np.full(len(s), g.cores)
         if st.has_mig:  # a MIG card books the profile HAMi picks, and its slices
@@ -104,22 +113,122 @@ def fit_containers(
     return fits, picks
 
 
-def _card_score(st: ClusterState, rows: np.ndarray, u: _Usage) -> np.ndarray:
-    """HAMi's card score (`ComputeScore`, weights 1): slots, cores and memory in use, as fractions."""
+def _card_score(
+    st: ClusterState, rows: np.ndarray, u: _Usage, g: GpuRequest, weights: tuple[int, int, int]
+) -> np.ndarray:
+    """HAMi's card score (pkg/scheduler/policy/gpu_policy.go `ComputeScore`) in its float32:
+    10 × (slot weight × tasks/count + core weight × used/total cores + memory weight × used/total MiB), 0 on a
+    card with no count, cores or memory. The container's own request counts too only on a card whose type is
+    the request's, "NVIDIA" exactly: HAMi's device plugin registers model names, so in practice never."""
+    f = np.float32
     split, cores, mem = st.gpu_split[rows], st.gpu_cores_cap[rows], st.gpu_mem_cap[rows]
-    score = np.zeros(u.tasks.shape)
-    for used, cap in ((u.tasks, split), (cores - u.cores_free, cores), (mem - u.mem_free, mem)):
-        score += np.divide(used, cap, out=np.zeros(u.tasks.shape), where=cap > 0)
-    return score
+    live = (split > 0) & (cores > 0) & (mem > 0)
+    tasks, used_cores, used_mem = u.tasks, cores - u.cores_free, mem - u.mem_free
+    if VENDOR in st.models:
+        typed = st.gpu_model[rows] == st.models.index(VENDOR)
+        tasks = tasks + typed
+        used_cores = used_cores + typed * g.cores
+        used_mem = used_mem + typed * (mem * g.mem_pct // 100 if not g.mem_mib else g.mem_mib)
+    one = np.ones_like(split)
+    slot = tasks.astype(f) / np.where(live, split, one).astype(f)
+    core = used_cores.astype(f) / np.where(live, cores, one).astype(f)
+    memory = used_mem.astype(f) / np.where(live, mem, one).astype(f)
+    ws, wc, wm = (f(w) for w in weights)
+    return np.where(live, f(10) * (ws * slot + wc * core + wm * memory), f(0))
 
 
-def _numa_group(ok: np.ndarray, numa: np.ndarray, count: int, binpack: bool) -> np.ndarray:
-    """Per row, the NUMA node HAMi's walk settles on: the first (lowest under binpack, highest under
-    spread) with `count` fitting cards; -1 where none has."""
+def _walk(pod: PodSpec, score: np.ndarray, tasks: np.ndarray, numa: np.ndarray) -> np.ndarray:
+    """(rows, G): the cards in the order HAMi's Fit visits them, the end of its sorted list first
+    (gpu_policy.go `Less`): a chain (a comma, or bare `numa`) by its keys then the lower index; `mutex` by
+    tasks, then NUMA; under numa-bind NUMA first; else `binpack` fullest card first, anything else (`spread`)
+    emptiest first, NUMA breaking ties. Equal cards go the higher column first (the card index)."""
+    col = np.broadcast_to(-np.arange(score.shape[1]), score.shape)
+    binpack = pod.gpu_policy == "binpack"
+    chain = gpu_sort_chain(pod.gpu_policy, pod.numa_bind)
+    if chain is not None:
+        by = {"binpack": -score, "spread": score, "numa": -numa}
+        keys = [by[k] for k in chain]
+    elif pod.gpu_policy == "mutex":
+        keys = [tasks, -numa]
+    elif pod.numa_bind:
+        keys = [numa, -score] if binpack else [-numa, score]
+    else:
+        keys = [-score if binpack else score, -numa]
+    return np.lexsort((col, *reversed(keys)), axis=1)
+
+
+def _numa_ascending(pod: PodSpec) -> bool:
+    """HAMi's walk meets NUMA nodes lowest first only under a single `binpack` policy with numa-bind."""
+    return pod.gpu_policy == "binpack"
+
+
+def _numa_group(ok: np.ndarray, numa: np.ndarray, count: int, ascending: bool) -> np.ndarray:
+    """Per row, the NUMA node HAMi's walk settles on: the first (lowest when ascending, else highest) with
+    `count` fitting cards; -1 where none has."""
     groups = np.unique(numa)
-    groups = groups if binpack else groups[::-1]
+    groups = groups if ascending else groups[::-1]
     enough = np.stack([(ok & (numa == v)).sum(axis=1) >= count for v in groups], axis=1)
     return np.where(enough.any(axis=1), groups[np.argmax(enough, axis=1)], -1)
+
+
+def _last_numa_run(order: np.ndarray, checked: np.ndarray, numa: np.ndarray) -> np.ndarray:
+    """(rows, G) the cards of the last NUMA run of HAMi's walk. With numa-bind its Fit starts afresh at every
+    change of NUMA node among the cards that pass the health, cordon and type checks; under topology-aware it
+    never stops early, so it keeps only the cards of the last run."""
+    chk = np.take_along_axis(checked, order, 1)
+    nm = np.take_along_axis(numa, order, 1)
+    g = order.shape[1]
+    last = g - 1 - np.argmax(chk[:, ::-1], axis=1)  # last checked position (any, when none is checked)
+    group = nm[np.arange(len(nm)), last]
+    other = chk & (nm != group[:, None])
+    start = np.where(other.any(axis=1), g - np.argmax(other[:, ::-1], axis=1), 0)  # after the last change
+    run = np.arange(g)[None, :] >= start[:, None]
+    out = np.zeros_like(checked)
+    np.put_along_axis(out, order, run, axis=1)
+    return out
+
+
+_COMBO_BUDGET = 1 << 22  # (rows × combinations × pairs) gathered at once by _topology
+
+
+@functools.cache
+def _combinations(m: int, k: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, k) every k of walk positions 0..m-1, in the order HAMi's generateCombinations lists them, and (C,
+    pairs) each one's pairs (earlier position first) as indices into a flattened g × g matrix."""
+    combos = np.array(list(itertools.combinations(range(m), k)), dtype=np.int64).reshape(-1, k)
+    a, b = (np.array(x, dtype=np.int64) for x in zip(*itertools.combinations(range(k), 2), strict=True))
+    return combos, combos[:, a] * g + combos[:, b]
+
+
+def _topology(st: ClusterState, rows: np.ndarray, ok_first: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
+    """The cards HAMi's topology-aware Fit takes among the `m` fitting cards that `ok_first` lists in walk order
+    (pkg/device/nvidia/device.go): all of them when exactly `k` fit; for one card the worst connected (least
+    summed score to the other fitting cards, `computeWorstSingleCard`); for several the combination with the
+    most summed pair scores (`computeBestCombination`), the first in HAMi's order on ties."""
+    chosen = ok_first[:, :k].copy()
+    if not st.has_pairs:
+        return chosen  # every score 0: HAMi keeps the first card, the first combination
+    pair = st.gpu_pair[rows]
+    many = np.flatnonzero((m > k) & pair.any(axis=(1, 2)))
+    if k == 1 and many.size:
+        cand, p = ok_first[many], pair[many]
+        at = np.arange(len(many))[:, None, None]
+        inside = np.arange(cand.shape[1])[None, :] < m[many, None]
+        total = np.where(inside[:, None, :], p[at, cand[:, :, None], cand[:, None, :]], 0).sum(axis=2)
+        worst = np.where(inside, total, np.iinfo(np.int64).max).argmin(axis=1)
+        chosen[many, 0] = cand[np.arange(len(many)), worst]
+    elif many.size:
+        combos, flat = _combinations(int(m[many].max()), k, ok_first.shape[1])
+        step = max(1, _COMBO_BUDGET // (len(combos) * flat.shape[1]))
+        for lo in range(0, len(many), step):
+            sub = many[lo : lo + step]
+            order = ok_first[sub]
+            # pair scores by walk position (row a's score of b), then every combination's pairs in one gather
+            walked = np.take_along_axis(np.take_along_axis(pair[sub], order[:, :, None], 1), order[:, None, :], 2)
+            total = walked.reshape(len(sub), -1)[:, flat].sum(axis=2)
+            total = np.where(combos.max(axis=1)[None, :] < m[sub, None], total, np.iinfo(np.int64).min)
+            chosen[sub] = np.take_along_axis(order, combos[total.argmax(axis=1)], 1)
+    return chosen
 
 
 def placement_cards(st: ClusterState, pod: PodSpec, node: int, allowed: np.ndarray | None) -> tuple[int, ...]:

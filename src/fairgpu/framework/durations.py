@@ -41,6 +41,12 @@ class Durations:
             else None
         )
 
+    def inherit(self, old: Durations, same: list[tuple[int, int]]) -> None:
+        """Take over `old`'s run times for each (queue here, queue there) pair."""
+        for mine, theirs in same:
+            self._seen[mine] = old._seen[theirs].copy()
+            self._cache[mine] = old._cache[theirs]
+
     def learned(self, queue: int) -> float | None:
         """The queue's estimate in seconds; None until it has seen MIN_SAMPLES finished workloads."""
         return self._cache[queue]

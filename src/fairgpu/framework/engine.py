@@ -21,16 +21,6 @@ from fairgpu.state import ClusterState, Placement
 
 
 @dataclass(slots=True)
-class VictimRows:
-    """A running workload's rows of the victim table, kept until its placements change (`version`)."""
-
-    version: int
-    pods: list[tuple[int, int, int]]  # (node, cpu_m, memory_mib) per placed pod
-    slots: list[list[tuple[int, int, int, int]]]  # per placed pod: (node, slot, cores, MiB) per GPU
-    held: np.ndarray  # fair vector of its placed pods
-
-
-@dataclass(slots=True)
 class Entry:
     """A submitted workload as the engine tracks it."""
 
@@ -43,8 +33,6 @@ class Entry:
     key: int = -1  # id of what must fit next: failures are cached by it within a cycle
     terminating: bool = False  # being evicted: holds its resources until the driver removes it
     leaving: np.ndarray | None = None  # fair vector the eviction takes away
-    version: int = 0  # bumped whenever its placements change
-    victim_rows: VictimRows | None = None
     order: tuple[float, float, int] = (0.0, 0.0, 0)  # (-priority, submit time, seq): its place in its queue
     started: float | None = None
     backfilled: frozenset[str] = frozenset()  # reservations whose nodes it entered by promising to end first

@@ -6,7 +6,8 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 from weakref import WeakKeyDictionary
@@ -216,11 +217,37 @@ class VictimUnit:
     whole: bool  # False: only pods above an elastic workload's min_pods
 
 
+class VictimUnits:
+    """The table's units in order, each made on first use: a decision reads a handful of thousands."""
+
+    __slots__ = ("_count", "_made", "_make")
+
+    def __init__(self, count: int, make: Callable[[int], VictimUnit]) -> None:
+        self._count, self._make = count, make
+        self._made: dict[int, VictimUnit] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: int) -> VictimUnit:
+        i = int(i)
+        if not -self._count <= i < self._count:
+            raise IndexError(i)
+        i %= self._count
+        unit = self._made.get(i)
+        if unit is None:
+            unit = self._made[i] = self._make(i)
+        return unit
+
+    def __iter__(self) -> Iterator[VictimUnit]:
+        return (self[i] for i in range(self._count))
+
+
 @dataclass(slots=True)
 class VictimTable:
     """Every unit of running work that could be evicted, as arrays for vectorised policy and cost."""
 
-    units: list[VictimUnit]
+    units: VictimUnits
     queue: np.ndarray  # (U,)
     started: np.ndarray
     priority: np.ndarray
@@ -229,21 +256,6 @@ class VictimTable:
     charge: np.ndarray  # (U, R)
     footprint: Footprint  # rows tagged by unit
     alive: np.ndarray  # bool: False once it is being evicted
-
-    @classmethod
-    def of(cls, units: list[VictimUnit], dims: int, footprint: Footprint) -> VictimTable:
-        n = len(units)
-        return cls(
-            units,
-            np.fromiter((u.queue for u in units), dtype=np.int64, count=n),
-            np.fromiter((u.started for u in units), dtype=np.float64, count=n),
-            np.fromiter((u.workload.priority for u in units), dtype=np.int64, count=n),
-            np.fromiter((u.workload.preemptible for u in units), dtype=bool, count=n),
-            np.fromiter((u.whole for u in units), dtype=bool, count=n),
-            np.array([u.charge for u in units], dtype=np.float64).reshape(n, dims),
-            footprint,
-            np.ones(n, dtype=bool),
-        )
 
 
 @dataclass(slots=True)
@@ -271,8 +283,16 @@ class PreemptContext:
         return self._victims
 
     def potential(self, units: np.ndarray) -> EngineView:
-        """A view over the cluster as it would be with these units (a boolean per unit) evicted."""
+        """A view over a copy of the cluster as it would be with these units (a boolean per unit) evicted."""
         return replace(self.view, state=self.view.state.without(self.victims.footprint.select(units)))
+
+    @contextmanager
+    def dry_run(self, units: np.ndarray) -> Iterator[EngineView]:
+        """The view itself, its cluster as it would be with these units evicted until the block ends
+        (ClusterState.dry_run): placing pods there rescores only the nodes that changed, where a copy
+        (`potential`) starts every plugin's per-state caches afresh."""
+        with self.view.state.dry_run(self.victims.footprint.select(units)):
+            yield self.view
 
 
 @runtime_checkable

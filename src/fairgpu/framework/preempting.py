@@ -9,15 +9,17 @@ planned with, so two never count on the same free GPUs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.framework import placement as pl
+from fairgpu.framework import victims
 from fairgpu.framework.accounting import ShareAccounting
-from fairgpu.framework.engine import CycleResult, Entry, VictimRows
-from fairgpu.framework.interfaces import EngineView, Evict, PreemptContext, Profile, VictimTable, VictimUnit
+from fairgpu.framework.engine import CycleResult, Entry
+from fairgpu.framework.interfaces import EngineView, Evict, PreemptContext, Profile, VictimTable
 from fairgpu.framework.lookahead import StartPlan
 from fairgpu.framework.reservations import Reservations
 from fairgpu.model.queue import QueueTree
@@ -45,7 +47,7 @@ class Preempting:
         self._version = 0  # bumped on every assign/release, so the cached victim table knows
         self._table_version = -1
         self._table: VictimTable | None = None
-        self._index: dict[str, list[int]] = {}
+        self._index: dict[str, int] = {}  # running workload → its first unit in the cached table
 
     def placements_changed(self) -> None:
         self._version += 1
@@ -95,31 +97,36 @@ class Preempting:
         # It starts only when its victims' grace has passed: plan around reservations it would then meet.
         usage = self._committed_usage()
         exclude = self.reservations.nodes_to_avoid(wl, entry.queue, now, now + self.max_grace, preempting=True)
-        view = self._planned_view(entry)
-        ctx = PreemptContext(wl, entry.queue, charge, rest, view, now, self.victims, self.profile, usage, exclude)
-        for plugin in self.profile.preempt:
-            chosen = plugin.preempt(ctx)
-            if chosen is None or not len(chosen):
-                continue
-            at, nodes, table = now, set[int](), ctx.victims
-            for i in chosen:
-                unit = table.units[i]
-                pods = None if unit.whole else unit.pods
-                grace = self.evict(self.running[unit.workload.name], unit.charge, pods, wl.name, now, result)
-                at = max(at, now + grace)
-                nodes.update(p.node for p in unit.placements)
-            # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
-            # must not go to others while the victims leave.
-            gone = np.zeros(len(table.units), dtype=bool)
-            gone[chosen] = True
-            keys = [scratch_key("reserve", i) for i in range(len(rest))]
-            planned = tuple(pl.place_all(rest, keys, ctx.potential(gone), self.profile, exclude))
-            nodes.update(p.node for p in planned)
-            unit_ids = np.arange(len(gone))
-            given = tuple((table.units[i].workload.name, table.footprint.select(unit_ids == i)) for i in chosen)
-            self.reservations.hold(wl.name, entry.queue, StartPlan(at, frozenset(nodes)), False, planned, given)
-            return True
+        with self._planned_view(entry) as view:
+            ctx = PreemptContext(wl, entry.queue, charge, rest, view, now, self.victims, self.profile, usage, exclude)
+            for plugin in self.profile.preempt:
+                chosen = plugin.preempt(ctx)
+                if chosen is not None and len(chosen):
+                    self._hold(entry, ctx, chosen, result)
+                    return True
         return False
+
+    def _hold(self, entry: Entry, ctx: PreemptContext, chosen: np.ndarray, result: CycleResult) -> None:
+        """Evict the chosen victims for the workload, and hold the room they make for it."""
+        wl, now, table = entry.workload, ctx.now, ctx.victims
+        at, nodes = now, set[int]()
+        for i in chosen:
+            unit = table.units[i]
+            pods = None if unit.whole else unit.pods
+            grace = self.evict(self.running[unit.workload.name], unit.charge, pods, wl.name, now, result)
+            at = max(at, now + grace)
+            nodes.update(p.node for p in unit.placements)
+        # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
+        # must not go to others while the victims leave.
+        gone = np.zeros(len(table.units), dtype=bool)
+        gone[chosen] = True
+        keys = [scratch_key("reserve", i) for i in range(len(ctx.pods))]
+        with ctx.dry_run(gone) as dry:
+            planned = tuple(pl.place_all(ctx.pods, keys, dry, self.profile, ctx.exclude))
+        nodes.update(p.node for p in planned)
+        unit_ids = np.arange(len(gone))
+        given = tuple((table.units[i].workload.name, table.footprint.select(unit_ids == i)) for i in chosen)
+        self.reservations.hold(wl.name, entry.queue, StartPlan(at, frozenset(nodes)), False, planned, given)
 
     def evict(
         self,
@@ -139,38 +146,39 @@ class Preempting:
         for q in self.tree.paths_of[victim.queue]:
             self.leaving[q] += charge
         self.evicted_for[victim.workload.name] = for_whom
-        ids = self._index.get(victim.workload.name)
-        if self._table is not None and ids:
-            self._table.alive[ids] = False  # no longer a candidate victim
+        if self._table is not None:
+            self._mark_gone(self._table, victim.workload.name)
         result.evictions.append(
             Evict(victim.workload.name, reason or f"preempted for {for_whom}", now + grace, pods, grace)
         )
         return grace
 
-    def _planned_view(self, entry: Entry) -> EngineView:
-        """The cluster a preemptor plans in. Preemptors of one queue share the room eviction makes, so room
-        another of them already planned with is taken: what its victims give up freed (while they are still
-        leaving), its pods where they will go. Two of them never count on the same free GPUs (one would find
-        its room gone, and preempt again)."""
+    @contextmanager
+    def _planned_view(self, entry: Entry) -> Iterator[EngineView]:
+        """The cluster a preemptor plans in, for the length of the block. Preemptors of one queue share the
+        room eviction makes, so room another of them already planned with is taken: what its victims give
+        up freed (while they are still leaving), its pods where they will go. Two of them never count on
+        the same free GPUs (one would find its room gone, and preempt again)."""
         others = [
             res
             for name, res in self.reservations.items()
             if name != entry.workload.name and not res.starving and res.queue == entry.queue and res.planned
         ]
         if not others:
-            return self.view
+            yield self.view
+            return
         leaving = [
             fp
             for res in others
             for victim, fp in res.victims
             if (held := self.running.get(victim)) is not None and held.terminating
         ]
-        state = self.state.without(Footprint.union(leaving)) if leaving else self.state.copy()
-        for res in others:
-            for i, p in enumerate(res.planned):
-                if state.fits(p):
-                    state.assign(scratch_key("planned", res.workload, i), p)
-        return replace(self.view, state=state)
+        with self.state.dry_run(Footprint.union(leaving) if leaving else None) as state:
+            for res in others:
+                for i, p in enumerate(res.planned):
+                    if state.fits(p):
+                        state.assign(scratch_key("planned", res.workload, i), p)
+            yield self.view
 
     def _committed_usage(self) -> np.ndarray:
         """(Q, R) usage as it will be once evictions under way complete: victims' leaving charge gone,
@@ -185,47 +193,25 @@ class Preempting:
 
     def victims(self) -> VictimTable:
         """Running work that could be evicted — whole workloads, and each elastic workload's newest extra
-        pod — as arrays; rebuilt only when what runs has changed since the last preemption decision, from
-        per-workload rows that are recomputed only for workloads whose placements changed."""
+        pod — as arrays (framework/victims.py); rebuilt only when what runs has changed since the last
+        preemption decision."""
         if any(at <= self.view.now for at in self.refused.values()):  # refusals past their back-off
             self.refused = {n: at for n, at in self.refused.items() if at > self.view.now}
             self._version += 1
         if self._table is not None and self._table_version == self._version:
             return self._table
-        units: list[VictimUnit] = []
-        index: dict[str, list[int]] = {}
-        pod_rows: list[tuple[int, int, int, int]] = []
-        slot_rows: list[tuple[int, int, int, int, int]] = []
-        for e in self.running.values():
-            if e.started is None:
-                continue
-            rows = self._rows(e)
-            wl, n = e.workload, len(e.placed)
-            u = len(units)
-            index[wl.name] = [u]
-            units.append(VictimUnit(wl, e.queue, e.started, tuple(range(n)), tuple(e.placed), rows.held, True))
-            pod_rows += [(*row, u) for row in rows.pods]
-            slot_rows += [(*row, u) for per_pod in rows.slots for row in per_pod]
-            if n > wl.needed:  # elastic: the newest extra pod goes first (placed pods stay a prefix)
-                u += 1
-                index[wl.name].append(u)
-                held = self.accounting.charge_of(wl.pods[n - 1 : n])
-                units.append(VictimUnit(wl, e.queue, e.started, (n - 1,), (e.placed[-1],), held, False))
-                pod_rows.append((*rows.pods[-1], u))
-                slot_rows += [(*row, u) for row in rows.slots[-1]]
-        table = VictimTable.of(units, len(r.FAIR_DIMS), Footprint.from_rows(pod_rows, slot_rows))
-        for name, ids in index.items():
-            if self.running[name].terminating or name in self.refused:
-                table.alive[ids] = False
-        self._table, self._index, self._table_version = table, index, self._version
+        entries = [e for e in self.running.values() if e.started is not None]
+        table, first = victims.build(entries, self.accounting, len(r.FAIR_DIMS))
+        self._index = dict(zip([e.workload.name for e in entries], first.tolist(), strict=True))
+        for name in self.refused:
+            self._mark_gone(table, name)
+        self._table, self._table_version = table, self._version
         return table
 
-    def _rows(self, e: Entry) -> VictimRows:
-        if e.victim_rows is None or e.victim_rows.version != e.version:
-            e.victim_rows = VictimRows(
-                e.version,
-                [(p.node, p.cpu_m, p.memory_mib) for p in e.placed],
-                [[(p.node, s, c, m) for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True)] for p in e.placed],
-                self.accounting.charge_of(e.workload.pods[: len(e.placed)]),
-            )
-        return e.victim_rows
+    def _mark_gone(self, table: VictimTable, name: str) -> None:
+        """The workload's units are no longer candidates (being evicted, or its eviction refused)."""
+        u = self._index.get(name)
+        if u is not None:
+            table.alive[u] = False
+            if u + 1 < len(table.whole) and not table.whole[u + 1]:
+                table.alive[u + 1] = False  # its extra pods' unit

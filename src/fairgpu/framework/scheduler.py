@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Iterator, KeysView, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -184,6 +184,10 @@ class Scheduler:
         self.preempting.eviction_refused(name, retry_at)
 
     # -- what drivers and the dashboard may read ----------------------------------------------------
+    def refused_evictions(self) -> Mapping[str, float]:
+        """Running workloads whose eviction was refused → when they may be chosen as victims again."""
+        return self.preempting.refused
+
     def status(self, name: str) -> WorkloadStatus:
         """One workload's state. Raises KeyError for a workload the engine does not hold."""
         return status_of(self.running.get(name) or self.pending[name])
@@ -292,7 +296,7 @@ class Scheduler:
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
                     memo.skip(q, entry)
-                elif self._try_place(entry, result, exclude):
+                elif self._try_place(entry, result, exclude) or (outside and self._take_over(entry, now, result, memo)):
                     self._start(entry, result, now)
                 else:
                     if outside:
@@ -375,13 +379,33 @@ class Scheduler:
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
 
+    def _starving(self, entry: Entry, now: float) -> bool:
+        return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
+
+    def _take_over(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> bool:
+        """A starving workload ahead of the starving holder in this cycle's order takes the hold over (see
+        _on_unschedulable). Where the held room fits it now (the holder was due), it starts there at once:
+        holding that room for itself instead would leave it idle until the next cycle. Otherwise the hold
+        stays with its holder here, and _on_unschedulable decides after preemption had its say."""
+        holder = self.reservations.starving_holder()
+        if not self.profile.reserve or holder is None or holder in memo.attempted or entry.placed:
+            return False
+        if not self._starving(entry, now):
+            return False
+        held = self.reservations.pop(holder)
+        if self._try_place(entry, result, self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)):
+            return True
+        if not entry.placed:  # pods a profile without a gang permit kept may be on those nodes: keep it taken
+            self.reservations[holder] = held
+        return False
+
     def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> None:
         """A workload that is next in order does not fit: preempt for it if its queue's policy allows,
         else reserve the soonest-freeing nodes if it starves."""
         wl = entry.workload
         if wl.name in self.reservations or self.preempting.try_once(entry, now, result, memo.hopeless):
             return  # holding nodes (its victims are leaving, or it waits for them to free), or now will
-        starving = now - wl.submit_time >= self.tree.queues[entry.queue].starvation_after
+        starving = self._starving(entry, now)
         # One starving workload holds nodes at a time; one ahead of it in this cycle's order takes over.
         holder = self.reservations.starving_holder()
         if holder is not None and holder not in memo.attempted:
@@ -403,9 +427,10 @@ class Scheduler:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         self.preempting.placements_changed()
-        entry.version += 1
         charge = sign * self.accounting.charge(pod)
-        self.backlogs[entry.queue].account(entry.user, self.accounting.dominant(charge))
+        backlog = self.backlogs[entry.queue]
+        if backlog.by_user:  # only a queue fair among its users keeps what each holds
+            backlog.account(entry.user, self.accounting.dominant(charge))
         self.view.add_usage(entry.queue, charge)
 
     def _release(self, entry: Entry, i: int) -> Placement:

@@ -56,6 +56,7 @@ class Binder:
         pod_cache: Callable[[str], dict | None] | None = None,
         lock_expiry: timedelta = hami.LOCK_EXPIRY,
         fence: Callable[[], None] | None = None,
+        abandoned: Callable[[dict, str], bool] | None = None,
     ) -> None:
         self.port = port
         self.lock_expiry = lock_expiry  # HAMi's nodeLockExpire (HAMI_NODELOCK_EXPIRE)
@@ -70,6 +71,12 @@ class Binder:
         self.pod_cache = pod_cache
         # Raises BindError unless this replica still leads with margin: checked right before each Binding.
         self.fence = fence
+        # (owner pod, node) → True for an unbound pod of this scheduler that this replica, leading, is not
+        # binding to that node: a lock it owns there was left by a leader that died or stepped down mid-bind
+        # (its cancelled task never got to unlock), or by an earlier attempt of ours that placed it elsewhere
+        # since; fencing keeps a deposed leader from sending the Binding now. Without it such a lock held
+        # the node for HAMi's whole lock expiry (5 min): leaders flapping under load left most nodes locked.
+        self.abandoned = abandoned
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
         # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
         # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
@@ -165,7 +172,7 @@ class Binder:
                 if obj is None:
                     obj = await self.port.get(NODES, node)
                 held = (obj["metadata"].get("annotations") or {}).get(hami.NODE_LOCK)
-                state = "free" if held is None else await self._ours_or_free(held, pod)
+                state = "free" if held is None else await self._ours_or_free(held, pod, node)
                 if held is not None and state == "ours":
                     return held
                 if state == "free":
@@ -189,10 +196,12 @@ class Binder:
                     news = True
             pause = min(1.0, pause * 2)
 
-    async def _ours_or_free(self, value: str, pod: PodInfo) -> str:
-        """HAMi's `LockNode`: a lock is taken over only when it has expired or its owner pod no longer exists;
-        a lock naming this very pod is already ours. Anything else holds, however long its owner has been
-        waiting for its Binding. A lock that does not parse is an error (HAMi refuses it too), not free."""
+    async def _ours_or_free(self, value: str, pod: PodInfo, node: str) -> str:
+        """HAMi's `LockNode`: a lock is taken over when it has expired or its owner pod no longer exists; a lock
+        naming this very pod is already ours. Beyond HAMi, a lock is stale (free) when its owner is bound to
+        another node (this node's device plugin, which releases it, will never see that pod) or is one of ours
+        abandoned mid-bind (see `abandoned`). Anything else holds, however long its owner has been waiting for
+        its Binding. A lock that does not parse is an error (HAMi refuses it too), not free."""
         try:
             lock = hami.decode_lock(value)
         except hami.FormatError as err:
@@ -203,14 +212,22 @@ class Binder:
             return "ours"
         if not lock.namespace or not lock.pod:
             return "held"  # a legacy timestamp-only lock names no owner: only its expiry frees it
-        if self.pod_cache is not None and self.pod_cache(f"{lock.namespace}/{lock.pod}") is not None:
-            return "held"
-        try:  # not cached: gone, or not seen yet; the server knows
-            await self.port.get(PODS, lock.pod, lock.namespace)
-        except KubeError as err:
-            if err.code == 404:
-                return "free"
-            raise
+        owner = self.pod_cache(f"{lock.namespace}/{lock.pod}") if self.pod_cache is not None else None
+        # The cache may be behind: a cached owner is trusted when bound (binds are final), and an unbound one
+        # that looks abandoned is read again from the server, which knows whether a Binding landed meanwhile.
+        unbound = owner is not None and not (owner.get("spec") or {}).get("nodeName")
+        if owner is None or (unbound and self.abandoned is not None and self.abandoned(owner, node)):
+            try:
+                owner = await self.port.get(PODS, lock.pod, lock.namespace)
+            except KubeError as err:
+                if err.code == 404:
+                    return "free"
+                raise
+        where = (owner.get("spec") or {}).get("nodeName")
+        if where and where != node:
+            return "free"
+        if not where and self.abandoned is not None and self.abandoned(owner, node):
+            return "free"
         return "held"
 
     async def _unlock(self, node: str, value: str) -> None:

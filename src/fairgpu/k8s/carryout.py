@@ -71,6 +71,7 @@ class CarryOut:
         self.engine: Scheduler | None = None
         self.book: Holdings | None = None
         self.inflight: set[str] = set()  # pods whose bind is under way
+        self._target: dict[str, str] = {}  # pod → node, while its bind task runs
         # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
         # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
         self._landed: set[str] = set()
@@ -112,6 +113,11 @@ class CarryOut:
         self._landed.discard(key)
         self._attempts.pop(key, None)
 
+    def busy(self, key: str, node: str) -> bool:
+        """A bind of this pod to this node is under way, or a bind of it landed and the pod cache does not show
+        it yet: a lock it holds on the node may be needed."""
+        return self._target.get(key) == node or key in self._landed
+
     def resolving(self, workload: str) -> bool:
         """Some bind of this workload is in flight or failed and not yet settled: it lets go of nothing."""
         return workload in self._failed or any(k in self.inflight for k in self._book().members[workload])
@@ -130,6 +136,7 @@ class CarryOut:
         for task in list(self._tasks):
             task.cancel()
         self.inflight.clear()
+        self._target.clear()
         self._landed.clear()  # the new term's first list shows them
 
     async def close(self) -> None:
@@ -241,6 +248,7 @@ class CarryOut:
             for s, c, m in zip(placement.slots, placement.cores, placement.mem_mib, strict=True)
         ]
         self._attempts[key] = self._attempts.get(key, 0) + 1
+        self._target[key] = node
         try:
             await asyncio.sleep(delay)
             if p is None:
@@ -265,6 +273,7 @@ class CarryOut:
                 self._failed.setdefault(workload, {})[key] = outcome
         finally:
             self.inflight.discard(key)
+            self._target.pop(key, None)
             self.wake()
 
     async def _outcome(self, p: PodInfo, node: str, alloc: str) -> str:

@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 
 from fairgpu.framework.profile import Profile
+from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import CycleObserver, CycleResult, Scheduler
 from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.carryout import CarryOut, Stats
 from fairgpu.k8s.holdings import Holdings
+from fairgpu.k8s.identity import UNATTRIBUTED
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
@@ -116,7 +118,15 @@ class Controller:
             pod_cache=lambda key: self.pods.cache.get(key),
             lock_expiry=hami_config.lock_expiry,
             fence=self.carry.fence,
+            abandoned=self._abandoned,
         )
+
+    def _abandoned(self, obj: dict, node: str) -> bool:
+        """An unbound pod of ours that nothing of this term is binding to `node` (binder.Binder.abandoned)."""
+        if (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name or not self.leading.is_set():
+            return False
+        meta = obj["metadata"]
+        return not self.carry.busy(f"{meta.get('namespace', '')}/{meta['name']}", node)
 
     def synced(self) -> bool:
         """Every informer has listed and none has failed since: the caches are warm (on a standby too)."""
@@ -191,7 +201,11 @@ class Controller:
                     # A new term: the cache must hold every bind made before it (ours cancelled at the last
                     # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
                     await self.pods.resync()
-                    self._built_from = None
+                    # A rebuild is decided where inputs changed: without both marks a term that began with no
+                    # node or queue news kept the last term's engine, whose workloads with binds cancelled at
+                    # the loss stayed booked as running (never bound); flapping leaders piled them up until
+                    # nothing fit.
+                    self._built_from, self._inputs_changed = None, True
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
                 # Waiting work is retried without news, too. asyncio.timeout, not wait_for: in Python 3.11
@@ -282,7 +296,7 @@ class Controller:
                 if not self.carry.quiet():
                     self.wake.set()  # rebuild once the binds under way have landed and the cache shows them
                     return
-                self._rebuild(node_specs, tree, shape)
+                self._rebuild(node_specs, tree, shape, now)
             self._inputs_changed = False
         engine, book = self.engine, self.book
         assert engine is not None and book is not None
@@ -323,9 +337,14 @@ class Controller:
             book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
-    def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple) -> None:
-        """A new engine for a changed inventory or queue set; every pod is re-derived from the cache."""
-        self.engine = Scheduler(node_specs, tree, self.profile)
+    def _rebuild(self, node_specs: list[NodeSpec], tree: QueueTree, shape: tuple, now: float) -> None:
+        """A new engine for a changed inventory or queue set, keeping the old one's per-queue memory (decayed
+        usage, learned run times: framework/reconfigure.py, as the simulator replays such a change); every
+        pod is re-derived from the cache."""
+        old = self.engine
+        self.engine = (
+            Scheduler(node_specs, tree, self.profile) if old is None else successor(old, node_specs, tree, now)
+        )
         self._engine_changed = True
         self._built_from = shape
         self.book = Holdings(
@@ -349,6 +368,11 @@ class Controller:
 
         def waiting(p: PodInfo) -> bool:
             if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
+                return False
+            if UNATTRIBUTED in p.annotations:  # charged to no one (webhook.stamp): it waits, and says why
+                meta = self.pods.cache[p.key]["metadata"]
+                refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")]
+                self.reporter.unattributed(p.key, p.uid, refs[0] if refs else {})
                 return False
             return p.key not in self.owned and p.key not in self.inflight
 

@@ -125,8 +125,9 @@ class EventRecorder:
                     except KubeError as err:
                         if err.code != 404:
                             raise
-                obj = {"apiVersion": "v1", "kind": involved, "name": name, "uid": uid}
-                if involved == "Pod":
+                api, _, kind_of = involved.rpartition("/")  # "Pod", "Node", or "batch/v1/Job" for other groups
+                obj = {"apiVersion": api or "v1", "kind": kind_of, "name": name, "uid": uid}
+                if kind_of != "Node":
                     obj["namespace"] = ns
                 body = {
                     "apiVersion": "v1",

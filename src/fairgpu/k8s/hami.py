@@ -35,6 +35,8 @@ VGPU_MODE = "nvidia.com/vgpu-mode"
 NUMA_BIND = "nvidia.com/numa-bind"
 NODE_POLICY = "hami.io/node-scheduler-policy"
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
+SCORING_WEIGHTS = "hami.io/device-scoring-weights"
+NODE_SCORE = "hami.io/node-nvidia-score"  # GPU pair scores (topology-aware), written with ENABLE_TOPOLOGY_SCORE
 VENDOR = "NVIDIA"  # the type word HAMi's NVIDIA device strings carry
 MIG_MODE = "mig"
 LOCK_EXPIRY = timedelta(minutes=5)  # HAMi's default NodeLockTimeout (HAMI_NODELOCK_EXPIRE)
@@ -182,6 +184,34 @@ def _mig_profile(p: object, where: str) -> MigProfile:
         _field(p, "sliceCount", int, 0, where),
         tuple((_field(x, "start", int, 0, where), _field(x, "size", int, 0, where)) for x in places),
     )
+
+
+def decode_pair_scores(value: str) -> dict[str, dict[str, int]]:
+    """`hami.io/node-nvidia-score` (`DecodePairScores`: JSON `[{"uuid": …, "score": {uuid: int}}]`) as card →
+    (other card → score); the first entry of a card wins, as HAMi's GetNodeDevices takes it. Raises FormatError
+    where Go's json.Unmarshal fails (HAMi then drops the node's devices)."""
+    try:
+        entries = json.loads(value)
+    except ValueError as err:
+        raise FormatError(f"{NODE_SCORE}: not JSON ({err})") from err
+    if not isinstance(entries, list | None):
+        raise FormatError(f"{NODE_SCORE}: not a JSON list of pair scores")
+    out: dict[str, dict[str, int]] = {}
+    for i, e in enumerate(entries or []):
+        if e is None:
+            continue
+        if not isinstance(e, dict):
+            raise FormatError(f"{NODE_SCORE}: [{i}] is not an object")
+        uuid = next((v for k, v in e.items() if k.lower() == "uuid"), None) if "uuid" not in e else e["uuid"]
+        scores = next((v for k, v in e.items() if k.lower() == "score"), None) if "score" not in e else e["score"]
+        if not isinstance(uuid, str | None) or not isinstance(scores, dict | None):
+            raise FormatError(f"{NODE_SCORE}: [{i}] needs a string uuid and a score object")
+        scores = {k: 0 if v is None else v for k, v in (scores or {}).items()}  # Go: null is the zero value
+        bad = [v for v in scores.values() if type(v) is not int or not -(2**63) <= v < 2**63]
+        if bad:
+            raise FormatError(f"{NODE_SCORE}: [{i}].score: {bad[0]!r} is not an integer")
+        out.setdefault(uuid or "", scores)
+    return out
 
 
 def encode_register(devices: list[RegisteredGpu]) -> str:

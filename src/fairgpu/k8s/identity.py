@@ -13,11 +13,18 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+from fairgpu.errors import InputError
 
 USER_LABEL = "fairgpu.io/user"  # translate.USER_LABEL: what the engine reads
 USER_ANNOTATION = "fairgpu.io/user-name"  # the full, unescaped name
 GANG_ADMITTED = "fairgpu.io/gang-admitted"  # the controller's mark on a gang that started binding
 QUEUE_LABEL = "fairgpu.io/queue"
+# On a pod a controller made from a template nobody stamped (its workload was created while the webhook was
+# down): the pod's owner, `<apiVersion>/<kind>/<name>`. Such a pod is charged to no one and waits (see
+# Controller._unattributed) rather than run in the controller's name.
+UNATTRIBUTED = "fairgpu.io/unattributed"
 # HAMi keys a user may set: scheduling hints its own webhook documents. Every other hami.io/ key records an
 # allocation (devices, node, bind phase) that only the scheduler that placed the pod may write.
 HAMI_USER_KEYS = frozenset({"hami.io/gpu-scheduler-policy", "hami.io/node-scheduler-policy"})
@@ -55,7 +62,7 @@ def is_control_key(key: str) -> bool:
     """A label or annotation only fairgpu (or a trusted identity) may set or change on a pod."""
     if key.startswith("hami.io/"):
         return key not in HAMI_USER_KEYS
-    return key in (USER_LABEL, USER_ANNOTATION, GANG_ADMITTED)
+    return key in (USER_LABEL, USER_ANNOTATION, GANG_ADMITTED, UNATTRIBUTED)
 
 
 @dataclass(slots=True, frozen=True)
@@ -76,6 +83,29 @@ class Trust:
 
     def keeps_stamp(self, user: str) -> bool:
         return self.full(user) or user in self.controllers
+
+    def attributes(self, user: str) -> bool:
+        """Objects this user creates are charged to it when they carry no stamp: everyone but a controller,
+        which only copies templates others wrote."""
+        return self.full(user) or user not in self.controllers
+
+
+def read_trusted(directory: str) -> list[str]:
+    """The identities in a mounted ConfigMap (deploy/trusted-identities.yaml): one per file, any name; the
+    volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap."""
+    base = Path(directory)
+    if not base.is_dir():
+        raise InputError(f"--trusted-identities: {directory} is not a directory (mount the ConfigMap there)")
+    names = [f.read_text().strip() for f in sorted(base.iterdir()) if not f.name.startswith(".") and f.is_file()]
+    return [n for n in names if n]
+
+
+def owner_of(meta: dict) -> str:
+    """`<apiVersion>/<kind>/<name>` of the object's controlling owner; "" when it names none."""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return f"{ref.get('apiVersion', '')}/{ref.get('kind', '')}/{ref.get('name', '')}"
+    return ""
 
 
 # -- pod templates of the workload kinds that make pods ---------------------------------------------------

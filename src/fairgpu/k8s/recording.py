@@ -23,8 +23,8 @@ from fairgpu.k8s.translate import TERMINAL, PodInfo, pod_info
 from fairgpu.k8s.workloads import queue_for, workload_of
 from fairgpu.model import NodeSpec, QueueSpec, Workload
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules
+from fairgpu.twin.encode import queue_doc
 from fairgpu.twin.recorder import Recorder, Seen
-from fairgpu.twin.schema import queue_doc
 from fairgpu.twin.writer import TraceWriter
 
 MAX_TRACKED = 200_000  # pods whose run is remembered until the recorder asks; beyond, the oldest are dropped

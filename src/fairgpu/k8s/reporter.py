@@ -16,6 +16,7 @@ from fairgpu import resources as r
 from fairgpu.errors import KubeError
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.events import EventRecorder
+from fairgpu.k8s.identity import USER_ANNOTATION
 from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,27 @@ class Reporter:
         self._spawn(self._event(ns, name, uid, "FailedScheduling", message, "Warning"))
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         self._spawn(self._condition(ns, name, {**condition, "lastTransitionTime": _now()}))
+
+    def unattributed(self, key: str, uid: str, owner: dict) -> None:
+        """A pod made from its owner's template that carries no user (webhook.stamp): it waits, saying why and
+        how to fix it, and its owner (an ownerReference) is told once."""
+        ns = key.split("/", 1)[0]
+        kind, name = owner.get("kind") or "owner", owner.get("name") or "?"
+        fix = f"delete and re-create {kind} {ns}/{name} (kubectl replace --force -f <its manifest>) now that it is up"
+        self.unschedulable(
+            key,
+            uid,
+            f"unattributed: its owner {kind} {ns}/{name} was created while fairgpu's admission webhook was down, so"
+            f" its pod template carries no user ({USER_ANNOTATION}) and this pod cannot be charged to anyone; {fix}",
+        )
+        message = (
+            f"its pods cannot be charged to a user and wait: it was created while fairgpu's admission webhook was"
+            f" down, so its pod template carries no {USER_ANNOTATION}; {fix}"
+        )
+        if owner.get("name") and self.last.get(f"owner/{ns}/{kind}/{name}") != message:
+            self.last[f"owner/{ns}/{kind}/{name}"] = message
+            involved = f"{owner.get('apiVersion', 'v1')}/{kind}"
+            self._spawn(self._event(ns, name, owner.get("uid", ""), "Unattributed", message, "Warning", involved))
 
     def scheduled(self, key: str, uid: str, node: str) -> None:
         self.last.pop(key, None)
@@ -122,7 +144,11 @@ class Reporter:
         """Why each pending workload waits, on its waiting pods (at most every `explain_every` seconds). It
         yields after each explanation (each costs a replay of the queue ahead): its caller frees the event loop
         between them and may stop at any yield, the workloads not reached being explained at a later pass."""
-        for name in (w.name for w in engine.workloads("pending")):
+        names = [w.name for w in engine.workloads("pending")]
+        # Those never explained first: in plain submission order, the oldest were explained again whenever
+        # due, and with more pending than a pass's budget covers, the newest never got a reason at all.
+        names.sort(key=lambda name: any(k in self.explained_at for k in members(name)))
+        for name in names:
             pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
             if not pending or not self.wants_explanation(pending[0], now):
                 continue

@@ -13,7 +13,15 @@ from fairgpu import resources as r
 from fairgpu.errors import RequestError
 from fairgpu.k8s import hami
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, gpu_request
-from fairgpu.model.constraints import POLICIES, TAINT_EFFECTS, MatchExpression, Taint, Toleration, gpu_policy_chain
+from fairgpu.model.constraints import (
+    POLICIES,
+    TAINT_EFFECTS,
+    MatchExpression,
+    Taint,
+    Toleration,
+    gpu_policy_names,
+    scoring_weights,
+)
 from fairgpu.model.node import MigTemplate
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
 from fairgpu.spec import parse_duration
@@ -41,6 +49,7 @@ class NodeInputs:
     labels: dict
     unschedulable: bool
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of spec.taints
+    pair_scores: str | None = None  # hami.io/node-nvidia-score
 
     @classmethod
     def of(cls, node: dict) -> NodeInputs:
@@ -58,15 +67,18 @@ class NodeInputs:
                 for t in (node.get("spec") or {}).get("taints") or []
                 if t.get("key") and t.get("effect") in TAINT_EFFECTS
             ),
+            annotations.get(hami.NODE_SCORE),
         )
 
 
 def node_spec(node: dict | NodeInputs) -> NodeSpec:
-    """Raises hami.FormatError (naming the annotation) for an unreadable register annotation. MIG-mode cards
+    """Raises hami.FormatError (naming the annotation) for an unreadable register or pair score annotation (HAMi
+    then drops the node's devices; fairgpu leaves the node out). MIG-mode cards
     carry the MIG profiles they registered; one that registered none is left out (see refused_gpus)."""
     inputs = node if isinstance(node, NodeInputs) else NodeInputs.of(node)
     alloc, labels = inputs.allocatable, dict(inputs.labels)
     gpus: tuple[GpuDevice, ...] = ()
+    pairs: tuple[tuple[int, ...], ...] = ()
     split = 1  # without HAMi a GPU cannot be shared
     live = r.count(alloc.get(r.GPU, 0)) > 0  # HAMi v2.10 drops a node's devices when this is 0
     if live and inputs.register is not None:
@@ -89,6 +101,11 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
             for d in devices
         )
         split = max((d.count for d in devices), default=1)  # each card carries its own count
+        if inputs.pair_scores is not None:
+            scores = hami.decode_pair_scores(inputs.pair_scores)
+            pairs = tuple(tuple(0 if a.uuid == b.uuid else scores.get(a.uuid, {}).get(b.uuid, 0) for b in gpus)
+                          for a in gpus)  # fmt: skip
+            pairs = pairs if any(map(any, pairs)) else ()
     elif live:
         model = labels.get(GFD_PRODUCT, "nvidia-gpu")
         mem = int(labels.get(GFD_MEMORY, "0") or 0)
@@ -102,6 +119,7 @@ def node_spec(node: dict | NodeInputs) -> NodeSpec:
         split_count=max(1, split),
         schedulable=not inputs.unschedulable,
         taints=tuple(Taint(k, v, e) for k, v, e in inputs.taints),
+        pair_scores=pairs,
     )
 
 
@@ -274,10 +292,16 @@ def _selection(annotations: dict[str, str]) -> tuple[dict, list[str]]:
         problems.append(
             f"metadata.annotations[{hami.NODE_POLICY}]: {node_policy!r} is not one of {', '.join(POLICIES)}"
         )
-    try:
-        fields["gpu_policy"], fields["gpu_mutex"] = gpu_policy_chain(annotations.get(hami.GPU_POLICY, ""))
+    try:  # kept as written: HAMi tells a chain from a single policy by its commas
+        gpu_policy_names(policy := annotations.get(hami.GPU_POLICY, ""))
+        fields["gpu_policy"] = policy
     except ValueError as err:
         problems.append(f"metadata.annotations[{hami.GPU_POLICY}]: {err}")
+    if hami.SCORING_WEIGHTS in annotations:  # HAMi fails the pod's scheduling on a bad value, as fairgpu does
+        try:
+            fields["gpu_weights"] = scoring_weights(annotations[hami.SCORING_WEIGHTS])
+        except ValueError as err:
+            problems.append(f"metadata.annotations[{hami.SCORING_WEIGHTS}]: {err}")
     fields["numa_bind"] = hami.go_bool(annotations.get(hami.NUMA_BIND, "")) is True  # HAMi's assertNuma
     return fields, problems
 

@@ -29,11 +29,13 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.identity import (
     QUEUE_LABEL,
     TEMPLATE_KINDS,
+    UNATTRIBUTED,
     USER_ANNOTATION,
     USER_LABEL,
     Trust,
     at,
     is_control_key,
+    owner_of,
     pod_templates,
     user_label,
 )
@@ -89,12 +91,19 @@ def wants_gpu(pod: dict, names: tuple[str, ...] = GPU_RESOURCES) -> bool:
 
 def stamp(meta: dict, requester: str, trust: Trust) -> Stamp:
     """The user an object created by `requester` is charged to: the requester, unless a controller (or a
-    trusted identity) creates it from a template that carries a user already. These are the control keys the
-    mutating webhook writes at CREATE, and so the only ones check_create accepts from a tenant: a control key
-    injected at CREATE by another function of this module must be returned here too."""
+    trusted identity) creates it from a template that carries a user already. A controller's object from a
+    template that carries none (its workload was created while the webhook was down) is charged to no one:
+    it names its owner in UNATTRIBUTED instead, and waits. These are the control keys the mutating webhook
+    writes at CREATE, and so the only ones check_create accepts from a tenant: a control key injected at
+    CREATE by another function of this module must be returned here too."""
     carried = (meta.get("annotations") or {}).get(USER_ANNOTATION)
-    user = carried if carried and trust.keeps_stamp(requester) else requester
-    return {"labels": {USER_LABEL: user_label(user)}, "annotations": {USER_ANNOTATION: user}}
+    if carried and trust.keeps_stamp(requester):
+        user = carried
+    elif trust.attributes(requester):
+        user = requester
+    else:
+        return {"labels": {USER_LABEL: None}, "annotations": {USER_ANNOTATION: None, UNATTRIBUTED: owner_of(meta)}}
+    return {"labels": {USER_LABEL: user_label(user)}, "annotations": {USER_ANNOTATION: user, UNATTRIBUTED: None}}
 
 
 def _sync(obj: dict, base: tuple[str, ...], want: Stamp) -> list[dict]:
@@ -221,8 +230,10 @@ def mutate_workload(req: AdmissionRequest, trust: Trust) -> list[dict]:
         else:
             old = at(req.old_object or {}, (*path, "metadata"))
             old = old if isinstance(old, dict) else {}
+            labels, annotations = old.get("labels") or {}, old.get("annotations") or {}
             want = {
-                f: {k: (old.get(f) or {}).get(k)} for f, k in (("labels", USER_LABEL), ("annotations", USER_ANNOTATION))
+                "labels": {USER_LABEL: labels.get(USER_LABEL)},
+                "annotations": {k: annotations.get(k) for k in (USER_ANNOTATION, UNATTRIBUTED)},
             }
         ops += _sync(obj, path, want)
     return ops

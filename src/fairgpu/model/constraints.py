@@ -3,6 +3,8 @@ per-pod placement policies. Plain frozen data, so PodSpec stays hashable."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -18,19 +20,63 @@ Policy = Literal["binpack", "spread"]  # hami.io/node-scheduler-policy, hami.io/
 POLICIES: tuple[str, ...] = get_args(Policy)
 # Every name HAMi v2.10 gives hami.io/gpu-scheduler-policy, alone or comma-chained (`binpack,numa`).
 GPU_POLICY_NAMES = (*POLICIES, "mutex", "topology-aware", "numa")
+GPU_SORT_KEYS = ("binpack", "spread", "numa")  # HAMi's gpuSortKeyOrder: the chain names that order cards
+DEFAULT_WEIGHTS = (1, 1, 1)  # hami.io/device-scoring-weights unset: slot, core, memory
 
 
-def gpu_policy_chain(value: str) -> tuple[str, bool]:
-    """A GPU policy chain → (binpack | spread | "", mutex). HAMi reads each name with PolicyContains:
-    binpack/spread order the cards, mutex takes only cards nobody uses; numa and topology-aware only order
-    HAMi's choice among fitting cards (any fitting card passes its device plugin), so fairgpu accepts them
-    and orders by its own scores. Raises ValueError for a name HAMi does not know."""
-    names = [n.strip() for n in value.split(",") if n.strip()]
+def gpu_policy_names(value: str) -> tuple[str, ...]:
+    """The names of a hami.io/gpu-scheduler-policy value, each trimmed as HAMi's PolicyContains trims it.
+    Raises ValueError for a name HAMi does not know (HAMi ignores it; fairgpu says so rather than guess)."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
     unknown = [n for n in names if n not in GPU_POLICY_NAMES]
     if unknown:
         raise ValueError(f"{unknown[0]!r} is not one of {', '.join(GPU_POLICY_NAMES)}")
-    order = next((n for n in names if n in POLICIES), "")
-    return order, "mutex" in names
+    return names
+
+
+def gpu_sort_chain(value: str, numa_bind: bool) -> tuple[str, ...] | None:
+    """HAMi's card order keys for a chained policy (pkg/scheduler/policy/gpu_policy.go `lessByChain`): the
+    binpack/spread/numa names in the order written, deduplicated, spread when none, numa first under
+    numa-bind. None when HAMi reads the value as a single policy: no comma and not bare `numa`."""
+    if "," not in value and value != "numa":
+        return None
+    chain: list[str] = []
+    for name in value.split(","):
+        if name.strip() in GPU_SORT_KEYS and name.strip() not in chain:
+            chain.append(name.strip())
+    chain = chain or ["spread"]
+    if numa_bind and chain[0] != "numa":
+        chain = ["numa", *(k for k in chain if k != "numa")]
+    return tuple(chain)
+
+
+def scoring_weights(value: str) -> tuple[int, int, int]:
+    """hami.io/device-scoring-weights (`slot=1,core=1,memory=3`) as HAMi's ParseDeviceScoringWeights reads it
+    (pkg/util/device_scoring_weights.go): exactly the three keys, non-negative integers, one positive.
+    Raises ValueError with HAMi's reason, quoted as Go's %q quotes."""
+    q = json.dumps
+    parts = value.split(",")
+    if len(parts) != 3:
+        raise ValueError(f"{q(value)}: expected slot, core, and memory weights")
+    weights: dict[str, int] = {}
+    for part in parts:
+        key, eq, raw = part.strip().partition("=")
+        if not eq:
+            raise ValueError(f"{q(value)}: expected key=value entries")
+        key = key.strip()
+        if key in weights:
+            raise ValueError(f"{q(value)}: duplicate {q(key)} weight")
+        text = raw.strip()
+        if not re.fullmatch(r"[+-]?[0-9]+", text) or not -(2**63) <= int(text) < 2**63:
+            raise ValueError(f"{q(value)}: {q(key)} weight must be an integer")
+        if int(text) < 0:
+            raise ValueError(f"{q(value)}: {q(key)} weight must not be negative")
+        if key not in ("slot", "core", "memory"):
+            raise ValueError(f"{q(value)}: unknown weight {q(key)}")
+        weights[key] = int(text)
+    if not any(weights.values()):
+        raise ValueError(f"{q(value)}: at least one weight must be positive")
+    return weights["slot"], weights["core"], weights["memory"]
 
 
 @dataclass(slots=True, frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fairgpu.errors import InputError
 from fairgpu.model.constraints import Taint
 from fairgpu.model.mig import MIG_MODE as MIG_MODE
 from fairgpu.model.mig import MigTemplate as MigTemplate
@@ -36,3 +37,11 @@ class NodeSpec:
     split_count: int = DEFAULT_SPLIT_COUNT
     schedulable: bool = True  # False: cordoned
     taints: tuple[Taint, ...] = ()
+    # HAMi's GPU pair scores (hami.io/node-nvidia-score; NVLink and PCIe links): row j, column l is what card j
+    # scores card l, in card order; () = none known (every pair 0). Read by the topology-aware GPU policy.
+    pair_scores: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        g = len(self.gpus)
+        if self.pair_scores and (len(self.pair_scores) != g or any(len(row) != g for row in self.pair_scores)):
+            raise InputError(f"pair_scores: node {self.name} needs {g} rows of {g} scores, one per GPU")

@@ -36,7 +36,8 @@ class Placement:
 @dataclass(slots=True, frozen=True)
 class Footprint:
     """What a set of placements holds, as arrays: per pod (node, cpu, memory) and per GPU slot taken
-    (node, slot, cores, MiB). `pod_tag`/`slot_tag` say which group (e.g. victim) each row belongs to."""
+    (node, slot, cores, MiB, MIG candidate or -1). `pod_tag`/`slot_tag` say which group (e.g. victim) each row
+    belongs to."""
 
     pod_node: np.ndarray
     pod_cpu: np.ndarray
@@ -46,13 +47,15 @@ class Footprint:
     slot_idx: np.ndarray
     slot_cores: np.ndarray
     slot_mem: np.ndarray
+    slot_mig: np.ndarray
     slot_tag: np.ndarray
 
     @classmethod
     def from_rows(cls, pods: Sequence[tuple[int, ...]], slots: Sequence[tuple[int, ...]]) -> Footprint:
-        """From rows (node, cpu, memory, tag) per pod and (node, slot, cores, MiB, tag) per GPU slot."""
+        """From rows (node, cpu, memory, tag) per pod and (node, slot, cores, MiB, MIG candidate, tag) per GPU
+        slot."""
         pod_cols = [np.array(c, dtype=np.int64) for c in zip(*pods, strict=True)] if pods else [_EMPTY] * 4
-        slot_cols = [np.array(c, dtype=np.int64) for c in zip(*slots, strict=True)] if slots else [_EMPTY] * 5
+        slot_cols = [np.array(c, dtype=np.int64) for c in zip(*slots, strict=True)] if slots else [_EMPTY] * 6
         return cls(*pod_cols, *slot_cols)
 
     @classmethod
@@ -65,7 +68,8 @@ class Footprint:
         p, s = tags[self.pod_tag], tags[self.slot_tag]
         return Footprint(
             self.pod_node[p], self.pod_cpu[p], self.pod_mem[p], self.pod_tag[p],
-            self.slot_node[s], self.slot_idx[s], self.slot_cores[s], self.slot_mem[s], self.slot_tag[s],
+            self.slot_node[s], self.slot_idx[s], self.slot_cores[s], self.slot_mem[s], self.slot_mig[s],
+            self.slot_tag[s],
         )  # fmt: skip
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.errors import QuantityError, RequestError
-from fairgpu.model.constraints import POLICIES, MatchExpression, Toleration
+from fairgpu.model.constraints import DEFAULT_WEIGHTS, POLICIES, MatchExpression, Toleration, gpu_policy_names
 from fairgpu.model.node import GPU_CORES
 
 T = TypeVar("T")
@@ -162,16 +162,32 @@ class PodSpec:
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()  # required terms: any term, all its expressions
     tolerations: tuple[Toleration, ...] = ()
     node_policy: str = ""  # hami.io/node-scheduler-policy: binpack | spread ("" = the profile's scores)
-    gpu_policy: str = ""  # hami.io/gpu-scheduler-policy
-    gpu_mutex: bool = False  # the GPU policy chain names `mutex`: only cards with no task on them
+    # hami.io/gpu-scheduler-policy as written (HAMi tells a chain from a single policy by its commas); set, the
+    # cards are taken in HAMi's order (framework/cardfit.py), else in the profile's
+    gpu_policy: str = ""
+    gpu_weights: tuple[int, int, int] = DEFAULT_WEIGHTS  # hami.io/device-scoring-weights: slot, core, memory
     gpu_mode: str | None = None  # nvidia.com/vgpu-mode: a card's mode must be a substring of it
     numa_bind: bool = False  # nvidia.com/numa-bind: each container's cards on one NUMA node
 
     def __post_init__(self) -> None:
-        for name in ("node_policy", "gpu_policy"):
-            value = getattr(self, name)
-            if value and value not in POLICIES:
-                raise RequestError(f"{value!r} is not one of {', '.join(POLICIES)}", name)
+        if self.node_policy and self.node_policy not in POLICIES:
+            raise RequestError(f"{self.node_policy!r} is not one of {', '.join(POLICIES)}", "node_policy")
+        try:
+            gpu_policy_names(self.gpu_policy)
+        except ValueError as err:
+            raise RequestError(str(err), "gpu_policy") from None
+        if len(self.gpu_weights) != 3 or min(self.gpu_weights) < 0 or not any(self.gpu_weights):
+            raise RequestError(f"{self.gpu_weights!r}: three non-negative weights, one positive", "gpu_weights")
+
+    @property
+    def gpu_mutex(self) -> bool:
+        """The GPU policy names `mutex`: only cards with no task on them."""
+        return "mutex" in gpu_policy_names(self.gpu_policy)
+
+    @property
+    def gpu_topology(self) -> bool:
+        """The GPU policy names `topology-aware`: the best-connected cards (the worst-connected single card)."""
+        return "topology-aware" in gpu_policy_names(self.gpu_policy)
 
     @property
     def gpus(self) -> tuple[GpuRequest, ...]:
@@ -179,10 +195,31 @@ class PodSpec:
         return () if self.gpu is None else (self.gpu, *self.more_gpus)
 
     @property
+    def whole_gpu(self) -> GpuRequest | None:
+        """The whole GPU request as one container's, for scores and preemption that reason in (cards, cores
+        per card): every container's cards (a card two containers could share counts twice), at their mean
+        cores per card rounded up, exclusive only when every container is; memory the largest per card."""
+        if not self.more_gpus:
+            return self.gpu
+        gs = self.gpus
+        count = sum(g.count for g in gs)
+        cores = -(-sum(g.count * g.cores for g in gs) // count)
+        if any(not g.exclusive for g in gs):
+            cores = min(cores, GPU_CORES - 1)
+        return GpuRequest(count, cores, max(g.mem_mib for g in gs), max(g.mem_pct for g in gs))
+
+    def as_one_container(self) -> PodSpec:
+        """This pod with its whole GPU request in one container (itself when it has one GPU container)."""
+        return self if not self.more_gpus else replace(self, gpu=self.whole_gpu, more_gpus=())
+
+    @property
     def per_container(self) -> bool:
-        """Cards chosen container by container in HAMi's order (several GPU containers, or a NUMA-bound
-        multi-GPU container), not by the profile's GPU order: see framework/cardfit.py."""
-        return bool(self.more_gpus) or (self.numa_bind and self.gpu is not None and self.gpu.count > 1)
+        """Cards chosen container by container in HAMi's order (several GPU containers, a GPU policy or scoring
+        weights of the pod's own, a NUMA-bound multi-GPU container), not by the profile's: framework/cardfit.py."""
+        if self.gpu is None:
+            return False
+        hami_order = bool(self.gpu_policy) or self.gpu_weights != DEFAULT_WEIGHTS
+        return bool(self.more_gpus) or hami_order or (self.numa_bind and self.gpu.count > 1)
 
     def allows_model(self, model: str) -> bool:
         """HAMi's use-gputype / nouse-gputype: case-insensitive substrings of the model name."""
@@ -211,7 +248,8 @@ class PodSpec:
             self.gpu_exclude,
             self.gpu_uuid_include,
             self.gpu_uuid_exclude,
-            self.gpu_mutex,
+            self.gpu_policy,
+            self.gpu_weights,
             self.gpu_mode,
             self.node_selector,
             self.affinity,

@@ -69,7 +69,9 @@ def node_view(sched: Scheduler, name: str) -> dict[str, Any]:
     owners = {w.pod_names[i]: w for w in sched.workloads() for i in range(w.placed)}
     for key in st.placed_keys():
         p = st.placement(key)
-        if p is None or p.node != n:
+        # a dry run's pod (its key starts with NUL) is never shown: this view may be read from the server's
+        # thread while the engine's cycle runs one in place
+        if p is None or p.node != n or key.startswith("\0"):
             continue
         wl = owners.get(key)
         pod = {"pod": key, "workload": wl.name if wl else None, "queue": wl.queue if wl else None}

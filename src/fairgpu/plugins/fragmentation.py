@@ -328,12 +328,13 @@ class Fragmentation:
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        self._learn(pod)
+        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
         if self._keys:
             self._aggregates(view.state)
         return self._generation
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        pod = pod.as_one_container()
         out = np.zeros(len(mask.nodes))
         if not self._keys:
             return out

@@ -23,7 +23,8 @@ dry-run placement before anything is evicted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -88,8 +89,10 @@ class Preemption:
         targets: list[tuple[PodSpec, int]] = []  # earlier pods and the node each was given room on
         for pod in ctx.pods:
 
-            def room(victims: np.ndarray, earlier: tuple[tuple[PodSpec, int], ...] = tuple(targets)) -> EngineView:
-                return _room(ctx, victims, earlier)
+            def room(
+                victims: np.ndarray, copy: bool = False, earlier: tuple[tuple[PodSpec, int], ...] = tuple(targets)
+            ) -> AbstractContextManager[EngineView]:
+                return _room(ctx, victims, earlier, copy)
 
             found = self._for_pod(pod, ctx, room, eligible & ~chosen, cost, chosen)
             if found is None:
@@ -103,7 +106,7 @@ class Preemption:
     def _for_pod(
         pod: PodSpec,
         ctx: PreemptContext,
-        room: Callable[[np.ndarray], EngineView],
+        room: Callable[[np.ndarray, bool], AbstractContextManager[EngineView]],
         rest: np.ndarray,
         cost: np.ndarray,
         chosen: np.ndarray,
@@ -112,21 +115,26 @@ class Preemption:
         pick = np.zeros(len(rest), dtype=bool)
         # Fits with the victims already chosen (e.g. where an evicted gang's pod ran), or with none: a gang's
         # first pods may fit in free room, and need no victim (nor have one on that node to take).
-        there = place_pod(pod, room(chosen), ctx.profile, ctx.exclude)
+        with room(chosen, False) as here:
+            there = place_pod(pod, here, ctx.profile, ctx.exclude)
         if there is not None:
             return pick, there.node
-        best = room(chosen | rest)
-        mask = feasible(pod, best, ctx.profile, ctx.exclude)
+        # every eligible victim gone touches every node: a copy, so the live state's caches keep theirs
+        with room(chosen | rest, True) as best:
+            mask = feasible(pod, best, ctx.profile, ctx.exclude)
         can = mask.nodes
         if not can.any():
             return None
         # Per GPU slot, the cost of the victims holding it; per node, the cheapest slots the pod needs.
-        fp, st = ctx.victims.footprint, best.state
+        fp, st = ctx.victims.footprint, ctx.view.state
         rows = rest[fp.slot_tag]
         slot_cost = np.zeros(st.gpu_valid.shape)
         np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
         need = pod.gpu.count if pod.gpu is not None else 0
-        if need:  # only slots that can take the pod there: the earlier pods' own room is taken
+        if pod.per_container:  # the mask holds the cards HAMi's Fit takes for all its containers: all needed
+            assert mask.slots is not None
+            ranked = np.where(mask.slots, slot_cost, 0.0).sum(axis=1)
+        elif need:  # only slots that can take the pod there: the earlier pods' own room is taken
             assert mask.slots is not None
             ranked = np.sort(np.where(mask.slots, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
@@ -139,7 +147,9 @@ class Preemption:
         on_node = np.unique(fp.pod_tag[(fp.pod_node == node) & rest[fp.pod_tag]])
         for u in on_node[np.argsort(cost[on_node], kind="stable")]:
             pick[u] = True
-            if feasible(pod, room(chosen | pick), ctx.profile, exclude=others).nodes.any():
+            with room(chosen | pick, False) as dry:
+                fits = feasible(pod, dry, ctx.profile, exclude=others).nodes.any()
+            if fits:
                 return pick, node
         return None
 
@@ -192,21 +202,24 @@ def _no_ping_pong(ctx: PreemptContext, after_p: float, chosen: np.ndarray) -> bo
     return True
 
 
-def _room(ctx: PreemptContext, victims: np.ndarray, earlier: Sequence[tuple[PodSpec, int]]) -> EngineView:
+@contextmanager
+def _room(
+    ctx: PreemptContext, victims: np.ndarray, earlier: Sequence[tuple[PodSpec, int]], copy: bool
+) -> Iterator[EngineView]:
     """The cluster with these victims gone and the workload's earlier pods on the nodes room was made for
-    them on: what is left there for its next pod."""
-    dry = ctx.potential(victims)
-    for i, (pod, node) in enumerate(earlier):
-        elsewhere = np.ones(dry.state.num_nodes, dtype=bool)
-        elsewhere[node] = False
-        p = place_pod(pod, dry, ctx.profile, elsewhere)
-        if p is not None:
-            dry.state.assign(scratch_key("preempt", i), p)
-    return dry
+    them on: what is left there for its next pod. In place for the block, or on a copy."""
+    with nullcontext(ctx.potential(victims)) if copy else ctx.dry_run(victims) as dry:
+        for i, (pod, node) in enumerate(earlier):
+            elsewhere = np.ones(dry.state.num_nodes, dtype=bool)
+            elsewhere[node] = False
+            p = place_pod(pod, dry, ctx.profile, elsewhere)
+            if p is not None:
+                dry.state.assign(scratch_key("preempt", i), p)
+        yield dry
 
 
 def _verified(ctx: PreemptContext, chosen: np.ndarray) -> bool:
     """Dry run: with exactly these victims gone, every pod still to place fits."""
-    dry = ctx.potential(chosen)
     keys = [scratch_key("preempt", i) for i in range(len(ctx.pods))]
-    return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)
+    with ctx.dry_run(chosen) as dry:
+        return len(place_all(ctx.pods, keys, dry, ctx.profile, ctx.exclude)) == len(ctx.pods)

@@ -94,9 +94,9 @@ _POLICIES: dict[str, Binpack | Spread] = {"binpack": Binpack(), "spread": Spread
 
 @dataclass(slots=True)
 class PodPolicy(NodeLocal):
-    """HAMi's per-pod annotations hami.io/node-scheduler-policy and hami.io/gpu-scheduler-policy
-    (binpack | spread): the pod's node policy scores nodes (give this plugin a weight that dominates the
-    others), its GPU policy orders GPUs. A pod without them leaves both to the rest of the profile."""
+    """HAMi's per-pod annotation hami.io/node-scheduler-policy (binpack | spread): the pod's node policy scores
+    nodes (give this plugin a weight that dominates the others). A pod's hami.io/gpu-scheduler-policy is
+    HAMi's own card order (framework/cardfit.py), not a score's: this plugin leaves GPUs to it."""
 
     NAME: ClassVar[str] = "PodPolicy"
 
@@ -106,6 +106,4 @@ class PodPolicy(NodeLocal):
         return _POLICIES[pod.node_policy].score(pod, view, mask)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
-        if not pod.gpu_policy:
-            return None
-        return _POLICIES[pod.gpu_policy].gpu_order(pod, view, node, slots)
+        return None

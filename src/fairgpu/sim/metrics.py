@@ -64,6 +64,7 @@ class MetricsRecorder:
     jain_seconds: float = 0.0
     jain_time: float = 0.0
     allocated_gpu_seconds: float = 0.0
+    capacity_gpu_seconds: float = 0.0  # the inventory's GPUs over time (a recorded trace's nodes change)
     idle_gpu_seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(CAUSES)))  # by cause: sums to idle
     # time_to_fair_share: per queue, when its current backlogged episode began (None: none open)
     _open_since: list[float | None] = field(init=False)
@@ -88,12 +89,22 @@ class MetricsRecorder:
     def sample(self, t: float, sched: Scheduler) -> None:
         self._advance(t)
         v, tree = sched.view, self.tree
-        backlogged = tree.rollup(sched.is_backlogged())  # an inner queue is backlogged when a child is
-        usage, entitled = v.usage_dom.copy(), v.entitled_dom.copy()
-        gpus, allocated = v.usage[:, r.DIM_GPU].copy(), sched.state.allocated_gpu_equivalents()
-        entitled_gpus = v.entitled[:, r.DIM_GPU].copy()
+        # The engine's queues, when they changed since the start, are some of the run's: map them over.
+        at = None if sched.tree is tree else np.array([tree.index[n] for n in sched.tree.names()], dtype=np.int64)
+
+        def mine(a: np.ndarray) -> np.ndarray:
+            if at is None:
+                return a.copy()
+            out = np.zeros(len(tree), dtype=a.dtype)
+            out[at] = a
+            return out
+
+        backlogged = tree.rollup(mine(sched.is_backlogged()))  # an inner queue is backlogged when a child is
+        usage, entitled = mine(v.usage_dom), mine(v.entitled_dom)
+        gpus, allocated = mine(v.usage[:, r.DIM_GPU]), sched.state.allocated_gpu_equivalents()
+        entitled_gpus = mine(v.entitled[:, r.DIM_GPU])
         idle = np.fromiter(sched.idle_gpus(t).values(), dtype=np.float64, count=len(CAUSES))
-        state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle)
+        state = (usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle, sched.state.total_gpus)
         self._state = state
         tl = self.timeline
         series: tuple[list[Any], ...] = (
@@ -102,7 +113,7 @@ class MetricsRecorder:
         if tl.t and tl.t[-1] == t:  # several cycles at one instant: the last one holds
             for values in series:
                 values.pop()
-        for values, value in zip(series, (t, *state), strict=True):
+        for values, value in zip(series, (t, *state[:-1]), strict=True):
             values.append(value)
         for q in np.flatnonzero(backlogged & ~self._was_backlogged & tree.is_leaf):
             self._open_since[q] = t
@@ -116,7 +127,7 @@ class MetricsRecorder:
     def _advance(self, t: float) -> None:
         if self._t is not None and self._state is not None and t > self._t:
             dt = t - self._t
-            usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle = self._state
+            usage, entitled, gpus, entitled_gpus, backlogged, allocated, idle, total = self._state
             leaf = self.tree.is_leaf
             self.gpu_seconds += gpus * dt
             self.entitled_gpu_seconds += entitled_gpus * dt
@@ -125,6 +136,7 @@ class MetricsRecorder:
             self.backlogged_seconds += backlogged * dt
             self.error_seconds += 0.5 * float(np.abs(usage - entitled)[leaf].sum()) * dt
             self.allocated_gpu_seconds += allocated * dt
+            self.capacity_gpu_seconds += total * dt
             self.idle_gpu_seconds += idle * dt
             contenders = backlogged & leaf & (entitled > 0)
             if contenders.sum() >= 2:

@@ -1,4 +1,5 @@
-"""The discrete-event simulator: submit, start and finish events, every decision made by the engine."""
+"""The discrete-event simulator: submit, start and finish events, and a recorded trace's node and queue
+changes; every decision made by the engine."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ from typing import Any, cast
 
 import numpy as np
 
-from fairgpu.errors import ScenarioError
+from fairgpu.errors import RequestError, ScenarioError
 from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.profile import Profile
+from fairgpu.framework.reconfigure import carry_over, successor
 from fairgpu.framework.scheduler import CycleObserver, Scheduler
 from fairgpu.model.pod import Workload
+from fairgpu.model.queue import QueueTree
 from fairgpu.sim.metrics import MetricsRecorder, Timeline
-from fairgpu.sim.scenario import Scenario
+from fairgpu.sim.scenario import Change, Scenario
 
-# At one instant: finishes and evictions free capacity before new work arrives.
-_FINISH, _EVICTED, _SUBMIT = 0, 1, 2
+# At one instant: the cluster changes, then finishes and evictions free capacity before new work arrives.
+_CHANGE, _FINISH, _EVICTED, _SUBMIT, _RETRY = 0, 1, 2, 3, 4
 MAX_CYCLES_PER_INSTANT = 64  # grace-0 evictions cycle again at the same instant; preemption must settle
 
 
@@ -77,16 +80,18 @@ class Simulation:
         self.horizon = scenario.horizon if horizon is None else horizon
         if not self.horizon > 0:  # every figure is a time average over it
             raise ScenarioError(f"{scenario.name}: the horizon must be positive (it spans no time)")
-        self.tree = scenario.tree()
-        self.sched = Scheduler(scenario.nodes, self.tree, profile)
+        self.tree = scenario.report_tree()  # every queue the run ever has (the engine's may change)
+        self.sched = Scheduler(scenario.nodes, scenario.tree(), profile)
         self._idle_empty = self.sched.idle_gpus(0.0)  # read before anything is submitted
+        self._total_gpus_at_start = self.sched.state.total_gpus
         self.by_name = {w.name: w for w in scenario.workloads}
-        # (time, kind, seq, workload, run or evicted pods): kinds order what happens at one instant
+        # (time, kind, seq, workload, run or evicted pods or change): kinds order what happens at one instant
         self._events: list[tuple[float, int, int, str, object]] = [
             (w.submit_time, _SUBMIT, seq, w.name, None)
             for seq, w in enumerate(scenario.workloads)
             if w.submit_time <= self.horizon
         ]
+        self._events += [(c.t, _CHANGE, -1 - i, "", c) for i, c in enumerate(scenario.changes) if c.t <= self.horizon]
         heapq.heapify(self._events)
         self._seq = len(self._events)
         self._run: Counter[str] = Counter()  # how many times each workload started: stale finishes are dropped
@@ -100,6 +105,9 @@ class Simulation:
         self.lost_gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.cycles = 0
         self.observer: CycleObserver | None = None
+        self._pinned: dict[str, tuple[Workload, float]] = {}  # running, their queue deleted: held where they run
+        self._orphans: dict[str, Workload] = {}  # waiting for their queue to exist (again)
+        self._decided: Counter[str] = Counter()  # whole-workload evictions decided so far, per workload
 
     def _push(self, t: float, kind: int, name: str, payload: object) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, name, payload))
@@ -107,7 +115,7 @@ class Simulation:
 
     def run_until(self, t: float) -> None:
         """Process every event up to time t (and the horizon), running a cycle after each instant."""
-        events, sched = self._events, self.sched
+        events = self._events
         cycles_now, last = 0, None
         while events and events[0][0] <= min(t, self.horizon):
             now = events[0][0]
@@ -118,15 +126,59 @@ class Simulation:
             while events and events[0][0] == now:
                 _, kind, _, name, payload = heapq.heappop(events)
                 if kind == _SUBMIT:
-                    sched.submit(self._declared(name))
+                    self._submit(self._declared(name))
                 elif kind == _FINISH:
-                    if sched.state_of(name) == "running" and payload == self._run[name]:
-                        sched.remove(name, finished_at=now)
-                        self.completed[self.by_name[name].queue] += 1
-                else:
+                    self._finished(now, name, payload)
+                elif kind == _EVICTED:
                     self._evicted(now, name, payload)
+                elif kind == _CHANGE:
+                    self._reconfigure(now, cast(Change, payload))
             self._cycle(now)
-            self.rec.sample(now, sched)
+            self.rec.sample(now, self.sched)
+
+    def _submit(self, wl: Workload) -> None:
+        """Into the engine; with a recorded trace's changes, work whose queue does not exist (any more) or
+        that no node can hold now waits outside until a change lets it in, as its pods wait on a cluster."""
+        qi = self.sched.tree.index.get(wl.queue)
+        if self.scenario.changes and (qi is None or not self.sched.tree.is_leaf[qi]):
+            self._orphans[wl.name] = wl
+            return
+        try:
+            self.sched.submit(wl)
+        except RequestError:
+            if not self.scenario.changes:
+                raise
+            self._orphans[wl.name] = wl
+
+    def _finished(self, now: float, name: str, run: object) -> None:
+        if run != self._run[name]:
+            return  # a finish of an earlier run, evicted since
+        if self.sched.state_of(name) == "running":
+            self.sched.remove(name, finished_at=now)
+            self.completed[self.by_name[name].queue] += 1
+        elif (pinned := self._pinned.pop(name, None)) is not None:
+            wl = pinned[0]
+            for key in wl.pod_names:
+                self.sched.state.release(key)
+            self.completed[wl.queue] += 1
+            self.starts.pop(name, None)
+
+    def _reconfigure(self, now: float, change: Change) -> None:
+        """A node or queue change of a recorded trace: a new engine (framework/reconfigure.py); work that
+        lost its node is evicted and requeued, as a cluster's controllers recreate its pods."""
+        old = self.sched
+        nodes = old.state.nodes if change.nodes is None else change.nodes
+        tree = old.tree if change.queues is None else QueueTree(change.queues)
+        new = successor(old, nodes, tree, now)
+        held = {name: self._held_gpus(name, old) for name in (*old.running, *self._pinned)}
+        carried = carry_over(old, new, self._pinned)
+        self.sched, self._pinned = new, carried.pinned
+        for name in carried.displaced:
+            self._lost(now, name, held[name])
+        waiting = [*carried.orphaned, *self._orphans.values()]
+        self._orphans = {}
+        for wl in sorted(waiting, key=lambda w: w.submit_time):
+            self._submit(wl)
 
     def _cycle(self, now: float) -> None:
         began = time.perf_counter()
@@ -142,24 +194,50 @@ class Simulation:
             if duration is not None:
                 self._push(now + duration, _FINISH, name, self._run[name])
         for ev in result.evictions:  # carried out when the grace period ends (at once when it is 0)
+            if ev.pods is None and (backoff := self._refused(ev.workload)) is not None:
+                self.sched.eviction_refused(ev.workload, now + backoff)
+                self._push(now, _RETRY, "", None)  # the preemptor looks for other room, as a controller does
+                continue
             self._push(ev.at, _EVICTED, ev.workload, (self._run[ev.workload], ev.pods))
+
+    def _refused(self, name: str) -> float | None:
+        """The back-off of this eviction if the recorded cluster refused it (the same one in turn)."""
+        n = self._decided[name]
+        self._decided[name] += 1
+        plan = self.scenario.refusals.get(name, ())
+        return plan[n] if n < len(plan) else None
 
     def _evicted(self, now: float, name: str, payload: object) -> None:
         run, pods = cast(tuple[int, tuple[int, ...] | None], payload)
         if self.sched.state_of(name) != "running" or run != self._run[name]:
             return  # it finished on its own during the grace period
-        wl, placed = self.by_name[name], self.sched.status(name).placed
-        self.preempted[wl.queue] += 1
-        self.evicted[name] += 1
-        self.eviction_log.append((now, name, wl.queue))
         if pods is not None:  # an elastic workload gives back extra pods and keeps running
-            self.sched.shrink(name, pods)
+            self._count_eviction(now, name)
+            self.sched.shrink(name, pods, regrow=not self.scenario.recreated)
             return
-        held = sum(p.gpu.gpu_equivalents() for p in wl.pods[:placed] if p.gpu is not None)
-        self.lost_gpu_seconds[wl.queue] += held * (now - self.starts[name])  # no checkpoint: all of it
+        held = self._held_gpus(name, self.sched)
         self.sched.remove(name)
+        self._lost(now, name, held)
+
+    def _held_gpus(self, name: str, sched: Scheduler) -> float:
+        wl = self._pinned[name][0] if name in self._pinned else sched.workload(name)
+        placed = len(wl.pods) if name in self._pinned else sched.status(name).placed
+        return sum(p.gpu.gpu_equivalents() for p in wl.pods[:placed] if p.gpu is not None)
+
+    def _count_eviction(self, now: float, name: str) -> None:
+        queue = self.by_name[name].queue
+        self.preempted[queue] += 1
+        self.evicted[name] += 1
+        self.eviction_log.append((now, name, queue))
+
+    def _lost(self, now: float, name: str, held: float) -> None:
+        """A running workload stopped before its end (evicted, or its node is gone): requeued, as the
+        cluster's controllers recreate its pods; what it ran is lost (no checkpoint)."""
+        self._count_eviction(now, name)
+        self.lost_gpu_seconds[self.by_name[name].queue] += held * (now - self.starts[name])
         self.starts.pop(name, None)
-        self.sched.submit(self._declared(name))
+        wl = self._declared(name)
+        self._submit(replace(wl, submit_time=now) if self.scenario.recreated else wl)
 
     def _declared(self, name: str) -> Workload:
         """The workload as the engine is told of it."""
@@ -211,7 +289,7 @@ class Simulation:
                 "never_started": len(w) - int(counts[i, 3]),
                 "lost_gpu_hours": float(lost[i] / hours),
             }
-        capacity = self.sched.state.total_gpus * horizon
+        capacity = rec.capacity_gpu_seconds + before * self._total_gpus_at_start
         return SimResult(
             scenario=self.scenario.name,
             profile=self.profile.name,
@@ -238,7 +316,9 @@ class Simulation:
             if wl.submit_time > self.horizon:
                 continue
             first = self.first_starts.get(wl.name)
-            state = self.sched.state_of(wl.name) or "finished"
+            state = self.sched.state_of(wl.name) or (
+                "running" if wl.name in self._pinned else "pending" if wl.name in self._orphans else "finished"
+            )
             if state == "pending" and first is not None:
                 state = "requeued"  # evicted, waiting to run again
             rows.append({

@@ -5,29 +5,30 @@ Every error names the field (`workloads[2].requests.cpu`) and the problem, so th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources as pkg_resources
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fairgpu import hamiconfig
 from fairgpu import resources as r
 from fairgpu.errors import QuantityError, RequestError, ScenarioError
-from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
+from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree, Workload, gpu_request
 from fairgpu.model.constraints import (
     MatchExpression,
     Operator,
     Policy,
-    Taint,
     TaintEffect,
     Toleration,
-    gpu_policy_chain,
+    gpu_policy_names,
+    scoring_weights,
 )
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules, parse_request
+from fairgpu.sim.nodes import MAX_NODES, ClusterDoc, build_nodes
 from fairgpu.spec import (
     Quantity,
     QueueDoc,
@@ -39,21 +40,12 @@ from fairgpu.spec import (
 )
 from fairgpu.state import ClusterState
 
-# Past these a scenario is a typo, not a cluster: refuse it with a line instead of running out of memory.
-MAX_NODES = 100_000
+# Past these a scenario is a typo, not a cluster: refuse it with a line instead of running out of memory
+# (MAX_NODES: sim/nodes.py).
 MAX_WORKLOADS = 1_000_000
 MAX_PODS_PER_WORKLOAD = 10_000
 # Kubernetes PriorityClass values are 32-bit; user classes stop at one billion
 PRIORITY_RANGE = (-(2**31), 1_000_000_000)
-
-
-class TaintDoc(Strict):
-    key: str = Field(min_length=1)
-    value: str = ""
-    effect: TaintEffect = "NoSchedule"
-
-    def taint(self) -> Taint:
-        return Taint(self.key, self.value, self.effect)
 
 
 class ExpressionDoc(Strict):
@@ -85,42 +77,6 @@ class TolerationDoc(Strict):
         return Toleration(self.key, self.operator, self.value, self.effect)
 
 
-class NodeGroup(Strict):
-    count: int = Field(default=1, ge=0, le=MAX_NODES)
-    name: str = ""  # prefix of node names; defaults to the group's index
-    gpus: int = Field(default=0, ge=0)
-    gpu_model: str = ""
-    gpu_memory: Quantity = 0
-    cpu: Quantity
-    memory: Quantity
-    labels: dict[str, str] = Field(default_factory=dict)
-    split_count: int | None = Field(default=None, ge=1)  # default: hami.deviceSplitCount (10)
-    taints: list[TaintDoc] = Field(default_factory=list)
-    cordoned: bool = False
-    unhealthy_gpus: int = Field(default=0, ge=0)  # the last this many GPUs of each node
-
-    @field_validator("cpu", "memory", "gpu_memory")
-    @classmethod
-    def _quantity(cls, v: Quantity, info: ValidationInfo) -> Quantity:
-        if info.field_name != "cpu":
-            require_memory_unit(v)
-        if r.parse_quantity(v) < 0:
-            raise ValueError(f"{v!r} must not be negative")
-        return v
-
-    @model_validator(mode="after")
-    def _gpu_fields(self) -> NodeGroup:
-        if self.gpus and (not self.gpu_model or r.memory_mib(self.gpu_memory) <= 0):
-            raise ValueError("nodes with gpus need gpu_model and a positive gpu_memory")
-        if self.unhealthy_gpus > self.gpus:
-            raise ValueError("unhealthy_gpus: more than the node's gpus")
-        return self
-
-
-class ClusterDoc(Strict):
-    nodes: list[NodeGroup] = Field(min_length=1)
-
-
 class WorkloadGroup(Strict):
     queue: str
     name: str = ""  # prefix of workload names; defaults to "<queue>-<index>"
@@ -144,13 +100,22 @@ class WorkloadGroup(Strict):
     tolerations: list[TolerationDoc] = Field(default_factory=list)
     node_scheduler_policy: Policy | None = None
     gpu_scheduler_policy: str | None = None  # HAMi's chain: binpack, spread, mutex, topology-aware, numa
+    device_scoring_weights: str | None = None  # HAMi's hami.io/device-scoring-weights: slot=1,core=1,memory=3
+    numa_bind: bool = False  # HAMi's nvidia.com/numa-bind
     vgpu_mode: str | None = None  # nvidia.com/vgpu-mode: hami-core, mps (a card's mode must be a substring)
 
     @field_validator("gpu_scheduler_policy")
     @classmethod
     def _gpu_policy(cls, v: str | None) -> str | None:
         if v is not None:
-            gpu_policy_chain(v)
+            gpu_policy_names(v)
+        return v
+
+    @field_validator("device_scoring_weights")
+    @classmethod
+    def _weights(cls, v: str | None) -> str | None:
+        if v is not None:
+            scoring_weights(v)
         return v
 
     @field_validator("at", "every", "duration", "duration_max")
@@ -198,8 +163,9 @@ class WorkloadGroup(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.node_affinity),
             tolerations=tuple(t.toleration() for t in self.tolerations),
             node_policy=self.node_scheduler_policy or "",
-            gpu_policy=gpu_policy_chain(self.gpu_scheduler_policy or "")[0],
-            gpu_mutex=gpu_policy_chain(self.gpu_scheduler_policy or "")[1],
+            gpu_policy=self.gpu_scheduler_policy or "",
+            gpu_weights=scoring_weights(self.device_scoring_weights) if self.device_scoring_weights else (1, 1, 1),
+            numa_bind=self.numa_bind,
             gpu_mode=self.vgpu_mode,
         )
 
@@ -244,6 +210,15 @@ class ScenarioDoc(Strict):
         return v
 
 
+@dataclass(slots=True, frozen=True)
+class Change:
+    """At `t`, the inventory or the queues became these (a recorded trace's later snapshots); None: unchanged."""
+
+    t: float
+    nodes: list[NodeSpec] | None = None
+    queues: list[QueueSpec] | None = None
+
+
 @dataclass(slots=True)
 class Scenario:
     """A validated scenario, in the engine's model."""
@@ -254,9 +229,28 @@ class Scenario:
     queues: list[QueueSpec]
     workloads: list[Workload]
     description: str = ""
+    changes: list[Change] = field(default_factory=list)  # in time order
+    # Evicted work comes back as on a cluster, whose controllers recreate evicted pods (how a recorded trace
+    # replays): a whole workload waits again from its eviction, as new pods wait from their creation, rather
+    # than keeping its place; an elastic workload's evicted pods are gone for good (replacements, if any,
+    # arrive as new work) rather than growing back.
+    recreated: bool = False
+    # Evictions a cluster refused (a PodDisruptionBudget): per workload, for each whole-workload eviction
+    # decided for it in turn, the back-off in seconds if it was refused, None if carried out.
+    refusals: dict[str, list[float | None]] = field(default_factory=dict)
 
     def tree(self) -> QueueTree:
         return QueueTree(self.queues)
+
+    def report_tree(self) -> QueueTree:
+        """Every queue the run ever has, for its figures: the first queues, then those created later."""
+        if not self.changes:
+            return self.tree()
+        specs = {q.name: q for q in self.queues}
+        for ch in self.changes:
+            for q in ch.queues or ():
+                specs.setdefault(q.name, q)
+        return QueueTree(list(specs.values()))
 
 
 def build(doc: dict[str, Any]) -> Scenario:
@@ -275,31 +269,7 @@ def build(doc: dict[str, Any]) -> Scenario:
     if total_workloads > MAX_WORKLOADS:
         raise ScenarioError(f"workloads: {total_workloads:,} in all; at most {MAX_WORKLOADS:,} are supported")
     hami = hamiconfig.from_mapping(sd.hami, "hami")
-    nodes: list[NodeSpec] = []
-    for gi, grp in enumerate(sd.cluster.nodes):
-        prefix = grp.name or f"node{gi}"
-        # What HAMi's device plugin would register: the card's memory × deviceMemoryScaling.
-        mem = hami.registered_memory(r.memory_mib(grp.gpu_memory)) if grp.gpus else 0
-        cores = hami.registered_cores()  # devcore: what HAMi's Fit shares among a card's tasks
-        for k in range(grp.count):
-            name = f"{prefix}-{k}"
-            healthy = grp.gpus - grp.unhealthy_gpus
-            gpus = tuple(
-                GpuDevice(grp.gpu_model, mem, uuid=f"GPU-{name}-{j}", healthy=j < healthy, cores=cores)
-                for j in range(grp.gpus)
-            )
-            nodes.append(
-                NodeSpec(
-                    name,
-                    r.cpu_millicores(grp.cpu),
-                    r.memory_mib(grp.memory),
-                    gpus,
-                    dict(grp.labels),
-                    split_count=grp.split_count or hami.device_split_count,
-                    schedulable=not grp.cordoned,
-                    taints=tuple(t.taint() for t in grp.taints),
-                )
-            )
+    nodes = build_nodes(sd.cluster, hami)
     if len({n.name for n in nodes}) != len(nodes):
         raise ScenarioError("cluster.nodes: node names collide; give each group a distinct name")
 

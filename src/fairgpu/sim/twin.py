@@ -62,7 +62,13 @@ def recorded(trace: FairgpuTrace, horizon: float) -> Column:
         }
         for name in gpu_s
     }
-    capacity = sum(len(n.gpus) for n in sc.nodes) * horizon
+    # The inventory's GPUs over time, each snapshot holding until the next.
+    inventories = [(0.0, sc.nodes), *((c.t, c.nodes) for c in sc.changes if c.nodes is not None)]
+    ends = [t for t, _ in inventories[1:]] + [horizon]
+    capacity = sum(
+        sum(len(n.gpus) for n in nodes) * max(0.0, min(end, horizon) - t)
+        for (t, nodes), end in zip(inventories, ends, strict=True)
+    )
     used = sum(gpu_s.values())
     return Column(RECORDED, queues, sum(evicted.values()), used / capacity if capacity else 0.0)
 
@@ -126,7 +132,9 @@ def with_queues(sc: Scenario, queues: list[QueueSpec], origin: str) -> Scenario:
             why = "is missing" if qi is None else "has child queues"
             used = sum(1 for w in sc.workloads if w.queue == wl.queue)
             raise ScenarioError(f"--queues: {origin}: queue {wl.queue!r} ({used} workloads in the trace) {why}")
-    return replace(sc, queues=queues, description=f"{sc.description}, queues from {origin}")
+    # These queues hold for the whole replay: the trace's own queue changes are replaced by them too.
+    changes = [replace(c, queues=None) for c in sc.changes if c.nodes is not None]
+    return replace(sc, queues=queues, changes=changes, description=f"{sc.description}, queues from {origin}")
 
 
 def table(columns: list[Column], horizon: float) -> Table:

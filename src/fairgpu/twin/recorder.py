@@ -2,20 +2,21 @@
 
 It diffs name sets between two instants (C-speed set operations, not a loop over every workload): a new name
 is a `submit`, a name newly running a `start`, a name gone an `end` whose outcome is `evicted` when an
-eviction was decided for it, `finished` when it ran, `withdrawn` when it never started. As a CycleObserver
+eviction was decided for it or a node it ran on is gone, `finished` when it ran, `withdrawn` when it never
+started. An eviction decided and then refused (a PodDisruptionBudget) is a `refused` record. As a CycleObserver
 (`EngineRecorder`) it sees every decision of the engine it is attached to, in either driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.model import NodeSpec, QueueSpec, Workload
-from fairgpu.twin.schema import header, node_doc, queue_doc, submit_record
+from fairgpu.twin.encode import header, node_doc, queue_doc, submit_record
 from fairgpu.twin.writer import TraceWriter
 
 
@@ -35,6 +36,7 @@ class Seen:
     # kubelet's start to the pods' exit); else a run lasts from its start to its end record.
     ran: Callable[[Sequence[str]], float | None] | None = None
     deleted: Collection[str] = ()  # gone while running because their pods were deleted, not because they exited
+    refused: Mapping[str, float] = field(default_factory=dict)  # evictions refused: workload → retry time
 
 
 class Recorder:
@@ -50,6 +52,7 @@ class Recorder:
         self._evicting: set[str] = set()
         self._submits: dict[str, dict[str, Any]] = {}  # the submit record of each held workload
         self._began: dict[str, float] = {}  # start time (trace seconds) of each running workload
+        self._where: dict[str, list[str]] = {}  # the nodes each running workload started on
 
     def observe(self, now: float, seen: Seen) -> None:
         out: list[dict[str, Any]] = []
@@ -62,11 +65,17 @@ class Recorder:
         pending, running = set(seen.pending), set(seen.running)
         held = pending | running
         was_running = self._running
+        gone = (self._pending | was_running) - held
+        nodes = {n.name for n in seen.nodes} if was_running - running else set()
+        queues = {q.name for q in seen.queues} if gone else set()
         # Gone, or back to pending (evicted and resubmitted under the same name between two instants).
-        for name in sorted(((self._pending | was_running) - held) | (was_running & pending)):
+        for name in sorted(gone | (was_running & pending)):
             ran = name in was_running
-            evicted = name in self._evicting or name in seen.deleted
-            outcome = "evicted" if evicted else "finished" if ran else "withdrawn"
+            lost = ran and not nodes.issuperset(self._where.get(name, ()))  # its node is gone: so are its pods
+            evicted = name in self._evicting or name in seen.deleted or lost
+            # Its queue was deleted: no longer the engine's, its pods stay (and come back with the queue).
+            orphaned = name in gone and self._submits[name]["queue"] not in queues
+            outcome = "evicted" if evicted else "withdrawn" if orphaned or not ran else "finished"
             end: dict[str, Any] = {"kind": "end", "t": t, "workload": name, "outcome": outcome}
             length = seen.ran(self._submits[name]["pod_names"]) if seen.ran is not None and ran else None
             if length is not None:
@@ -83,6 +92,9 @@ class Recorder:
         for name in sorted(running - self._running):
             out.append(self._start(t, name, seen))
         self._pending -= running
+        for name in sorted(self._evicting & running & seen.refused.keys()):
+            self._evicting.discard(name)  # it runs on; the engine tries it again as a victim from `retry`
+            out.append({"kind": "refused", "t": t, "workload": name, "retry": seen.refused[name] - self.epoch})
         for ev in seen.evictions:
             evict: dict[str, Any] = {"kind": "evict", "t": t, "workload": ev.workload, "reason": ev.reason}
             evict |= {"grace": ev.grace} if ev.grace else {}
@@ -102,6 +114,7 @@ class Recorder:
         if began < t - 1e-6:  # found running (adopted): it started before this instant
             rec["began"] = began
         self._began[name] = min(began, t)
+        self._where[name] = rec["nodes"]
         self._running.add(name)
         return rec
 
@@ -111,6 +124,7 @@ class Recorder:
         self._evicting.discard(name)
         self._submits.pop(name, None)
         self._began.pop(name, None)
+        self._where.pop(name, None)
 
     def _inputs_changed(self, t: float, seen: Seen) -> list[dict[str, Any]]:
         """Node and queue snapshots when they differ from the last written (looked at only when the driver
@@ -139,7 +153,8 @@ class Recorder:
         for name in sorted(self._submits):
             out.append({**self._submits[name], "t": t})
             if name in self._running:
-                out.append({"kind": "start", "t": t, "workload": name, "nodes": [], "began": self._began[name]})
+                start = {"kind": "start", "t": t, "workload": name, "nodes": self._where[name]}
+                out.append(start | {"began": self._began[name]})
             if name in self._evicting:
                 out.append({"kind": "evict", "t": t, "workload": name, "reason": "decided before this file"})
         self.writer.write(out)
@@ -166,5 +181,5 @@ class EngineRecorder:
 
         pending, running = sched.names()
         seen = Seen(sched.state.nodes, sched.tree.queues, pending, running, sched.workload, placed_on, started_at)
-        seen.evictions, seen.ran = result.evictions, self.ran
+        seen.evictions, seen.ran, seen.refused = result.evictions, self.ran, sched.refused_evictions()
         self.recorder.observe(now, seen)

@@ -1,10 +1,11 @@
-"""The trace format, version 1: what a driver saw, one JSON object per line (docs/twin.md is its reference).
+"""The trace format, version 2: what a driver saw, one JSON object per line (docs/twin.md is its reference).
 
 A trace opens with a `header` and holds, in time order: `nodes` and `queues` snapshots (whole, whenever they
 change), and per workload its `submit` (pods with their requests, queue, user, priority), each `start`, an
-`evict` decision, and its `end` (finished, evicted or withdrawn). Times `t` are seconds since the header's
-`epoch` (the driver's clock). Both drivers share this module: the controller and `fairgpu record` write it,
-the simulator reads it back; neither imports the other.
+`evict` decision, a `refused` eviction (version 2), and its `end` (finished, evicted or withdrawn). Version 1
+traces (no `refused`) read as they are. Times `t` are seconds since the header's `epoch` (the driver's
+clock). Both drivers share this module: the controller and `fairgpu record` write records (twin/encode.py
+makes them from the engine's data), the simulator reads them back; neither imports the other.
 """
 
 from __future__ import annotations
@@ -13,19 +14,27 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import numpy as np
 from pydantic import Field, ValidationError
 
-from fairgpu import resources as r
 from fairgpu.errors import ScenarioError
-from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, Workload
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.model.mig import MigTemplate
 from fairgpu.spec import QueueDoc, Strict, validation_message
 
 SCHEMA = "fairgpu-trace"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # versions this reader takes: each adds kinds or fields to the one before
+
+
+class MigDoc(Strict):
+    name: str
+    memory_mib: int = Field(ge=0)
+    cores: int = Field(ge=0)
+    slices: int = Field(ge=0)
+    placements: list[tuple[int, int]] = Field(default_factory=list)  # (start, size)
 
 
 class GpuDoc(Strict):
@@ -35,6 +44,14 @@ class GpuDoc(Strict):
     healthy: bool = True
     split: int = Field(default=0, ge=0)
     mode: str = "hami-core"
+    cores: int = Field(default=100, ge=0)  # HAMi's devcore
+    numa: int = Field(default=0, ge=0)
+    mig: list[MigDoc] = Field(default_factory=list)  # mode mig: the profiles the card registered
+
+    def device(self) -> GpuDevice:
+        mig = tuple(MigTemplate(m.name, m.memory_mib, m.cores, m.slices, tuple(m.placements)) for m in self.mig)
+        return GpuDevice(self.model, self.memory_mib, self.uuid, self.healthy, self.split, self.mode, self.cores,
+                         self.numa, mig)  # fmt: skip
 
 
 class TaintRec(Strict):
@@ -52,13 +69,15 @@ class NodeDoc(Strict):
     split_count: int = Field(default=10, ge=1)
     schedulable: bool = True
     taints: list[TaintRec] = Field(default_factory=list)
+    pair_scores: list[list[int]] = Field(default_factory=list)  # HAMi's GPU pair scores, GPU × GPU
 
     def spec(self) -> NodeSpec:
-        gpus = tuple(GpuDevice(g.model, g.memory_mib, g.uuid, g.healthy, g.split, g.mode) for g in self.gpus)
+        gpus = tuple(g.device() for g in self.gpus)
         taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
         return NodeSpec(
-            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints
-        )
+            self.name, self.cpu_m, self.memory_mib, gpus, dict(self.labels), self.split_count, self.schedulable, taints,
+            tuple(tuple(row) for row in self.pair_scores),
+        )  # fmt: skip
 
 
 class GpuRequestDoc(Strict):
@@ -88,6 +107,7 @@ class PodDoc(Strict):
     cpu_m: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     gpu: GpuRequestDoc | None = None
+    more_gpus: list[GpuRequestDoc] = Field(default_factory=list)  # the further GPU containers'
     gpu_include: list[str] = Field(default_factory=list)
     gpu_exclude: list[str] = Field(default_factory=list)
     gpu_uuid_include: list[str] = Field(default_factory=list)
@@ -96,9 +116,11 @@ class PodDoc(Strict):
     affinity: list[list[ExpressionRec]] = Field(default_factory=list)
     tolerations: list[TolerationRec] = Field(default_factory=list)
     node_policy: str = ""
-    gpu_policy: str = ""
-    gpu_mutex: bool = False
+    gpu_policy: str = ""  # HAMi's chain as written
+    gpu_mutex: bool = False  # traces before the chain was kept whole: `mutex` beside gpu_policy
+    gpu_weights: tuple[int, int, int] = (1, 1, 1)
     gpu_mode: str | None = None
+    numa_bind: bool = False
 
     def spec(self) -> PodSpec:
         g = self.gpu
@@ -106,6 +128,7 @@ class PodDoc(Strict):
             cpu_m=self.cpu_m,
             memory_mib=self.memory_mib,
             gpu=None if g is None else GpuRequest(g.count, g.cores, g.mem_mib, g.mem_pct),
+            more_gpus=tuple(GpuRequest(m.count, m.cores, m.mem_mib, m.mem_pct) for m in self.more_gpus),
             gpu_include=tuple(self.gpu_include),
             gpu_exclude=tuple(self.gpu_exclude),
             gpu_uuid_include=tuple(self.gpu_uuid_include),
@@ -114,9 +137,10 @@ class PodDoc(Strict):
             affinity=tuple(tuple(e.expression() for e in term) for term in self.affinity),
             tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             node_policy=self.node_policy,
-            gpu_policy=self.gpu_policy,
-            gpu_mutex=self.gpu_mutex,
+            gpu_policy=",".join(filter(None, (self.gpu_policy, "mutex" if self.gpu_mutex else ""))),
+            gpu_weights=self.gpu_weights,
             gpu_mode=self.gpu_mode,
+            numa_bind=self.numa_bind,
         )
 
 
@@ -174,6 +198,15 @@ class Evict(Strict):
     pods: list[int] | None = None  # an elastic workload gives back only these pods
 
 
+class Refused(Strict):
+    """The eviction last decided for a workload was refused (a PodDisruptionBudget): it runs on."""
+
+    kind: Literal["refused"]
+    t: float
+    workload: str = Field(min_length=1)
+    retry: float  # when the engine may choose it as a victim again (trace seconds)
+
+
 class End(Strict):
     kind: Literal["end"]
     t: float
@@ -182,7 +215,7 @@ class End(Strict):
     ran: float | None = Field(default=None, ge=0)  # how long its pods ran, when the driver saw them run (seconds)
 
 
-Record = Header | Nodes | Queues | Submit | Start | Evict | End
+Record = Header | Nodes | Queues | Submit | Start | Evict | Refused | End
 _BY_KIND: dict[str, type[Record]] = {
     "header": Header,
     "nodes": Nodes,
@@ -190,143 +223,16 @@ _BY_KIND: dict[str, type[Record]] = {
     "submit": Submit,
     "start": Start,
     "evict": Evict,
+    "refused": Refused,
     "end": End,
 }
 KINDS = tuple(_BY_KIND)
 
 
-# -- the engine's data → records ---------------------------------------------------------------------------
-def node_doc(n: NodeSpec) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": n.name, "cpu_m": n.cpu_m, "memory_mib": n.memory_mib}
-    doc["gpus"] = [
-        {"model": g.model, "memory_mib": g.memory_mib, "uuid": g.uuid, "healthy": g.healthy, "split": g.split}
-        | {"mode": g.mode}
-        for g in n.gpus
-    ]
-    doc |= {"labels": dict(n.labels), "split_count": n.split_count, "schedulable": n.schedulable}
-    doc["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints]
-    return doc
-
-
-def pod_doc(p: PodSpec) -> dict[str, Any]:
-    g = p.gpu
-    doc: dict[str, Any] = {"cpu_m": p.cpu_m, "memory_mib": p.memory_mib}
-    if g is not None:
-        doc["gpu"] = {"count": g.count, "cores": g.cores, "mem_mib": g.mem_mib, "mem_pct": g.mem_pct}
-    for name in ("gpu_include", "gpu_exclude", "gpu_uuid_include", "gpu_uuid_exclude"):
-        if getattr(p, name):
-            doc[name] = list(getattr(p, name))
-    if p.node_selector:
-        doc["node_selector"] = dict(p.node_selector)
-    if p.affinity:
-        doc["affinity"] = [
-            [{"key": e.key, "operator": e.operator, "values": list(e.values)} for e in term] for term in p.affinity
-        ]
-    if p.tolerations:
-        doc["tolerations"] = [
-            {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect} for t in p.tolerations
-        ]
-    for name in ("node_policy", "gpu_policy"):
-        if getattr(p, name):
-            doc[name] = getattr(p, name)
-    if p.gpu_mutex:
-        doc["gpu_mutex"] = True
-    if p.gpu_mode is not None:
-        doc["gpu_mode"] = p.gpu_mode
-    return doc
-
-
-def _quota(vec: np.ndarray) -> dict[str, str | float]:
-    """A fair vector as the quota keys a queue is written with; unconstrained (infinite) dimensions left out."""
-    out: dict[str, str | float] = {}
-    for dim, value in enumerate(vec):
-        if not math.isfinite(value):
-            continue
-        if dim == r.DIM_GPU:
-            out[r.GPU] = float(value)
-        elif dim == r.DIM_GPUMEM:
-            out[r.GPUMEM] = f"{int(value)}Mi"
-        elif dim == r.DIM_CPU:
-            out[r.CPU] = f"{int(value)}m"
-        else:
-            out[r.MEMORY] = f"{int(value)}Mi"
-    return out
-
-
-def queue_doc(q: QueueSpec) -> dict[str, Any]:
-    """A QueueSpec as the queue schema (spec.QueueDoc) writes it: what `--queues FILE` takes, too."""
-    doc: dict[str, Any] = {"name": q.name, "weight": q.weight}
-    if q.parent is not None:
-        doc["parent"] = q.parent
-    if np.any(q.guaranteed):
-        doc["guaranteed"] = _quota(q.guaranteed)
-    if np.isfinite(q.limit).any():
-        doc["limit"] = _quota(q.limit)
-    if q.lendable is not None:
-        doc["lendable"] = _quota(q.lendable)
-    doc |= {
-        "usage_half_life": q.usage_half_life,
-        "fair_within": q.fair_within,
-        "starvation_after": q.starvation_after,
-        "allocation": q.allocation,
-    }
-    p = q.preemption
-    if not p.enabled:
-        doc["preemption"] = "never"
-    else:
-        doc["preemption"] = {
-            "reclaim": p.reclaim,
-            "fair_share": p.fair_share,
-            "within_queue": p.within_queue,
-            "min_runtime": p.min_runtime,
-            "grace_period": p.grace_period,
-        }
-    return doc
-
-
-def submit_record(t: float, wl: Workload, epoch: float) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "kind": "submit",
-        "t": t,
-        "workload": wl.name,
-        "queue": wl.queue,
-        "submitted": wl.submit_time - epoch,
-        "pods": [pod_doc(p) for p in wl.pods],
-        "pod_names": list(wl.pod_names),
-    }
-    if wl.user:
-        doc["user"] = wl.user
-    if wl.priority:
-        doc["priority"] = wl.priority
-    if wl.duration is not None:
-        doc["duration"] = wl.duration
-    if wl.min_pods is not None:
-        doc["min_pods"] = wl.min_pods
-    if not wl.preemptible:
-        doc["preemptible"] = False
-    return doc
-
-
-def header(epoch: float, source: str, scheduler: str, profile: str) -> dict[str, Any]:
-    return {
-        "kind": "header",
-        "schema": SCHEMA,
-        "version": VERSION,
-        "epoch": epoch,
-        "source": source,
-        "scheduler": scheduler,
-        "profile": profile,
-    }
-
-
-def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), allow_nan=False)
-
-
 # -- records → checked objects ----------------------------------------------------------------------------
 def read(path: Path) -> Iterator[tuple[int, Record]]:
-    """(line number, record) of a trace file, checked: the first line a v1 header, then records in time
-    order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
+    """(line number, record) of a trace file, checked: the first line a header of a version it reads, then
+    records in time order. Any problem is a ScenarioError of one line naming the file, the line and the field."""
     if not path.is_file():
         raise ScenarioError(f"{path}: no such file")
     last_t = -math.inf
@@ -353,7 +259,7 @@ def read(path: Path) -> Iterator[tuple[int, Record]]:
 
 
 def parse(text: str, where: str) -> Record:
-    """One line: a ScenarioError `where: field: problem` if it is not a valid v1 record."""
+    """One line: a ScenarioError `where: field: problem` if it is not a valid record."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -363,8 +269,9 @@ def parse(text: str, where: str) -> Record:
     kind = doc.get("kind")
     if kind not in KINDS:
         raise ScenarioError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "header" and doc.get("version") != VERSION:
-        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads version {VERSION}")
+    if kind == "header" and doc.get("version") not in READS:
+        known = " and ".join(map(str, READS))
+        raise ScenarioError(f"{where}: version: {doc.get('version')!r}; this fairgpu reads versions {known}")
     try:
         return _BY_KIND[kind].model_validate(doc)
     except ValidationError as err:

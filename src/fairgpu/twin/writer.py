@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fairgpu.errors import InputError
-from fairgpu.twin.schema import dumps
+from fairgpu.twin.encode import dumps
 
 MIN_BYTES = 64 * 1024  # smaller than a snapshot of a big cluster, a file would rotate at every cycle
 
