@@ -290,6 +290,25 @@ def test_a_pod_taking_memory_strands_the_gpus_of_the_shape_that_needed_it(memory
     assert view.state.node_names[p.node] == ("small" if memory else "big")
 
 
+def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
+    """g2: 8 GPUs, 96 cores, 4 of them taken; t4: 2 GPUs, 128 cores. The mix so far: a CPU-only pod asking 10
+    cores, then a 1-GPU pod asking 10 (seen, not placed): 20 cores per GPU, CPU-only pods included. A
+    CPU-only 10-core pod on g2 leaves 82 cores for 8 GPUs that need 160: GPU capacity its CPU cannot feed
+    goes from 800 - 92,000 / 200 = 340 to 390 (% of a GPU), x cpu_balance 4 = +200; t4 keeps 118 cores for 2
+    GPUs needing 40: 0. The GPU shape fits both nodes before and after, so FGD's own measure is 0 on both.
+    Counting GPU pods' CPU alone (10 per GPU), g2's 82 cores still feed its 8 GPUs, both score 0 and
+    Binpack's tie-break takes g2, the fuller."""
+    nodes = [gpu_node("g2", gpus=8, cpu_m=96_000), gpu_node("t4", gpus=2, model="T4", cpu_m=128_000)]
+    view, prof = view_of(nodes)
+    view.state.assign("busy", view.state.placement_for(PodSpec(cpu_m=4000, memory_mib=1024), 0, ()))
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    for pod in (PodSpec(cpu_m=10_000, memory_mib=1024), whole(cpu_m=10_000)):  # seen, not placed
+        place_pod(pod, view, prof)
+    assert frag._per_core == pytest.approx(200.0)  # millicores per GPU percent
+    p = place_pod(PodSpec(cpu_m=10_000, memory_mib=1024), view, prof)
+    assert p is not None and view.state.node_names[p.node] == "t4"
+
+
 def test_unplaced_cause_names_what_rules_out_every_node() -> None:
     """A 1-GPU T4 node (4 cores, 8 GiB) and a 2-GPU G2 node (64 cores) with 50 % of one GPU taken: 250 % of a
     GPU free, 100 of it on T4, one idle GPU per node."""

@@ -72,8 +72,11 @@ class Fragmentation:
     # sent small pods to the models that GPU-constrained pods needed.)
     by_demand: bool = False
     # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
-    # GPU of the mix so far (GPU pods' CPU over their GPUs). FGD sees CPU only once a node falls below a
-    # whole shape's need; this sees CPU draining from GPU-rich nodes before that (0 = FGD's measure alone).
+    # GPU of the mix so far. FGD sees CPU only once a node falls below a whole shape's need; this sees CPU
+    # draining from GPU-rich nodes before that (0 = FGD's measure alone). The mix's CPU per GPU is every
+    # pod's CPU over the GPU pods' GPUs: CPU-only pods arrive in proportion to the GPU pods and take CPU
+    # from the same nodes, so a node's free GPUs stay usable only while its free CPU covers their share of
+    # all of it (with none, this is GPU pods' CPU over their GPUs).
     cpu_balance: float = 0.0
     # a shape that fits on fewer than this many nodes weighs more (×2 each time its hosts halve, up to this
     # factor): FGD's measure is node-local and cannot see that breaking one of the last few nodes able to
@@ -101,7 +104,7 @@ class Fragmentation:
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
-    _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU and GPUs of GPU pods seen
+    _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU of all pods, GPUs of GPU pods
     # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
     _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
@@ -119,9 +122,9 @@ class Fragmentation:
 
     # -- the workload mix ---------------------------------------------------------------------------
     def _learn(self, pod: PodSpec) -> None:
+        self._cpu_per_gpu[0] += pod.cpu_m  # CPU-only pods' too: see cpu_balance
         if pod.gpu is None:
             return  # CPU-only pods leave every node's GPU fragmentation as it is
-        self._cpu_per_gpu[0] += pod.cpu_m
         self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
         key = _shape(pod, self.memory)
         t = self._keys.get(key)
