@@ -19,7 +19,7 @@ from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, Q
 from fairgpu.model.mig import MigTemplate
 from fairgpu.state import ClusterState
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 MIB = 8192
 
@@ -185,10 +185,7 @@ def test_live_multi_container_numa_and_scaled_cores_pass_hamis_allocate(fake_api
             assert [d.uuid for s in ("scaled-a", "scaled-b") for d in seg[s][0]] == ["GPU-s0", "GPU-s0"]
             assert kubelet_nodes.allocations["a/scaled-b"].envs[0]["CUDA_DEVICE_SM_LIMIT"] == "100"
         finally:
-            for t in (run, kubelet):
-                t.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+            await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
@@ -258,10 +255,7 @@ def test_live_mig_cards_get_hamis_profiles_and_reservations_in_a_mixed_cluster(f
             assert kubelet_nodes.allocations["a/ten"].envs == [{"NVIDIA_VISIBLE_DEVICES": "MIG-GPU-mig-0-2"}]
             ctl.engine.state.check_invariants()
         finally:
-            for t in (run, kubelet):
-                t.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+            await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 

@@ -24,7 +24,7 @@ from fairgpu.model import GpuRequest, PodSpec, gpu_request
 from fairgpu.sim import scenario as scenario_mod
 from fairgpu.state import ClusterState
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -118,10 +118,7 @@ def test_every_pod_on_a_hami_node_is_accounted_and_mig_cards_are_refused(fake_ap
             assert ("node-01", "GPUsNotScheduled") in reasons
             assert not nodes.violations, nodes.violations
         finally:
-            for t in (run, kubelet):
-                t.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+            await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 

@@ -23,7 +23,7 @@ from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.k8s.translate import node_spec, pod_info
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fake_kubelet import GPU_MEM, SPLIT, FakeNodes
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 MIB = 8192
 # g0–g3 NVLinked as 0↔3 (300) and 1↔2 (100), every other pair over PCIe (10)
@@ -182,10 +182,7 @@ def test_live_topology_aware_pod_gets_the_nvlinked_pair(fake_api, tmp_path) -> N
             bad = await port.get(PODS, "bad", "a")
             assert not bad["spec"].get("nodeName")
         finally:
-            for t in (run, kubelet):
-                t.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+            await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 

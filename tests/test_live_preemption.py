@@ -14,7 +14,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fake_kubelet import FakeNodes
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 PDBS = Kind("policy", "v1", "poddisruptionbudgets", True)
 GRACE = 1  # seconds: queue b's grace period, short to keep the tests quick
@@ -77,10 +77,7 @@ def run(fake_api, tmp_path, b_pods: list[dict], scenario: Scenario, restart: boo
             await scenario(port, ctl, nodes, lambda: fake_api.control("state"))
             assert not nodes.violations, nodes.violations  # no GPU ever held by a victim and its preemptor
         finally:
-            run.cancel()
-            kubelet.cancel()
-            await asyncio.gather(run, kubelet, return_exceptions=True)
-            await port.close()
+            await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 

@@ -80,6 +80,14 @@ async def until(cond, timeout: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+async def stop(port, *tasks: asyncio.Task) -> None:
+    """Cancel the test's controller and kubelet tasks, wait for them, and close the client."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await port.close()
+
+
 def check_annotations_match_engine(ctl: Controller, pods: dict[str, dict]) -> int:
     """Each bound pod's HAMi annotation decodes to exactly the engine's placement; returns pods checked."""
     state = ctl.engine.state
@@ -270,10 +278,7 @@ def test_three_hundred_pods_fair_exact_crash_safe(fake_api, tmp_path):
         assert ctl.stats.rebuilds >= 1 and ctl.pods.relists >= 1
         assert not nodes.violations, nodes.violations[:5]
 
-        run.cancel()
-        kubelet.cancel()
-        await asyncio.gather(run, kubelet, return_exceptions=True)
-        await port.close()
+        await stop(port, run, kubelet)
 
     asyncio.run(asyncio.wait_for(go(), 240))
 
