@@ -28,7 +28,7 @@ class Shape:
 
     nodes: np.ndarray  # (N,) bool: the filters let the node take the pod
     slots: np.ndarray | None  # (N, G) bool: GPU slots that can take it (GPU pods)
-    total: np.ndarray  # (N,) weighted sum of the scores (meaningful where `nodes`)
+    total: np.ndarray  # (N,) weighted sum of the scores, -inf where the filters refuse the node
     filtered: np.ndarray  # (N,) node_version the filter verdicts reflect
     scored: np.ndarray  # (N,) node_version the scores reflect (-1: never scored)
     generation: tuple[int, ...] = ()
@@ -78,7 +78,8 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
 
 
 def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np.ndarray:
-    """(N,) the weighted score sum, current on every node (for a pod some node can take)."""
+    """(N,) the weighted score sum, current on every node (for a pod some node can take), -inf on nodes the
+    filters refuse: its argmax is the best feasible node, in one pass."""
     st = view.state
     generation = tuple(plugin.generation(pod, view) for plugin, _ in profile.score)
     rows: np.ndarray | slice
@@ -93,6 +94,6 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     total = np.zeros(len(mask.nodes))
     for plugin, weight in profile.score:
         total += weight * plugin.score(pod, view, mask)
-    shape.total[rows] = total
+    shape.total[rows] = np.where(mask.nodes, total, -np.inf)
     shape.scored[rows] = st.node_version[rows]
     return shape.total
