@@ -43,8 +43,8 @@ class Changes:
         if mark < self._base:
             return np.arange(self.nodes)
         changed = self._log[mark - self._base :]
-        if len(changed) <= 1:
-            return np.array(changed, dtype=np.int64)
+        if len(changed) <= 64:  # the usual few: a set is cheaper than np.unique's sort machinery
+            return np.array(sorted(set(changed)), dtype=np.int64)
         return np.unique(np.array(changed, dtype=np.int64))
 
     def fork(self) -> Changes:

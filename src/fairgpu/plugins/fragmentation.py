@@ -388,13 +388,16 @@ class Fragmentation:
         assert pod.gpu is not None
         free = agg.free[rows]
         least = max(pod.gpu.cores, 1)
-        room = free >= least
         if self.compiled:
             first, sub, slots = kernels.distinct_slots(free, least)
-        else:
-            same = free[:, :, None] == free[:, None, :]
-            first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
-            sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
+            deltas = self._slot_deltas(pod, agg, rows[sub], slots)
+            return np.asarray(
+                kernels.spread_slots(first, sub, slots, deltas, free, least, self._starved(pod, agg, rows))
+            )
+        room = free >= least
+        same = free[:, :, None] == free[:, None, :]
+        first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
+        sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
         out = np.full(free.shape, np.inf)
         out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
         out = np.take_along_axis(out, first, axis=1)

@@ -204,3 +204,29 @@ def best_gpu(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> np.ndar
                 best = delta[nodes[i], g]
         out[i] = best
     return out
+
+
+@njit(cache=True)
+def spread_slots(
+    first: np.ndarray,
+    sub: np.ndarray,
+    slots: np.ndarray,
+    deltas: np.ndarray,
+    free: np.ndarray,
+    least: int,
+    starved: np.ndarray,
+) -> np.ndarray:
+    """(rows, G): each GPU's change from the first GPU of its node with the same free cores (`deltas[j]` is
+    that of GPU slots[j] of row sub[j]), inf where fewer than `least` cores are free, plus the row's
+    `starved` term."""
+    n, gpus = free.shape
+    at = np.full((n, gpus), -1, dtype=np.int64)
+    for j in range(sub.shape[0]):
+        at[sub[j], slots[j]] = j
+    out = np.empty((n, gpus), dtype=np.float64)
+    for r in range(n):
+        for g in range(gpus):
+            j = at[r, first[r, g]]
+            d = deltas[j] if free[r, g] >= least and j >= 0 else np.inf
+            out[r, g] = d + starved[r]
+    return out
