@@ -86,7 +86,7 @@ def place_all(
     used: list[int] = []  # the nodes the gang took so far, in order
     for pod, key in zip(pods, keys, strict=True):
         together = placed and profile.gang
-        p = place_pod(pod, view, profile, exclude, np.unique(used)) if together else None
+        p = place_pod(pod, view, profile, exclude, np.array(sorted(set(used)))) if together else None
         if p is None:
             p = place_pod(pod, view, profile, exclude)
         if p is None:

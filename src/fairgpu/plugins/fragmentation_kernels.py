@@ -177,10 +177,10 @@ def starved(
 
 @njit(cache=True)
 def weights(
-    p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int
-) -> np.ndarray:
+    p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int, now: np.ndarray
+) -> tuple[np.ndarray, bool]:
     """(T,) float32: the mix `p` with the scarcity and pressure boosts, in the NumPy path's operations and
-    types (a boost is a power of two, so each product is exact)."""
+    types (a boost is a power of two, so each product is exact); and whether they differ from `now`."""
     out = np.empty(p.shape[0], dtype=np.float32)
     for t in range(p.shape[0]):
         w = p[t]
@@ -190,7 +190,10 @@ def weights(
             ratio = min(max(free_total / max(room[t], 1.0), 1.0), np.float64(pressure))
             w = np.float32(np.float64(w) * np.exp2(np.rint(np.log2(ratio))))
         out[t] = w
-    return out
+    changed = now.shape[0] != out.shape[0]
+    for t in range(out.shape[0]):
+        changed = changed or out[t] != now[t]
+    return out, changed
 
 
 @njit(cache=True)
