@@ -5,6 +5,7 @@ and written in its own segment; nvidia.com/numa-bind with several GPUs; cards wh
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 
@@ -343,3 +344,20 @@ def test_hamis_card_order_stays_within_the_cards_the_other_filters_allow() -> No
     p = place_pod(pod, sched.view, sched.profile)
     assert p is not None and p.slots == (0,)
     assert place_pod(PodSpec(gpu=_req(1, 10, 100), gpu_policy="binpack"), sched.view, sched.profile).slots == (1,)
+
+
+def test_mig_containers_fit_exactly_what_is_left_and_never_share_slices() -> None:
+    """A 2-container pod of 5,000 MiB each: two 1g.5gb profiles (5,120 MiB, 14 cores each) fit a MIG card with
+    exactly 10,240 MiB and 28 cores, not one MiB or one core less. Three 3g.20gb containers do not fit even a
+    card with the memory and cores for three: the profile has two placements, and containers never share
+    slices."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+
+    def fits(pod: PodSpec, memory: int, cores: int = 100) -> bool:
+        sched = _engine((GpuDevice("NVIDIA A100", memory, "g", split=7, mode="mig", mig=mig, cores=cores),))
+        return place_pod(pod, sched.view, sched.profile) is not None
+
+    two = PodSpec(gpu=_req(1, 0, 5000), more_gpus=(_req(1, 0, 5000),))
+    assert fits(two, 10_240, 28) and not fits(two, 10_239) and not fits(two, 10_240, 27)
+    three = PodSpec(gpu=_req(1, 0, 20_000), more_gpus=(_req(1, 0, 20_000),) * 2)
+    assert fits(replace(three, more_gpus=three.more_gpus[:1]), 81_920, 200) and not fits(three, 81_920, 200)
