@@ -322,7 +322,8 @@ def test_each_container_books_its_share_of_the_card_for_the_next() -> None:
 
 def test_a_card_without_cores_to_share_takes_tasks_asking_for_none() -> None:
     """A card with devcore 0 (g0) takes a task asking for no cores, by either path; beside a card in use
-    (g1, 30 cores taken), binpack puts such a task on the used card, an empty card scoring 0."""
+    (g1, 30 cores taken) it scores 0 in HAMi's card score, as an empty card: binpack puts such a task on g1,
+    spread on g0."""
     cards = (GpuDevice("NVIDIA", MIB, "g0", cores=0), GpuDevice("NVIDIA", MIB, "g1"))
     alone = _engine(cards[:1])
     for policy in ("", "binpack"):
@@ -332,6 +333,8 @@ def test_a_card_without_cores_to_share_takes_tasks_asking_for_none() -> None:
     both.state.assign("used", both.state.placement_for(PodSpec(gpu=_req(1, 30, 100)), 0, (1,)))
     p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy="binpack"), both.view, both.profile)
     assert p is not None and p.slots == (1,)
+    p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy="spread"), both.view, both.profile)
+    assert p is not None and p.slots == (0,)
 
 
 def test_hamis_card_order_stays_within_the_cards_the_other_filters_allow() -> None:

@@ -231,3 +231,13 @@ def test_topology_aware_cards_on_one_node_do_not_depend_on_how_many_fit_on_anoth
     for j in (0, 1, 2):
         alone.state.assign(f"full{j}", alone.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 0, (j,)))
     assert place_pod(_pod(2, "topology-aware"), alone.view, alone.profile) is None
+
+
+def test_numa_bind_topology_aware_walks_only_the_cards_of_the_allowed_type() -> None:
+    """g0, g1 (NUMA 0) are T4s, g2, g3 (NUMA 1) A100s; a NUMA-bound topology-aware pod for A100s only: HAMi's
+    walk restarts at NUMA changes among cards that pass its type check, so the T4s' NUMA node is no run of it
+    and the pod gets g2+g3."""
+    gpus = tuple(GpuDevice(m, MIB, f"g{j}", numa=j // 2) for j, m in enumerate(("T4", "T4", "A100", "A100")))
+    node = NodeSpec("n", 64000, 256000, gpus, pair_scores=LINKS)
+    sched = Scheduler([node], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    assert sorted(_cards(sched, _pod(2, "topology-aware", numa_bind=True, gpu_include=("A100",)))) == [2, 3]
