@@ -364,3 +364,14 @@ def test_mig_containers_fit_exactly_what_is_left_and_never_share_slices() -> Non
     assert fits(two, 10_240, 28) and not fits(two, 10_239) and not fits(two, 10_240, 27)
     three = PodSpec(gpu=_req(1, 0, 20_000), more_gpus=(_req(1, 0, 20_000),) * 2)
     assert fits(replace(three, more_gpus=three.more_gpus[:1]), 81_920, 200) and not fits(three, 81_920, 200)
+
+
+def test_a_whole_gpu_request_on_a_mig_card_is_a_mig_instance_too() -> None:
+    """On an idle MIG card a request for 100 cores is fitted to a MIG profile like any other, not given the
+    card: 5,000 MiB gets a 1g.5gb, booked at its 14 cores; asking for the card's whole memory finds no
+    profile in this table, so it fits nowhere."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+    sched = _engine((GpuDevice("NVIDIA A100", 40960, "g", split=7, mode="mig", mig=mig),))
+    assert place_pod(PodSpec(gpu=GpuRequest(1, 100, 0)), sched.view, sched.profile) is None
+    p = place_pod(PodSpec(gpu=GpuRequest(1, 100, 5000)), sched.view, sched.profile)
+    assert p is not None and (p.cores, p.mem_mib, p.mig) == ((14,), (5120,), (0,))
