@@ -98,11 +98,12 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
         assert np.array_equal(a, b)
         ka, pa, fa = compiled._agg, plain._agg, fresh._agg
         assert ka is not None and pa is not None and fa is not None
-        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "usable"):
+        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "free_total", "usable"):
             assert np.array_equal(getattr(ka, name), getattr(pa, name)), name
         assert np.array_equal(compiled._w, plain._w)
-        # room and hosts sum integers: any order of refreshes gives the fresh build's values exactly
-        assert np.array_equal(ka.room, fa.room) and np.array_equal(ka.hosts, fa.hosts)
+        # room, hosts and the free total sum integers: any order of refreshes gives the fresh build's values
+        for name in ("room", "hosts", "free_total"):
+            assert np.array_equal(getattr(ka, name), getattr(fa, name)), name
         # the run must exercise memory and pressure: a shape held off a node by its memory alone, and
         # weights boosted by pressure
         cpu_ok = (ka.fit_count >= compiled._k) & (ka.cpu[:, None] >= compiled._cpu) & ka.access
