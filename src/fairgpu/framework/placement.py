@@ -13,7 +13,7 @@ import numpy as np
 
 from fairgpu.framework import evaluations as ev
 from fairgpu.framework.cardfit import placement_cards
-from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
+from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Learns, Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState, Placement
 
@@ -27,14 +27,22 @@ def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarr
     return mask
 
 
-def place_pod(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None) -> Placement | None:
+def place_pod(
+    pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None, key: str | None = None
+) -> Placement | None:
     """Where the profile would put the pod now (nothing is assigned); None if no node fits. Every node is
-    filtered and scored; results of nodes unchanged since the pod's shape was last here are reused."""
+    filtered and scored; results of nodes unchanged since the pod's shape was last here are reused.
+    `key`: the pod's ledger key when this is a real attempt to place it, so that score plugins learn from
+    it (once per key however often it is tried); a dry run passes none and teaches nothing."""
     st = view.state
     shape = ev.filtered(pod, view, profile)
     nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
     if not nodes.any():
         return None
+    if key is not None:
+        for plugin, _ in profile.score:
+            if isinstance(plugin, Learns):
+                plugin.learn(key, pod)
     if profile.score:
         total = ev.scored(shape, pod, view, profile)
         node = int(np.argmax(np.where(nodes, total, -np.inf)))
@@ -61,8 +69,10 @@ def place_all(
     view: EngineView,
     profile: Profile,
     exclude: np.ndarray | None = None,
+    learn: bool = False,
 ) -> list[Placement]:
     """Assign pods in order until one does not fit; returns the placements made (a prefix of pods).
+    `learn`: a real attempt, not a dry run (place_pod's `key`).
 
     In a gang profile, a gang's pods go to the nodes it already uses while they have room, so it spans
     as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
@@ -71,9 +81,10 @@ def place_all(
     used = np.zeros(view.state.num_nodes, dtype=bool)
     for pod, key in zip(pods, keys, strict=True):
         together = placed and profile.gang
-        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used) if together else None
+        teach = key if learn else None
+        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used, teach) if together else None
         if p is None:
-            p = place_pod(pod, view, profile, exclude)
+            p = place_pod(pod, view, profile, exclude, teach)
         if p is None:
             break
         used[p.node] = True
