@@ -15,6 +15,7 @@ ENGINE = (
     "fairgpu.state",
     "fairgpu.mig_slices",
     "fairgpu.dry_run",
+    "fairgpu.changes",
     "fairgpu.fairness",
     "fairgpu.framework",
     "fairgpu.plugins",

@@ -6,6 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fairgpu.changes import Changes
 from fairgpu.model.placement import Placement
 
 
@@ -13,8 +14,7 @@ class Journalled(Protocol):
     """What a journal reads and restores (ClusterState; its per-node arrays are read by name)."""
 
     _ledger: dict[str, Placement]
-    node_version: np.ndarray
-    version: int
+    changes: Changes
 
 
 class Journal:
@@ -48,7 +48,5 @@ class Journal:
         for nodes, values in self.rows:
             for name, value in zip(self.arrays, values, strict=True):
                 getattr(state, name)[nodes] = value
-        if self.rows:
-            touched = np.flatnonzero(self.saved)
-            state.node_version[touched] += 1
-            state.version += 1
+        if self.rows:  # the restored nodes changed again, for the caches that saw them in the dry run
+            state.changes.extend(np.flatnonzero(self.saved))

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fairgpu.changes import Changes
 from fairgpu.dry_run import Journal
 from fairgpu.errors import InputError, StateError
 from fairgpu.mig_slices import MigSlices
@@ -38,10 +39,8 @@ _ARRAYS = (
     "gpu_idle",
     "node_idle_gpus",
     "node_cores_free",
-    "node_version",
     "mig_busy",
 )
-_SAVED = tuple(name for name in _ARRAYS if name != "node_version")  # a dry run restores these (versions move on)
 _SHARED = (
     "nodes",
     "node_names",
@@ -136,10 +135,9 @@ class ClusterState(MigSlices):
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
-        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed;
-        # `version` on every one anywhere, so they see in one comparison that nothing did.
-        self.node_version = np.zeros(n, dtype=np.int64)
-        self.version = 0
+        # Every node an assign/release (or a dry run) changes, in order, so caches of per-node work
+        # recompute only those; `version` (the log's end) says in one comparison that nothing did.
+        self.changes = Changes(n)
         self._ledger: dict[str, Placement] = {}
         self._journals: list[Journal] = []  # open dry runs, innermost last
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
@@ -152,7 +150,7 @@ class ClusterState(MigSlices):
         for name in _SHARED:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
-        new.version = self.version
+        new.changes = self.changes.fork()
         new._journals = []
         return new
 
@@ -168,17 +166,16 @@ class ClusterState(MigSlices):
         """This very state, with a footprint's resources freed, for a dry run that may assign and release:
         on leaving the block every array and the ledger are as they were (dry runs nest). Unlike a copy it
         keeps what caches keyed by this state know (filter and score results, a score plugin's per-node
-        sums): only the nodes the dry run touched are recomputed, in it and after it, as their
-        `node_version` moves on."""
-        journal = Journal(self.num_nodes, _SAVED)
+        sums): only the nodes the dry run touched are recomputed, in it and after it, as `changes`
+        lists them."""
+        journal = Journal(self.num_nodes, _ARRAYS)
         self._journals.append(journal)
         try:
             if freed is not None and len(freed.pod_node):
                 nodes = np.concatenate([freed.pod_node, freed.slot_node])
                 journal.save(self, nodes)
                 self._free(freed)
-                self.node_version[nodes] += 1
-                self.version += 1
+                self.changes.extend(nodes)
             yield self
         finally:
             self._journals.pop()
@@ -205,6 +202,11 @@ class ClusterState(MigSlices):
         self.node_idle_gpus[rows] = self.gpu_idle[rows].sum(axis=1)
         if (fp.slot_mig != -1).any():
             self._free_mig(fp)
+
+    @property
+    def version(self) -> int:
+        """Moves on whenever a node changes (the change log's end)."""
+        return self.changes.end
 
     # -- sizes --------------------------------------------------------------------------------------
     @property
@@ -361,8 +363,7 @@ class ClusterState(MigSlices):
 
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
-        self.node_version[i] += 1
-        self.version += 1
+        self.changes.add(i)
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
