@@ -295,3 +295,51 @@ def test_numa_bind_picks_hamis_numa_node_lowest_first_under_binpack_highest_firs
     for node in range(3):  # NUMA 0 full everywhere
         sched.state.assign(f"numa0-{node}", sched.state.placement_for(PodSpec(gpu=_req(2, 100, 0)), node, (0, 1)))
     assert cards("binpack")[1] == [2, 3]
+
+
+def test_each_container_books_its_share_of_the_card_for_the_next() -> None:
+    """One card: containers asking 30 % and 50 % of its memory share it, 60 % and 50 % do not; with a task
+    limit of one, two containers never share it; a container asking no cores joins a card with one core left."""
+    card = (GpuDevice("NVIDIA", MIB, "g0"),)
+    one = _engine(card)
+
+    def pct(*shares: int) -> PodSpec:
+        first, *more = (GpuRequest(1, 10, 0, s) for s in shares)
+        return PodSpec(gpu=first, more_gpus=tuple(more))
+
+    p = place_pod(pct(30, 50), one.view, one.profile)
+    assert p is not None and p.slots == (0, 0)
+    assert place_pod(pct(60, 50), one.view, one.profile) is None
+    single = Scheduler([NodeSpec("n", 64000, 256000, card, split_count=1)], QueueTree([QueueSpec("q")]),
+                       load_profile("fairgpu"))  # fmt: skip
+    assert place_pod(pct(10, 10), single.view, single.profile) is None
+    one.state.assign("most", one.state.placement_for(PodSpec(gpu=_req(1, 99, 100)), 0, (0,)))
+    no_cores = PodSpec(gpu=_req(1, 0, 100), more_gpus=(_req(1, 0, 100),))
+    p = place_pod(no_cores, one.view, one.profile)
+    assert p is not None and p.slots == (0, 0)
+
+
+def test_a_card_without_cores_to_share_takes_tasks_asking_for_none() -> None:
+    """A card with devcore 0 (g0) takes a task asking for no cores, by either path; beside a card in use
+    (g1, 30 cores taken), binpack puts such a task on the used card, an empty card scoring 0."""
+    cards = (GpuDevice("NVIDIA", MIB, "g0", cores=0), GpuDevice("NVIDIA", MIB, "g1"))
+    alone = _engine(cards[:1])
+    for policy in ("", "binpack"):
+        p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy=policy), alone.view, alone.profile)
+        assert p is not None and p.slots == (0,)
+    both = _engine(cards)
+    both.state.assign("used", both.state.placement_for(PodSpec(gpu=_req(1, 30, 100)), 0, (1,)))
+    p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy="binpack"), both.view, both.profile)
+    assert p is not None and p.slots == (1,)
+
+
+def test_hamis_card_order_stays_within_the_cards_the_other_filters_allow() -> None:
+    """A binpack pod for A100s only on a node whose busiest card is a T4: HAMi's order would take the T4 first,
+    but GpuType ruled it out, so the pod gets the A100."""
+    cards = (GpuDevice("NVIDIA A100", MIB, "a"), GpuDevice("NVIDIA T4", MIB, "t"))
+    sched = _engine(cards)
+    sched.state.assign("t4", sched.state.placement_for(PodSpec(gpu=_req(1, 50, 100)), 0, (1,)))
+    pod = PodSpec(gpu=_req(1, 10, 100), gpu_policy="binpack", gpu_include=("A100",))
+    p = place_pod(pod, sched.view, sched.profile)
+    assert p is not None and p.slots == (0,)
+    assert place_pod(PodSpec(gpu=_req(1, 10, 100), gpu_policy="binpack"), sched.view, sched.profile).slots == (1,)
