@@ -8,7 +8,7 @@ take it. A pod goes where it increases this the least, and on that node to the G
 The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
 the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
 the change each node would see; both are brought up to date only for nodes whose state changed since
-(ClusterState.node_version), so after one placement a score recomputes one node.
+(ClusterState.changes), so after one placement a score recomputes one node.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -44,15 +45,12 @@ class _Aggregates:
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
     fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
-    seen: np.ndarray  # (N,) the state's node_version these rows reflect
-    version: np.ndarray  # (N,) clock value of each node's last change
     hosts: np.ndarray  # (T,) nodes where each shape fits now
     room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
+    at: int  # the state's version when last brought up to date
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
-    clock: int = 0
-    at: int = -1  # the state's version when last brought up to date
-    # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
-    # between two placements only the nodes that changed need scoring again
+    # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
+    # repeat, and between two placements only the nodes that changed need scoring again
     deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
 
 
@@ -167,20 +165,16 @@ class Fragmentation:
                 else np.zeros((state.num_nodes, 0), dtype=bool)
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
-            seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
             none = np.zeros(0)
             agg = _Aggregates(
-                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, seen, version, none, none
+                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, state.version
             )
             agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
             agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
             self._generation += 1
-        rows = np.flatnonzero(agg.seen != state.node_version)
+        rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size:
-            agg.clock += 1
-            agg.version[rows] = agg.clock
-            agg.seen[rows] = state.node_version[rows]
             if self.compiled:
                 kernels.refresh_rows(
                     rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
@@ -348,10 +342,10 @@ class Fragmentation:
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
         else:
-            rows, delta = np.flatnonzero(agg.version > hit[0]), hit[1]
+            rows, delta = view.state.changes.since(hit[0]) if hit[0] != agg.at else _NO_ROWS, hit[1]
         if rows.size:
             delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
-        agg.deltas[key] = (agg.clock, delta)
+        agg.deltas[key] = (agg.at, delta)
         fit = np.flatnonzero(mask.nodes)
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
