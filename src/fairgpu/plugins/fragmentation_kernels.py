@@ -3,7 +3,7 @@
 Each kernel does in one pass what the plugin's NumPy path does in a dozen array operations on a few rows,
 where the cost is the operations' count, not their size. They compute the same values in the same
 floating-point types and order, so results are bit-identical to the NumPy path
-(tests/test_fragmentation_kernels.py); the weighted sums over shapes stay NumPy matrix products on the
+(tests/test_evaluations.py); the weighted sums over shapes stay NumPy matrix products on the
 matrices built here, so the summation order is NumPy's in both paths and a change of shape weights
 changes nothing here.
 """
