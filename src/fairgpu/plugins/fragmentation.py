@@ -5,7 +5,8 @@ drawn from the mix could not use there: all of the node's free GPU capacity when
 (too little CPU, too few GPUs with room, no allowed model), else the free capacity of the GPUs too full to
 take it. A pod goes where it increases this the least, and on that node to the GPU that does.
 
-The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
+The mix is learned online from the pods placed for real so far (no look at pods not yet seen, nor at dry
+runs), each pod counted once however often it is tried (`learn`). Per node and shape
 the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
 the change each node would see; both are brought up to date only for nodes whose state changed since
 (ClusterState.changes), so after one placement a score recomputes one node.
@@ -13,6 +14,7 @@ the change each node would see; both are brought up to date only for nodes whose
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +28,9 @@ from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+# pod keys already counted into the mix, least recently tried first: a pod tried again after this many
+# other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
+_REMEMBERED = 1 << 16
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -47,6 +52,7 @@ class _Aggregates:
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
     hosts: np.ndarray  # (T,) nodes where each shape fits now
     room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
+    free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
     at: int  # the state's version when last brought up to date
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
     # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
@@ -102,6 +108,7 @@ class Fragmentation:
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
+    _learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU of all pods, GPUs of GPU pods
     # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
@@ -119,6 +126,20 @@ class Fragmentation:
             raise ValueError("max_shapes must be at least 1")
 
     # -- the workload mix ---------------------------------------------------------------------------
+    def learn(self, key: str, pod: PodSpec) -> None:
+        """Count the pod into the mix once, however often it is tried: the mix is the shapes that arrive,
+        and a pod retried every cycle or with every gang attempt is one arrival, not one per try. A pod
+        deleted before it was placed stays counted, like one that ran and finished: it arrived, and what
+        arrives is what the measure keeps room for (taking it out would drop exactly the shapes the cluster
+        fails to serve)."""
+        if key in self._learned:
+            self._learned.move_to_end(key)
+            return
+        self._learned[key] = None
+        if len(self._learned) > _REMEMBERED:
+            self._learned.popitem(last=False)
+        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
+
     def _learn(self, pod: PodSpec) -> None:
         self._cpu_per_gpu[0] += pod.cpu_m  # CPU-only pods' too: see cpu_balance
         if pod.gpu is None:
@@ -136,12 +157,11 @@ class Fragmentation:
             self._k = np.append(self._k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
-            self._pods.append(pod)
-            self._agg = None
+            self._pods.append(pod)  # the aggregates gain its column when next brought up to date
             self._generation += 1
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
-        if self._agg is None or total > self._p_total * (1 + 1 / 4):
+        if self._agg is None or len(self._p) < len(self._count) or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
             self._p_total = total
             self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
@@ -165,21 +185,23 @@ class Fragmentation:
                 else np.zeros((state.num_nodes, 0), dtype=bool)
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
-            none = np.zeros(0)
+            none, total = np.zeros(0), np.array([free.sum()])
             agg = _Aggregates(
-                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, state.version
+                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, total, state.version
             )
             agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
             agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
             self._generation += 1
+        elif agg.fit_count.shape[1] < len(self._need):
+            self._extend(agg)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size:
             if self.compiled:
                 kernels.refresh_rows(
                     rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
                     self._mem, agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts,
-                    agg.room,
+                    agg.room, agg.free_total,
                 )  # fmt: skip
             else:
                 self._refresh(agg, rows, _free_cores(state, rows), cpu[rows], mem[rows])
@@ -192,6 +214,23 @@ class Fragmentation:
         agg.at = state.version
         return agg
 
+    def _extend(self, agg: _Aggregates) -> None:
+        """Columns for the shapes learned since the aggregates were built, from the node state they reflect
+        (the same sums a fresh build makes, column by column; the rows refreshed next then cover them too)."""
+        new = slice(agg.fit_count.shape[1], None)
+        free = agg.free[:, :, None]
+        fit = free >= self._need[new]
+        fit_count, fit_free = fit.sum(axis=1), (fit * free).sum(axis=1).astype(np.float32)
+        access = np.stack([agg.state.model_slots(p.allows_model).any(axis=1) for p in self._pods[new]], axis=1)
+        ok = (
+            (fit_count >= self._k[new]) & (agg.cpu[:, None] >= self._cpu[new]) & (agg.mem[:, None] >= self._mem[new])
+        ) & access
+        agg.fit_count = np.hstack([agg.fit_count, fit_count])
+        agg.fit_free = np.hstack([agg.fit_free, fit_free])
+        agg.access = np.hstack([agg.access, access])
+        agg.hosts = np.concatenate([agg.hosts, ok.sum(axis=0)])
+        agg.room = np.concatenate([agg.room, (ok * fit_free).sum(axis=0, dtype=np.float64)])
+
     def _refresh(self, agg: _Aggregates, rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
         """The NumPy path of kernels.refresh_rows: these rows' aggregates from their free cores, CPU and memory,
         and `hosts` and `room` moved with them."""
@@ -200,6 +239,7 @@ class Fragmentation:
         agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
         agg.fit_count[rows] = fit.sum(axis=1)
         agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
+        agg.free_total += free.sum() - agg.free[rows].sum()
         agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
         agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
         agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
@@ -228,12 +268,14 @@ class Fragmentation:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
         boosts move in powers of two, so rarely)."""
         w = self._p
-        if self.scarce:
+        if self.compiled:
+            w = kernels.weights(w, agg.hosts, agg.room, int(agg.free_total[0]), self.scarce, self.pressure)
+        if self.scarce and not self.compiled:
             few = agg.hosts < self.scarce
             boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
             w = (w * np.where(few, boost, 1.0)).astype(np.float32)
-        if self.pressure:
-            ratio = agg.free.sum() / np.maximum(agg.room, 1.0)
+        if self.pressure and not self.compiled:
+            ratio = agg.free_total[0] / np.maximum(agg.room, 1.0)
             boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
             w = (w * boost).astype(np.float32)
         if not np.array_equal(w, self._w):
@@ -322,7 +364,6 @@ class Fragmentation:
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
         if self._keys:
             self._aggregates(view.state)
         return self._generation
@@ -351,7 +392,10 @@ class Fragmentation:
         # a shared pod's node scores by its best allowed GPU
         if shared:
             assert mask.slots is not None
-            best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
+            if self.compiled:
+                best = kernels.best_gpu(delta, nodes, mask.slots[fit])
+            else:
+                best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
         else:
             best = delta[nodes]
         out[fit] = self._to_score(best)
