@@ -105,6 +105,17 @@ def test_fair_share_breaks_a_share_ratio_tie_by_current_usage():
     assert result.started == ["b-big"] and "a-big" in sched.pending
 
 
+def test_equally_served_queues_go_in_the_order_their_oldest_work_arrived_whatever_their_depth():
+    """solo (a leaf) and org (a parent of one leaf) hold nothing: a tie in share and usage. Only one 8-GPU
+    job fits; solo's was submitted first, so it starts, though org's subtree is deeper and org-x's job is
+    the only one in a queue listed before it. (An inner queue used to win every such tie.)"""
+    sched = engine([QueueSpec("org"), QueueSpec("org-x", parent="org"), QueueSpec("solo")])
+    sched.submit(Workload("x-big", "org-x", (whole(8),), submit_time=0.5, duration=3600.0))
+    sched.submit(Workload("solo-big", "solo", (whole(8),), submit_time=0.2, duration=3600.0))
+    result = sched.cycle(1.0)
+    assert result.started == ["solo-big"] and "x-big" in sched.pending
+
+
 def test_a_gpu_at_its_hami_task_limit_takes_no_more_tasks():
     """n0's one GPU takes at most 2 tasks (deviceSplitCount 2), n1's ten. Fractional pods that would fit
     n0's GPU by cores and memory go to n1 once n0 holds two, and none is placed past the limit."""

@@ -42,12 +42,20 @@ class FairShare:
         level = tree.roots
         while True:
             live = [q for q in level if count[q] > 0]
-
-            def key(q: int) -> tuple[float, float, float, int]:
-                first = active.head(q).submit_time if not tree.children[q] else 0.0
-                return (ratio[q], usage[q], first, q)
-
-            best = min(live, key=key) if len(live) > 1 else live[0]
+            best = live[0]
+            if len(live) > 1:
+                best = min(live, key=lambda q: (ratio[q], usage[q], q))
+                tied = [q for q in live if ratio[q] == ratio[best] and usage[q] == usage[best]]
+                if len(tied) > 1:  # equally served: the subtree whose oldest waiting workload came first
+                    best = min(tied, key=lambda q: (_oldest(active, q), q))
             if tree.is_leaf[best]:
                 return best
             level = tree.children[best]
+
+
+def _oldest(active: ActiveQueues, q: int) -> float:
+    """Submit time of the oldest head workload in queue q's subtree (only asked on a tie, so the walk over
+    the active leaves is off the usual path)."""
+    if not active.tree.children[q]:
+        return active.head(q).submit_time
+    return min(active.head(leaf).submit_time for leaf in active.queues if q in active.tree.paths_of[leaf])
