@@ -273,6 +273,14 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _suite(scratch: Path) -> list[str]:
+    """pytest's arguments for the traced runs: the suite but SKIP_TESTS and NOT_TRACED."""
+    tests = sorted(
+        str(p.relative_to(scratch)) for p in (scratch / "tests").glob("test_*.py") if p.name not in SKIP_TESTS
+    )
+    return ["-q", "-p", "no:cacheprovider", "-o", "addopts=", *tests, *(f"--deselect={t}" for t in NOT_TRACED)]
+
+
 def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str, list[str]], dict[str, float]]:
     """("file:line" → node ids of the tests that run it, node id → its seconds), from one coverage run of the
     suite with per-test contexts, cached in `state` until a source or test file changes."""
@@ -280,14 +288,10 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
     if cache.exists():
         saved = json.loads(cache.read_text())
         return saved["lines"], saved["seconds"]
-    tests = sorted(
-        str(p.relative_to(scratch)) for p in (scratch / "tests").glob("test_*.py") if p.name not in SKIP_TESTS
-    )
     data, junit = scratch / ".mutate-coverage", scratch / ".mutate-junit.xml"
     included = ",".join(str(scratch / f) for f in files)
     cmd = [sys.executable, str(scratch / "bench" / "mutate_coverage.py"), str(data), included]
-    cmd += ["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={junit}", *tests]
-    cmd += [f"--deselect={t}" for t in NOT_TRACED]
+    cmd += [f"--junitxml={junit}", *_suite(scratch)]
     with (state / "coverage.log").open("w") as log:  # pytest's progress dots, to follow the slow traced run
         done = subprocess.run(cmd, cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:  # every mutant would be measured against a suite that already fails
@@ -308,6 +312,38 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
         seconds[key] = round(seconds.get(key, 0.0) + float(case.get("time", 0.0)), 3)
     cache.write_text(json.dumps({"lines": lines, "seconds": seconds}))
     return lines, seconds
+
+
+@dataclass(slots=True)
+class Infection:
+    """Which tests infect each probed mutant (bench/mutate_infect.py): those that evaluate its node to another
+    value. A test that does not cannot kill it, so it is not run against it."""
+
+    ids: dict[str, int]  # "file:index" → probe id, for the probed mutants
+    infected: dict[str, set[int]]  # test node id → probe ids it infects
+    failed: set[str]  # tests that failed in the infection run: their record may be cut short
+
+    def narrow(self, m: Mutant, tests: set[str]) -> set[str]:
+        pid = self.ids.get(f"{m.file}:{m.index}")
+        if pid is None:
+            return tests
+        return {t for t in tests if t in self.failed or t not in self.infected or pid in self.infected[t]}
+
+
+def infection_map(scratch: Path, files: list[str], state: Path) -> Infection:
+    """From one run of the suite with every operator mutant probed, cached in `state` like the coverage."""
+    cache = state / f"infection-{_tree_digest(scratch)}.json"
+    if not cache.exists():
+        cmd = [sys.executable, str(scratch / "bench" / "mutate_infect.py"), str(cache), ",".join(files)]
+        with (state / "infection.log").open("w") as log:
+            subprocess.run(cmd + _suite(scratch), cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT)
+        if not cache.exists():
+            sys.exit(f"the infection run recorded nothing: see {state / 'infection.log'}")
+    saved = json.loads(cache.read_text())
+    unprobed = set(saved["unprobed"])  # imported around the probes: their mutants keep every covering test
+    ids = {k: v for k, v in saved["ids"].items() if k.rpartition(":")[0] not in unprobed}
+    infected = {t: set(v) for t, v in saved["infected"].items()}
+    return Infection(ids, infected, set(saved["failed"]))
 
 
 def covering(m: Mutant, lines: dict[str, list[str]]) -> set[str]:
@@ -458,6 +494,7 @@ def main() -> None:
     scratch = scratch_copy(REPO)
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
     lines, seconds = coverage_map(scratch, all_files, args.state)
+    infection = infection_map(scratch, all_files, args.state)
     bounds = [*(float(b) for b in args.tiers.split(",")), math.inf]
     bounds = [b for b in bounds if b <= args.upto] or [args.upto]
     # What each mutant has run so far: none, or its tests up to a bound ("pending"); a final outcome ends it.
@@ -473,15 +510,16 @@ def main() -> None:
             todo = [m for m in every if m.key in ran and ran[m.key] < bound]
             began = time.monotonic()
             for n, m in enumerate(todo, 1):
-                tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+                covered = covering(m, lines)
+                tests = sorted(infection.narrow(m, covered), key=lambda t: seconds.get(t, 60.0))
                 these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
                 later = [t for t in tests if seconds.get(t, 60.0) > bound]
-                if not tests:
+                if not covered:
                     answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
                 elif these:
                     answer = _run(worker, m, these, seconds, args.cap)
-                else:
-                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-"}
+                else:  # "uninfected": tests run its line, but none gives it another value there
+                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-" if tests else "uninfected"}
                 if answer["outcome"] == "survived" and later:
                     answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
                     ran[m.key] = bound
