@@ -29,12 +29,14 @@ import hashlib
 import json
 import math
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -256,9 +258,10 @@ def mutated_tree(root: Path, file: str, index: int) -> ast.Module:
     return ast.fix_missing_locations(_Replace(target).visit(tree))
 
 
-def scratch_copy(root: Path) -> Path:
-    """A copy of the repository beside it (so ../shared resolves alike), never the working tree."""
-    dest = root.parent / f"{root.name}-mut"
+def scratch_copy(root: Path, n: int = 0) -> Path:
+    """A copy of the repository beside it (so ../shared resolves alike), never the working tree; the n-th
+    for the n-th worker."""
+    dest = root.parent / f"{root.name}-mut{n or ''}"
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(
@@ -471,6 +474,7 @@ def main() -> None:
     ap.add_argument(
         "--mutant", action="append", default=[], help="FILE:INDEX: run this mutant of the working tree (repeatable)"
     )
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run at once, each by its own worker and copy")
     ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
     files = sorted(
@@ -505,10 +509,10 @@ def main() -> None:
                 text = (REPO / m.file).read_text().splitlines()[m.line - 1].strip()
                 print(f"{r['outcome']:9} {m.file}:{m.line} [{m.index}] {m.what} ({r['tests']} tests): {text}")
         return
-    scratch = scratch_copy(REPO)
+    scratches = [scratch_copy(REPO, n) for n in range(args.jobs)]
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
-    lines, seconds = coverage_map(scratch, all_files, args.state)
-    infection = infection_map(scratch, all_files, args.state)
+    lines, seconds = coverage_map(scratches[0], all_files, args.state)
+    infection = infection_map(scratches[0], all_files, args.state)
     bounds = [*(float(b) for b in args.tiers.split(",")), math.inf]
     bounds = [b for b in bounds if b <= args.upto] or [args.upto]
     # What each mutant has run so far: none, or its tests up to a bound ("pending"); a final outcome ends it.
@@ -518,22 +522,37 @@ def main() -> None:
         f"{len(every)} mutants, {len(ran)} to run (of them {sum(v >= 0 for v in ran.values())} pending)",
         file=sys.stderr,
     )
-    worker = Worker(scratch)
-    with log.open("a") as out:
+    workers: queue.Queue[Worker] = queue.Queue()
+    for scratch in scratches:
+        workers.put(Worker(scratch))
+
+    def run_one(m: Mutant, tests: list[str]) -> dict[str, object]:
+        worker = workers.get()  # each worker (and its scratch copy) runs one mutant at a time
+        try:
+            return _run(worker, m, tests, seconds, args.cap)
+        finally:
+            workers.put(worker)
+
+    with log.open("a") as out, ThreadPoolExecutor(args.jobs) as pool:
         for bound in bounds:
             todo = [m for m in every if m.key in ran and ran[m.key] < bound]
             began = time.monotonic()
-            for n, m in enumerate(todo, 1):
+            jobs: dict[Future[dict[str, object]], tuple[Mutant, list[str], list[str]]] = {}
+            for m in todo:
                 covered = covering(m, lines)
                 tests = sorted(infection.narrow(m, covered), key=lambda t: seconds.get(t, 60.0))
                 these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
                 later = [t for t in tests if seconds.get(t, 60.0) > bound]
-                if not covered:
-                    answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
-                elif these:
-                    answer = _run(worker, m, these, seconds, args.cap)
+                if covered and these:
+                    job = pool.submit(run_one, m, these)
                 else:  # "uninfected": tests run its line, but none gives it another value there
-                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-" if tests else "uninfected"}
+                    job = Future()
+                    mode = "-" if tests or not covered else "uninfected"
+                    job.set_result({"outcome": "survived" if covered else "uncovered", "seconds": 0.0, "mode": mode})
+                jobs[job] = (m, these, later)
+            for n, job in enumerate(as_completed(jobs), 1):
+                m, these, later = jobs[job]
+                answer = job.result()
                 if answer["outcome"] == "survived" and later:
                     answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
                     ran[m.key] = bound
@@ -550,8 +569,10 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    worker.close()
-    shutil.rmtree(scratch)
+    while not workers.empty():
+        workers.get().close()
+    for scratch in scratches:
+        shutil.rmtree(scratch)
     print(json.dumps(summarize([done[m.key] for m in every], len(every))))
 
 
