@@ -59,6 +59,7 @@ NOT_TRACED = (
     "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
     "tests/test_docs.py::test_doc_command_runs",
 )
+SPAWN_START = 60.0  # seconds allowed a fresh interpreter to start, on top of its tests' timeout
 OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error", "pending")
 
 FLIP: dict[type, type] = {
@@ -421,6 +422,8 @@ def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float],
     # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop slower is
     # not killed by the clock alone.
     wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
+    if not m.scope:  # a fresh interpreter imports everything (and numba compiles its kernels) first
+        wanted += SPAWN_START
     answer = worker.run(m, tests, min(wanted, cap))
     if answer["outcome"] == "timeout" and wanted > cap:
         answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided

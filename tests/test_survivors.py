@@ -881,3 +881,17 @@ def test_a_reclaim_takes_the_whole_workloads_of_the_queue_furthest_above_its_sha
     s.submit(Workload("a0", "a", (whole(2),), submit_time=100, duration=36000.0))
     (evicted,) = s.cycle(100).evictions
     assert evicted.workload.startswith("b")
+
+
+def test_the_cluster_position_is_given_up_to_the_step_limit_and_none_past_it(monkeypatch):
+    """With the dry run of the cluster order limited to 3 steps, the third of four waiting workloads is told
+    its place (3) and the fourth, with 3 ahead of it, is past the limit (none: "> 3")."""
+    from fairgpu.framework import explain
+
+    monkeypatch.setattr(explain, "MAX_ORDER_STEPS", 3)
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    for i in range(4):
+        s.submit(Workload(f"w{i}", "q", (whole(1),), submit_time=1 + i))
+    assert [s.explain(f"w{i}", 10).position_in_cluster for i in range(4)] == [1, 2, 3, None]
