@@ -59,6 +59,9 @@ NOT_TRACED = (
     "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
     "tests/test_docs.py::test_doc_command_runs",
 )
+# A hung mutant (an endless loop) costs this many times its tests' time; 3 proved too few on two cores at a
+# load of 13, where unmutated tests ran past it and would have counted as kills.
+TIMEOUT_FACTOR = 10
 SPAWN_START = 60.0  # seconds allowed a fresh interpreter to start, on top of its tests' timeout
 OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error", "pending")
 
@@ -419,9 +422,9 @@ def summarize(results: list[dict[str, object]], total: int) -> dict[str, object]
 
 def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
     """One mutant against these tests (fastest first, stopping at the first failure)."""
-    # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop slower is
-    # not killed by the clock alone.
-    wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
+    # TIMEOUT_FACTOR times the tests' baseline (itself measured under tracing): a mutant that makes a loop
+    # slower, or a machine under load, is not killed by the clock alone.
+    wanted = TIMEOUT_FACTOR * sum(seconds.get(t, 60.0) for t in tests) + 15
     if not m.scope:  # a fresh interpreter imports everything (and numba compiles its kernels) first
         wanted += SPAWN_START
     answer = worker.run(m, tests, min(wanted, cap))
