@@ -895,3 +895,31 @@ def test_the_cluster_position_is_given_up_to_the_step_limit_and_none_past_it(mon
     for i in range(4):
         s.submit(Workload(f"w{i}", "q", (whole(1),), submit_time=1 + i))
     assert [s.explain(f"w{i}", 10).position_in_cluster for i in range(4)] == [1, 2, 3, None]
+
+
+def test_a_partly_placed_workload_reclaims_for_its_missing_pods_only():
+    """A profile with preemption but no gang keeps a workload's pods as they fit. a (guarantee 2) asks for two
+    1-GPU pods on a 2-GPU node where b borrows one: the first is placed, and reclaiming b's GPU for the second
+    keeps a within its guarantee (1 held + 1 asked), so b's job is evicted."""
+    from fairgpu.catalog import profile_from_dict
+
+    profile = profile_from_dict(
+        {"name": "t", "queueSort": "FairShare", "admit": ["Quota"], "filter": ["Resources"], "preempt": ["Preemption"]}
+    )
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a", guaranteed=_gpus(2)), QueueSpec("b")]), profile)
+    s.submit(Workload("b0", "b", (whole(1),), duration=36000.0))
+    s.cycle(0)
+    s.submit(Workload("a0", "a", (whole(1), whole(1)), submit_time=10, duration=36000.0))
+    result = s.cycle(10)
+    assert [b.workload for b in result.bound] == ["a0"] and [e.workload for e in result.evictions] == ["b0"]
+
+
+def test_in_a_cluster_without_gpus_the_queue_holding_less_goes_next_within_a_cycle():
+    """CPU-only nodes: the GPU dimensions have no capacity and take no part in a queue's share. a's two jobs
+    were submitted first, b's one after; with room for two, one of each starts (after a's first, a holds
+    more than b)."""
+    nodes = [NodeSpec("c0", 8000, 1 << 16)]
+    s = Scheduler(nodes, QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    for name, queue, t in (("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 3)):
+        s.submit(Workload(name, queue, (PodSpec(cpu_m=4000, memory_mib=1024),), submit_time=t))
+    assert sorted(s.cycle(10).started) == ["a1", "b1"]
