@@ -262,9 +262,10 @@ def mutated_tree(root: Path, file: str, index: int) -> ast.Module:
     return ast.fix_missing_locations(_Replace(target).visit(tree))
 
 
-def scratch_copy(root: Path, n: int = 0) -> Path:
+def scratch_copy(root: Path, n: int | str = 0) -> Path:
     """A copy of the repository beside it (so ../shared resolves alike), never the working tree; the n-th
-    for the n-th worker."""
+    for the n-th worker. A run's copies are its own: a second command on the same repository must name
+    others (`--mutant` does), or it would delete them under the run."""
     dest = root.parent / f"{root.name}-mut{n or ''}"
     if dest.exists():
         shutil.rmtree(dest)
@@ -446,7 +447,7 @@ def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
     unknown = [name for name in args.mutant if name not in by_name]
     if unknown:
         sys.exit(f"--mutant: no mutant {', '.join(unknown)} (see --survivors for FILE:INDEX)")
-    scratch = scratch_copy(REPO)
+    scratch = scratch_copy(REPO, f"check{os.getpid()}")  # beside a run's own copies, never one of them
     lines: dict[str, list[str]] = {}
     seconds: dict[str, float] = {}
     if not args.test:

@@ -923,3 +923,17 @@ def test_in_a_cluster_without_gpus_the_queue_holding_less_goes_next_within_a_cyc
     for name, queue, t in (("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 3)):
         s.submit(Workload(name, queue, (PodSpec(cpu_m=4000, memory_mib=1024),), submit_time=t))
     assert sorted(s.cycle(10).started) == ["a1", "b1"]
+
+
+# -- plugins/fragmentation.py ------------------------------------------------------------------------------------------
+
+
+def test_fragmentation_with_max_shapes_1_keeps_the_first_shape_it_sees_and_only_that():
+    """`max_shapes` bounds the workload mix FGD weighs: 1 is allowed, and then the shape first seen is the
+    whole mix; a later, different shape is placed but not learned."""
+    profile = _fragmentation(max_shapes=1)
+    frag = profile.score[0][0]
+    view = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("q")]), profile).view
+    for pod in (whole(1), whole(2), whole(1)):
+        assert place_pod(pod, view, profile) is not None
+    assert frag._pods == [whole(1)]
