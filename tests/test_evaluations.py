@@ -44,7 +44,7 @@ def draw(rng: np.random.Generator) -> PodSpec:
 
 def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False) -> None:
     """Place `steps` random pods where the fairgpu profile puts them, releasing a random one now and then;
-    `before(view, profile, pod)` runs before each is placed, `after` once the profile chose (and learned
+    `before(view, profile, pod, key)` runs before each is placed, `after` once the profile chose (and learned
     from the pod) but before the choice is assigned. `dry_runs`: now and then a dry run in place frees a
     placed pod and places another, which its end undoes."""
     rng = np.random.default_rng(seed)
@@ -53,10 +53,10 @@ def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False
     for i in range(steps):
         pod = draw(rng)
         if before:
-            before(view, profile, pod)
-        p = place_pod(pod, view, profile)
+            before(view, profile, pod, f"p{i}")
+        p = place_pod(pod, view, profile, key=f"p{i}")
         if after:
-            after(view, profile, pod)
+            after(view, profile, pod, f"p{i}")
         if p is not None:
             view.state.assign(f"p{i}", p)
             placed.append(f"p{i}")
@@ -68,7 +68,7 @@ def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False
                 if (q := place_pod(draw(rng), view, profile)) is not None:
                     dry.assign("\0dry", q)
                 if before:  # evaluated inside the dry run too: the caches follow it in and back out
-                    before(view, profile, draw(rng))
+                    before(view, profile, draw(rng), "\0dry")
 
 
 def frag(profile: Profile) -> Fragmentation:
@@ -79,18 +79,19 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
     numpy_path: list[Fragmentation] = []
     checked, by_memory, pressed = [0], [0], [0]
 
-    def start(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+    def start(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
         if not numpy_path:  # the same plugin, same args, on the NumPy path, before it learned anything
             assert frag(profile).memory and frag(profile).pressure  # the profile's measure is what is checked
             numpy_path.append(copy.deepcopy(frag(profile)))
             numpy_path[0].compiled = False
 
-    def act(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+    def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
         compiled, plain = frag(profile), numpy_path[0]
         mask = feasible(pod, view, profile)
         if not mask.nodes.any():
             return
-        plain.generation(pod, view)  # learns the pod, as place_pod just made the compiled one
+        plain.learn(key, pod)  # as place_pod just made the compiled one
+        plain.generation(pod, view)
         fresh = copy.deepcopy(plain)  # the same learned mix, aggregates rebuilt from the state
         fresh._agg = None
         fresh._aggregates(view.state)
@@ -127,7 +128,7 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
 def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node():
     checked = [0]
 
-    def act(view: EngineView, profile: Profile, pod: PodSpec) -> None:
+    def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
         shape = ev.filtered(pod, view, profile)
         fresh = ev.run_filters(pod, view, profile, slice(None))
         assert np.array_equal(shape.nodes, fresh.nodes)

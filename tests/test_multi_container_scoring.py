@@ -42,8 +42,9 @@ def test_fragmentation_scores_two_gpu_containers_as_two_gpus() -> None:
 
     def scores(pod: PodSpec) -> np.ndarray:
         frag = Fragmentation()
-        for _ in range(3):
-            frag.generation(whole(2), sched.view)
+        for i in range(3):
+            frag.learn(f"mix-{i}", whole(2))
+        frag.learn("pod", pod)
         frag.generation(pod, sched.view)
         return frag.score(pod, sched.view, mask)
 

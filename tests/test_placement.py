@@ -15,7 +15,7 @@ from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import RequestError
 from fairgpu.framework.placement import filter_breakdown, place_all, place_pod, unplaced_cause
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
 
 
@@ -26,6 +26,14 @@ def view_of(nodes: list[NodeSpec], profile: str = "fairgpu"):
 
 def scored(scores: list, filters: tuple[str, ...] = ("NodeAffinity", "GpuType", "Resources")):
     return profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": list(filters), "score": scores})
+
+
+_tried = iter(range(1 << 30))
+
+
+def place(pod: PodSpec, view, prof, exclude: np.ndarray | None = None):
+    """place_pod as the scheduler calls it: a real attempt, under a key of its own, so the profile learns the pod."""
+    return place_pod(pod, view, prof, exclude, key=f"pod-{next(_tried)}")
 
 
 def fits(pod: PodSpec, nodes: list[NodeSpec], profile: str = "fairgpu") -> list[str]:
@@ -138,14 +146,14 @@ def test_gpu_uuid_include_and_exclude_pick_gpus() -> None:
     nodes = [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)]
     pod = replace(fraction(10, 1024), gpu_uuid_include=("GPU-n1-2", "GPU-n1-3"))
     view, prof = view_of(nodes)
-    p = place_pod(pod, view, prof)
+    p = place(pod, view, prof)
     assert p is not None and p.node == 1 and p.slots[0] in (2, 3)
     two = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
-    p = place_pod(two, view, prof)
+    p = place(two, view, prof)
     assert p is not None and p.node == 1
     view, prof = view_of([gpu_node("n0", gpus=4)])
     only_bad = replace(whole(2), gpu_uuid_exclude=("GPU-n0-0", "GPU-n0-1", "GPU-n0-2"))
-    assert place_pod(only_bad, view, prof) is None
+    assert place(only_bad, view, prof) is None
     assert filter_breakdown(only_bad, view, prof)[1] == {"GPU UUID or vgpu-mode excluded": 1}
 
 
@@ -162,8 +170,8 @@ def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
     )
     cordoned = gpu_node("cordoned", schedulable=False)
     view, prof = view_of([sick, cordoned])
-    assert place_pod(whole(2), view, prof) is None
-    p = place_pod(fraction(20, 1024), view, prof)
+    assert place(whole(2), view, prof) is None
+    p = place(fraction(20, 1024), view, prof)
     assert p is not None and (p.node, p.slots) == (0, (1,))
     _, why = filter_breakdown(whole(2), view, prof)
     assert why == {"node cordoned": 1, "too few GPUs": 1}
@@ -195,30 +203,58 @@ def test_pod_policy_binpack_and_spread_at_node_and_gpu_level() -> None:
     view.state.assign("seed", view.state.placement_for(fraction(30, 1024), 0, (1,)))
     pack = replace(fraction(20, 1024), node_policy="binpack", gpu_policy="binpack")
     spread = replace(fraction(20, 1024), node_policy="spread", gpu_policy="spread")
-    p = place_pod(pack, view, prof)
+    p = place(pack, view, prof)
     assert (p.node, p.slots) == (0, (1,))
-    p = place_pod(spread, view, prof)
+    p = place(spread, view, prof)
     assert p.node == 1
-    p = place_pod(replace(fraction(20, 1024), node_policy="binpack", gpu_policy="spread"), view, prof)
+    p = place(replace(fraction(20, 1024), node_policy="binpack", gpu_policy="spread"), view, prof)
     assert p.node == 0 and p.slots != (1,)
 
 
 def test_fragmentation_keeps_whole_gpus_for_whole_gpu_pods() -> None:
     view, prof = view_of([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)])
     for _ in range(3):  # the mix so far: whole GPUs
-        place_pod(whole(), view, prof)
+        place(whole(), view, prof)
     view.state.assign("half", view.state.placement_for(fraction(50, 1024), 0, (0,)))
-    p = place_pod(fraction(50, 1024), view, prof)
+    p = place(fraction(50, 1024), view, prof)
     assert (p.node, p.slots) == (0, (0,))  # fills the half-used GPU rather than opening a whole one
 
 
-def test_fragmentation_learns_only_from_pods_it_has_seen() -> None:
+def test_fragmentation_learns_each_pod_it_is_asked_to_place_once_and_nothing_from_dry_runs() -> None:
     view, prof = view_of([gpu_node("n0", gpus=2)])
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
-    place_pod(fraction(30, 1024), view, prof)
-    assert len(frag._keys) == 1
-    place_pod(whole(2), view, prof)
-    assert len(frag._keys) == 2
+    place_pod(whole(2), view, prof)  # a dry run (explanation, preemption, estimated start): no key
+    assert len(frag._keys) == 0
+    for _ in range(3):  # the same pod tried again and again
+        place_pod(fraction(30, 1024), view, prof, key="a")
+    place_pod(whole(), view, prof, key="b")
+    assert len(frag._keys) == 2 and list(frag._count) == [0.3, 1.0]  # by GPU demand, each pod once
+
+
+def test_a_gang_retried_every_cycle_weighs_in_the_mix_as_its_pods_once() -> None:
+    """x: 2 GPUs, 64 cores; y: 3 GPUs, 34 cores. Gang A (three 2-GPU pods, 6 GPUs of the 5) never fits; every
+    cycle its first two pods are scored and placed, then given back. Gang B (two 1-GPU pods asking 30 cores)
+    runs and finishes. Then C (1 GPU, 8 cores) comes. FGD's measure, by pod counts: C on x leaves A no room
+    there (+100·w_A, the change in fragmentation in % of a GPU); on y it leaves 26 cores, too few for B
+    (+200·w_B). Each pod once: w_A = w_B = 2/5, so x (40 < 80). Counted on every try, A's two pods of each
+    of the five cycles would outweigh B's by 5 to 1 and C would go to y."""
+    nodes = [gpu_node("x", gpus=2, cpu_m=64_000), gpu_node("y", gpus=3, cpu_m=34_000)]
+    prof = profile_from_dict({
+        "name": "t", "queueSort": "PrioritySort", "filter": ["GpuType", "Resources"],
+        "score": [{"name": "Fragmentation"}], "gang": True, "permit": ["Gang"],
+    })  # fmt: skip
+    sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), prof)
+    sched.submit(Workload("a", "q", (whole(2, cpu_m=0),) * 3))
+    sched.submit(Workload("b", "q", (whole(cpu_m=30_000),) * 2, submit_time=1))
+    assert [b.workload for b in sched.cycle(0).bound] == ["b", "b"]
+    sched.remove("b", finished_at=1)
+    for t in range(2, 6):
+        assert sched.cycle(t).bound == []
+    sched.submit(Workload("c", "q", (whole(cpu_m=8000),), submit_time=6))
+    (bound,) = sched.cycle(6).bound
+    assert sched.state.node_names[bound.placement.node] == "x"
+    frag = sched.profile.score[0][0]  # the engine's own copy of the profile
+    np.testing.assert_allclose(frag._p, [0.4, 0.4, 0.2])
 
 
 def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
@@ -230,9 +266,9 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
     prof = scored([{"name": "Fragmentation", "args": {"scarce": 8}}])
     frag = prof.score[0][0]
     hungry = whole(8, cpu_m=120_000)  # fits the two 128-core nodes only
-    place_pod(hungry, view, prof)  # seen, not placed
+    place(hungry, view, prof)  # seen, not placed
     for i, pod in enumerate([whole(1, cpu_m=4000)] * 5 + [fraction(30, 1024)] * 5):
-        view.state.assign(f"p{i}", place_pod(pod, view, prof))
+        view.state.assign(f"p{i}", place(pod, view, prof))
         agg = frag._aggregates(view.state)
         np.testing.assert_array_equal(
             agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
@@ -261,8 +297,8 @@ def test_unconstrained_pod_leaves_the_only_model_a_constrained_shape_can_use() -
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     t4_only = whole(cpu_m=0, gpu_include=("T4",))
     for pod in (whole(2, cpu_m=0), t4_only, t4_only):  # seen, not placed
-        place_pod(pod, view, prof)
-    p = place_pod(whole(cpu_m=0), view, prof)
+        place(pod, view, prof)
+    p = place(whole(cpu_m=0), view, prof)
     np.testing.assert_allclose(frag._w, [3.2, 25.6, 1.6], rtol=1e-6)
     assert view.state.node_names[p.node] in ("g2a", "g2b")
 
@@ -283,8 +319,8 @@ def test_a_pod_taking_memory_strands_the_gpus_of_the_shape_that_needed_it(memory
     view, prof = view_of(nodes)
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     frag.memory = memory
-    place_pod(replace(whole(8, cpu_m=64_000), memory_mib=700 * gib), view, prof)
-    p = place_pod(PodSpec(cpu_m=8000, memory_mib=80 * gib), view, prof)
+    place(replace(whole(8, cpu_m=64_000), memory_mib=700 * gib), view, prof)
+    p = place(PodSpec(cpu_m=8000, memory_mib=80 * gib), view, prof)
     assert p is not None
     np.testing.assert_allclose(frag._w, [32.0 if memory else 8.0])
     assert view.state.node_names[p.node] == ("small" if memory else "big")
@@ -303,9 +339,9 @@ def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
     view.state.assign("busy", view.state.placement_for(PodSpec(cpu_m=4000, memory_mib=1024), 0, ()))
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     for pod in (PodSpec(cpu_m=10_000, memory_mib=1024), whole(cpu_m=10_000)):  # seen, not placed
-        place_pod(pod, view, prof)
+        place(pod, view, prof)
     assert frag._per_core == pytest.approx(200.0)  # millicores per GPU percent
-    p = place_pod(PodSpec(cpu_m=10_000, memory_mib=1024), view, prof)
+    p = place(PodSpec(cpu_m=10_000, memory_mib=1024), view, prof)
     assert p is not None and view.state.node_names[p.node] == "t4"
 
 
@@ -340,7 +376,7 @@ def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
     prof = scored([{"name": name}])
     pods = [fraction(60, 1024), whole(2), fraction(30, 1024), whole(), fraction(50, 1024), PodSpec(cpu_m=1000)] * 3
     for i, pod in enumerate(pods):
-        p = place_pod(pod, view, prof)
+        p = place(pod, view, prof)
         if p is not None:
             view.state.assign(str(i), p)
     view.state.check_invariants()
@@ -349,7 +385,7 @@ def test_every_fgd_baseline_places_only_where_it_fits(name: str) -> None:
 def test_gpu_packing_prefers_a_shared_gpu() -> None:
     view, _ = view_of([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)])
     view.state.assign("x", view.state.placement_for(fraction(40, 1024), 1, (1,)))
-    p = place_pod(fraction(30, 1024), view, scored([{"name": "GpuPacking"}]))
+    p = place(fraction(30, 1024), view, scored([{"name": "GpuPacking"}]))
     assert (p.node, p.slots) == (1, (1,))
 
 
@@ -360,7 +396,7 @@ def test_fixed_random_tie_break_piles_pods_onto_one_node_until_it_is_full() -> N
     prof = scored([{"name": "GpuPacking"}, {"name": "Random", "weight": 1e-3, "args": {"seed": 7, "fixed": True}}])
     used = []
     for i in range(8):
-        p = place_pod(PodSpec(cpu_m=1000), view, prof)
+        p = place(PodSpec(cpu_m=1000), view, prof)
         view.state.assign(f"c{i}", p)
         used.append(p.node)
     assert len(set(used[:4])) == 1 and len(set(used[4:])) == 1 and used[0] != used[4]
@@ -419,7 +455,7 @@ def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> No
         prof = scored([{"name": policy}])
     st_ = view.state
     for i, pod in enumerate(pods):
-        p = place_pod(pod, view, prof)
+        p = place(pod, view, prof)
         if p is None:  # nothing was left out that could have been placed
             assert not fits_somewhere(pod, st_), (i, pod)
             continue

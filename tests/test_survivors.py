@@ -69,7 +69,7 @@ def _fill(view, profile, pods: list[PodSpec], node: int) -> None:
     avoid = np.ones(view.state.num_nodes, dtype=bool)
     avoid[node] = False
     for i, pod in enumerate(pods):
-        p = place_pod(pod, view, profile, avoid)
+        p = place_pod(pod, view, profile, avoid, key=f"fill{node}-{i}")
         assert p is not None and p.node == node
         view.state.assign(f"fill{node}-{i}", p)
 
@@ -81,8 +81,8 @@ def test_fgd_puts_a_cpu_only_pod_where_it_strands_no_gpu():
     profile = _fragmentation()
     view = Scheduler([gpu_node("y", cpu_m=82_000), gpu_node("x")], QueueTree([QueueSpec("q")]), profile).view
     _fill(view, profile, [whole(1, cpu_m=10_000)] * 7, node=0)
-    assert place_pod(whole(8), view, profile).node == 1  # an 8-GPU pod seen (waiting), so part of the mix
-    assert place_pod(PodSpec(cpu_m=4000), view, profile).node == 1
+    assert place_pod(whole(8), view, profile, key="big").node == 1  # an 8-GPU pod seen (waiting), so in the mix
+    assert place_pod(PodSpec(cpu_m=4000), view, profile, key="cpu").node == 1
 
 
 def test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
@@ -94,7 +94,7 @@ def test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
     nodes = [gpu_node("q"), gpu_node("p", cpu_m=32_000), gpu_node("r")]
     view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
     _fill(view, profile, [whole(1, cpu_m=16_000)] * 4, node=2)
-    assert place_pod(whole(1, cpu_m=1000), view, profile).node == 1
+    assert place_pod(whole(1, cpu_m=1000), view, profile, key="light").node == 1
 
 
 # -- fairness.py ---------------------------------------------------------------------------------------------------

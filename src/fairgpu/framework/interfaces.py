@@ -150,9 +150,9 @@ class ExplainsFilter(Protocol):
 @runtime_checkable
 class Score(Protocol):
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        """Called once for each pod about to be scored (some node fits it), before `score`; a plugin that
-        learns from the pods it sees learns here. Scores computed under another generation are stale on
-        every node; within one, a node's score may depend only on the pod and that node's state."""
+        """Called each time a pod is about to be scored (some node fits it), before `score`, dry runs
+        included. Scores computed under another generation are stale on every node; within one, a node's
+        score may depend only on the pod and that node's state."""
         ...
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
@@ -162,6 +162,17 @@ class Score(Protocol):
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
         """The candidate slots of the chosen node, best first; None leaves the order to the next plugin."""
+        ...
+
+
+@runtime_checkable
+class Learns(Protocol):
+    """A Score plugin that learns from the pods it is asked to place (Fragmentation: the workload mix)."""
+
+    def learn(self, key: str, pod: PodSpec) -> None:
+        """A pod some node fits is about to be placed for real (not in a dry run), under its ledger key;
+        called before `generation`. The same pod comes again on every attempt (each cycle, each gang
+        retry): a plugin that counts pods counts each key once."""
         ...
 
 

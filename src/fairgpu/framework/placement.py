@@ -13,7 +13,7 @@ import numpy as np
 
 from fairgpu.framework import evaluations as ev
 from fairgpu.framework.cardfit import placement_cards
-from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
+from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Learns, Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState, Placement
 
@@ -33,10 +33,13 @@ def place_pod(
     profile: Profile,
     exclude: np.ndarray | None = None,
     within: np.ndarray | None = None,
+    key: str | None = None,
 ) -> Placement | None:
     """Where the profile would put the pod now (nothing is assigned); None if no node fits. Every node is
     filtered and scored; results of nodes unchanged since the pod's shape was last here are reused.
-    `within`: node indices to choose among (a gang's own nodes), else every node not excluded."""
+    `within`: node indices to choose among (a gang's own nodes), else every node not excluded.
+    `key`: the pod's ledger key when this is a real attempt to place it, so that score plugins learn from
+    it (once per key however often it is tried); a dry run passes none and teaches nothing."""
     st = view.state
     shape = ev.filtered(pod, view, profile)
     if within is not None:  # a few nodes: look only at them
@@ -45,11 +48,13 @@ def place_pod(
         within = within[shape.nodes[within]]
         if not within.size:
             return None
+        _teach(profile, key, pod)
         node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])]) if profile.score else int(within[0])
     else:
         nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
         if not nodes.any():
             return None
+        _teach(profile, key, pod)
         if profile.score:  # the totals are -inf where the filters refuse a node
             total = ev.scored(shape, pod, view, profile)
             node = int(np.argmax(total if exclude is None else np.where(exclude, -np.inf, total)))
@@ -70,14 +75,24 @@ def place_pod(
     return st.placement_for(pod, node, slots[: pod.gpu.count])
 
 
+def _teach(profile: Profile, key: str | None, pod: PodSpec) -> None:
+    """A real attempt that has somewhere to go teaches the score plugins that learn the mix."""
+    if key is not None:
+        for plugin, _ in profile.score:
+            if isinstance(plugin, Learns):
+                plugin.learn(key, pod)
+
+
 def place_all(
     pods: Sequence[PodSpec],
     keys: Sequence[str],
     view: EngineView,
     profile: Profile,
     exclude: np.ndarray | None = None,
+    learn: bool = False,
 ) -> list[Placement]:
     """Assign pods in order until one does not fit; returns the placements made (a prefix of pods).
+    `learn`: a real attempt, not a dry run (place_pod's `key`).
 
     In a gang profile, a gang's pods go to the nodes it already uses while they have room, so it spans
     as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
@@ -86,9 +101,10 @@ def place_all(
     used: list[int] = []  # the nodes the gang took so far, in order
     for pod, key in zip(pods, keys, strict=True):
         together = placed and profile.gang
-        p = place_pod(pod, view, profile, exclude, np.unique(used)) if together else None
+        teach = key if learn else None
+        p = place_pod(pod, view, profile, exclude, np.unique(used), teach) if together else None
         if p is None:
-            p = place_pod(pod, view, profile, exclude)
+            p = place_pod(pod, view, profile, exclude, key=teach)
         if p is None:
             break
         used.append(p.node)

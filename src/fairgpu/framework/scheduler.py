@@ -329,7 +329,7 @@ class Scheduler:
                 charge = self.accounting.charge(pod)
                 if any(a.admit(wl, entry.queue, charge, self.view) for a in self.profile.admit):
                     break
-                placement = pl.place_pod(pod, self.view, self.profile, exclude)
+                placement = pl.place_pod(pod, self.view, self.profile, exclude, key=wl.pod_names[i])
                 if placement is None:
                     break
                 self.state.assign(wl.pod_names[i], placement)
@@ -348,7 +348,7 @@ class Scheduler:
         first_new = len(entry.placed)
         todo = range(first_new, len(wl.pods))
         placed = pl.place_all(
-            [wl.pods[i] for i in todo], [wl.pod_names[i] for i in todo], self.view, self.profile, exclude
+            [wl.pods[i] for i in todo], [wl.pod_names[i] for i in todo], self.view, self.profile, exclude, learn=True
         )
         for i, p in zip(todo, placed, strict=False):
             entry.placed.append(p)

@@ -5,7 +5,8 @@ drawn from the mix could not use there: all of the node's free GPU capacity when
 (too little CPU, too few GPUs with room, no allowed model), else the free capacity of the GPUs too full to
 take it. A pod goes where it increases this the least, and on that node to the GPU that does.
 
-The mix is learned online from the pods scored so far (no look at pods not yet seen). Per node and shape
+The mix is learned online from the pods placed for real so far (no look at pods not yet seen, nor at dry
+runs), each pod counted once however often it is tried (`learn`). Per node and shape
 the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
 the change each node would see; both are brought up to date only for nodes whose state changed since
 (ClusterState.changes), so after one placement a score recomputes one node.
@@ -13,6 +14,7 @@ the change each node would see; both are brought up to date only for nodes whose
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +28,9 @@ from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+# pod keys already counted into the mix, least recently tried first: a pod tried again after this many
+# other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
+_REMEMBERED = 1 << 16
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -103,6 +108,7 @@ class Fragmentation:
     _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
+    _learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU of all pods, GPUs of GPU pods
     # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
@@ -120,6 +126,20 @@ class Fragmentation:
             raise ValueError("max_shapes must be at least 1")
 
     # -- the workload mix ---------------------------------------------------------------------------
+    def learn(self, key: str, pod: PodSpec) -> None:
+        """Count the pod into the mix once, however often it is tried: the mix is the shapes that arrive,
+        and a pod retried every cycle or with every gang attempt is one arrival, not one per try. A pod
+        deleted before it was placed stays counted, like one that ran and finished: it arrived, and what
+        arrives is what the measure keeps room for (taking it out would drop exactly the shapes the cluster
+        fails to serve)."""
+        if key in self._learned:
+            self._learned.move_to_end(key)
+            return
+        self._learned[key] = None
+        if len(self._learned) > _REMEMBERED:
+            self._learned.popitem(last=False)
+        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
+
     def _learn(self, pod: PodSpec) -> None:
         self._cpu_per_gpu[0] += pod.cpu_m  # CPU-only pods' too: see cpu_balance
         if pod.gpu is None:
@@ -344,7 +364,6 @@ class Fragmentation:
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
         if self._keys:
             self._aggregates(view.state)
         return self._generation

@@ -119,7 +119,7 @@ def run_fill(nodes: Sequence[NodeSpec], pods: Sequence[FillPod], policy: str, se
     points_a, points_b, failed = [], [], []
     for i, pod in enumerate(workload(pods, capacity, seed)):
         arrived += pod.gpu_milli
-        placement = place_pod(pod.spec, view, profile)
+        placement = place_pod(pod.spec, view, profile, key=str(i))
         if placement is not None:
             view.state.assign(str(i), placement)
             allocated += pod.gpu_milli
