@@ -4,6 +4,7 @@ follow client-go's rules, and a term that starts again starts from a fresh list,
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -11,12 +12,14 @@ import pytest
 from audit import audit
 from chaos import chaos_pod
 from fairgpu.catalog import load_profile
+from fairgpu.k8s import controller as controller_module
+from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import LEASES, PODS
-from live_setup import ONE, TINY, setup
+from live_setup import ONE, TINY, pods_now, setup
 from test_live_scheduling import until
 
 
@@ -206,3 +209,68 @@ def test_no_binding_is_sent_after_the_term_ended_even_if_the_loop_was_busy_meanw
     requests = fake_api.control("requests")["requests"]
     assert held and not [r for r in requests if r["path"].endswith("/binding")], "a Binding was sent"
     assert ctl.stats.binds == 0
+
+
+class Leadership:
+    """An elector driven by the test: what the controller reads of one (leading, term, remaining, on_lost)."""
+
+    def __init__(self) -> None:
+        self.leading, self.term, self.on_lost = asyncio.Event(), 1, []
+        self.leading.set()
+
+    def remaining(self) -> float:
+        return 60.0
+
+    def lost_and_won_again(self) -> None:
+        """The elector thread's news of a step-down and of the next term, both landing while the loop is busy."""
+        self.leading.clear()
+        for callback in self.on_lost:
+            callback()
+        self.term += 1
+        self.leading.set()
+
+
+def test_a_cycle_of_a_term_lost_and_won_again_is_not_carried_out(fake_api, tmp_path, monkeypatch):
+    """The lease is lost and won again while a cycle runs (the election thread's news lands between two of
+    its slices), and meanwhile the other replica, leader in between, bound q to the only GPU. Before, the
+    loop saw `leading` set again and bound p where the stale cycle put it, on q's GPU: booked twice. Now a
+    new term is rebuilt from a fresh list first: p waits, q's GPU is never shared."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    slices = controller_module._in_slices
+    flipped: list[bool] = []
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=1, tenants=("a",))
+        await port.create(PODS, chaos_pod("a", "p", ONE), "a")
+        leadership = Leadership()
+        ctl = Controller(port, load_profile("fairgpu"), leadership=leadership)  # type: ignore[arg-type]
+
+        async def flip_in_the_first_cycle(steps, budget: float = math.inf) -> None:
+            if not flipped:
+                flipped.append(True)
+                q = chaos_pod("a", "q", ONE)
+                q["spec"]["nodeName"] = "node-000"
+                alloc = hami.encode_devices([[hami.DeviceUse("GPU-000-0", hami.VENDOR, 40960, 100)]])
+                q["metadata"]["annotations"] = {hami.ALLOCATED: alloc, hami.TO_ALLOCATE: alloc}
+                await port.create(PODS, q, "a")  # the other leader's bind, in between
+                leadership.lost_and_won_again()
+            await slices(steps, budget)
+
+        monkeypatch.setattr(controller_module, "_in_slices", flip_in_the_first_cycle)
+        task = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: flipped and "a/q" in ctl.pods.cache, 10, "q's bind seen")
+            await until(lambda: ctl.stats.rebuilds == 2 or ctl.stats.binds, 10, "the new term (or p's bind)")
+            await asyncio.sleep(1.0)  # p's cycles in the new term: it waits
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await port.close()
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 30))
+    report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
+    assert not report.overcommit, report.overcommit
+    assert ctl.stats.binds == 0 and not pods_now(fake_api)["a/p"]["spec"].get("nodeName")
+    assert ctl.stats.rebuilds == 2  # the new term started from a fresh list

@@ -13,7 +13,7 @@ import numpy as np
 
 from fairgpu.framework import evaluations as ev
 from fairgpu.framework.cardfit import placement_cards
-from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Learns, Profile
+from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState, Placement
 
@@ -79,8 +79,10 @@ def _teach(profile: Profile, key: str | None, pod: PodSpec) -> None:
     """A real attempt that has somewhere to go teaches the score plugins that learn the mix."""
     if key is not None:
         for plugin, _ in profile.score:
-            if isinstance(plugin, Learns):
-                plugin.learn(key, pod)
+            # a Learns plugin, found by its method: isinstance against a Protocol costs ~10 % of a cycle
+            learn = getattr(plugin, "learn", None)
+            if learn is not None:
+                learn(key, pod)
 
 
 def place_all(
@@ -102,7 +104,7 @@ def place_all(
     for pod, key in zip(pods, keys, strict=True):
         together = placed and profile.gang
         teach = key if learn else None
-        p = place_pod(pod, view, profile, exclude, np.unique(used), teach) if together else None
+        p = place_pod(pod, view, profile, exclude, np.array(sorted(set(used))), teach) if together else None
         if p is None:
             p = place_pod(pod, view, profile, exclude, key=teach)
         if p is None:
