@@ -29,12 +29,14 @@ import hashlib
 import json
 import math
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -57,6 +59,10 @@ NOT_TRACED = (
     "tests/test_fill.py::test_full_fill_reproduces_the_paper_and_fairgpu_beats_fgd",
     "tests/test_docs.py::test_doc_command_runs",
 )
+# A hung mutant (an endless loop) costs this many times its tests' time; 3 proved too few on two cores at a
+# load of 13, where unmutated tests ran past it and would have counted as kills.
+TIMEOUT_FACTOR = 10
+SPAWN_START = 60.0  # seconds allowed a fresh interpreter to start, on top of its tests' timeout
 OUTCOMES = ("killed", "timeout", "survived", "uncovered", "capped", "error", "pending")
 
 FLIP: dict[type, type] = {
@@ -215,6 +221,15 @@ def _definition_reach(tree: ast.Module, rel: str, uses: dict[str, set[str]]) -> 
     return out
 
 
+def _jitted(tree: ast.Module) -> set[str]:
+    """Names of the module's functions numba compiles (a decorator naming `jit`)."""
+    return {
+        f.name
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)
+    }
+
+
 def mutants(files: list[str], root: Path = REPO) -> list[Mutant]:
     every_file = sorted(str(p.relative_to(root)) for pattern in TARGETS for p in root.glob(pattern))
     uses = _uses(every_file, root)
@@ -224,9 +239,14 @@ def mutants(files: list[str], root: Path = REPO) -> list[Mutant]:
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         tree = ast.parse(text)
         scopes, starts, reach = _scopes(tree), _statement_lines(tree), _definition_reach(tree, rel, uses)
+        jitted = _jitted(tree)
         for i, (node, what) in enumerate(_mutable(tree)):
             scope = scopes.get(id(node), "")
-            if scope:
+            if scope in jitted:
+                # numba compiles it from the source, unseen by coverage and by a code swap: the tests that
+                # run the lines calling it, in a fresh interpreter (which compiles the mutated source)
+                scope, lines = "", tuple(sorted(uses.get(scope, ())))
+            elif scope:
                 end = getattr(node, "end_lineno", None) or node.lineno
                 own = {starts.get(id(node), node.lineno), *range(node.lineno, end + 1)}
                 lines = tuple(f"{rel}:{ln}" for ln in sorted(own))
@@ -242,9 +262,11 @@ def mutated_tree(root: Path, file: str, index: int) -> ast.Module:
     return ast.fix_missing_locations(_Replace(target).visit(tree))
 
 
-def scratch_copy(root: Path) -> Path:
-    """A copy of the repository beside it (so ../shared resolves alike), never the working tree."""
-    dest = root.parent / f"{root.name}-mut"
+def scratch_copy(root: Path, n: int | str = 0) -> Path:
+    """A copy of the repository beside it (so ../shared resolves alike), never the working tree; the n-th
+    for the n-th worker. A run's copies are its own: a second command on the same repository must name
+    others (`--mutant` does), or it would delete them under the run."""
+    dest = root.parent / f"{root.name}-mut{n or ''}"
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(
@@ -273,6 +295,14 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _suite(scratch: Path) -> list[str]:
+    """pytest's arguments for the traced runs: the suite but SKIP_TESTS and NOT_TRACED."""
+    tests = sorted(
+        str(p.relative_to(scratch)) for p in (scratch / "tests").glob("test_*.py") if p.name not in SKIP_TESTS
+    )
+    return ["-q", "-p", "no:cacheprovider", "-o", "addopts=", *tests, *(f"--deselect={t}" for t in NOT_TRACED)]
+
+
 def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str, list[str]], dict[str, float]]:
     """("file:line" → node ids of the tests that run it, node id → its seconds), from one coverage run of the
     suite with per-test contexts, cached in `state` until a source or test file changes."""
@@ -280,14 +310,10 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
     if cache.exists():
         saved = json.loads(cache.read_text())
         return saved["lines"], saved["seconds"]
-    tests = sorted(
-        str(p.relative_to(scratch)) for p in (scratch / "tests").glob("test_*.py") if p.name not in SKIP_TESTS
-    )
     data, junit = scratch / ".mutate-coverage", scratch / ".mutate-junit.xml"
     included = ",".join(str(scratch / f) for f in files)
     cmd = [sys.executable, str(scratch / "bench" / "mutate_coverage.py"), str(data), included]
-    cmd += ["-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={junit}", *tests]
-    cmd += [f"--deselect={t}" for t in NOT_TRACED]
+    cmd += [f"--junitxml={junit}", *_suite(scratch)]
     with (state / "coverage.log").open("w") as log:  # pytest's progress dots, to follow the slow traced run
         done = subprocess.run(cmd, cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:  # every mutant would be measured against a suite that already fails
@@ -308,6 +334,38 @@ def coverage_map(scratch: Path, files: list[str], state: Path) -> tuple[dict[str
         seconds[key] = round(seconds.get(key, 0.0) + float(case.get("time", 0.0)), 3)
     cache.write_text(json.dumps({"lines": lines, "seconds": seconds}))
     return lines, seconds
+
+
+@dataclass(slots=True)
+class Infection:
+    """Which tests infect each probed mutant (bench/mutate_infect.py): those that evaluate its node to another
+    value. A test that does not cannot kill it, so it is not run against it."""
+
+    ids: dict[str, int]  # "file:index" → probe id, for the probed mutants
+    infected: dict[str, set[int]]  # test node id → probe ids it infects
+    failed: set[str]  # tests that failed in the infection run: their record may be cut short
+
+    def narrow(self, m: Mutant, tests: set[str]) -> set[str]:
+        pid = self.ids.get(f"{m.file}:{m.index}")
+        if pid is None:
+            return tests
+        return {t for t in tests if t in self.failed or t not in self.infected or pid in self.infected[t]}
+
+
+def infection_map(scratch: Path, files: list[str], state: Path) -> Infection:
+    """From one run of the suite with every operator mutant probed, cached in `state` like the coverage."""
+    cache = state / f"infection-{_tree_digest(scratch)}.json"
+    if not cache.exists():
+        cmd = [sys.executable, str(scratch / "bench" / "mutate_infect.py"), str(cache), ",".join(files)]
+        with (state / "infection.log").open("w") as log:
+            subprocess.run(cmd + _suite(scratch), cwd=scratch, env=env(scratch), stdout=log, stderr=subprocess.STDOUT)
+        if not cache.exists():
+            sys.exit(f"the infection run recorded nothing: see {state / 'infection.log'}")
+    saved = json.loads(cache.read_text())
+    unprobed = set(saved["unprobed"])  # imported around the probes: their mutants keep every covering test
+    ids = {k: v for k, v in saved["ids"].items() if k.rpartition(":")[0] not in unprobed}
+    infected = {t: set(v) for t, v in saved["infected"].items()}
+    return Infection(ids, infected, set(saved["failed"]))
 
 
 def covering(m: Mutant, lines: dict[str, list[str]]) -> set[str]:
@@ -365,9 +423,11 @@ def summarize(results: list[dict[str, object]], total: int) -> dict[str, object]
 
 def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
     """One mutant against these tests (fastest first, stopping at the first failure)."""
-    # Three times the tests' baseline (itself measured under tracing): a mutant that makes a loop slower is
-    # not killed by the clock alone.
-    wanted = 3 * sum(seconds.get(t, 60.0) for t in tests) + 15
+    # TIMEOUT_FACTOR times the tests' baseline (itself measured under tracing): a mutant that makes a loop
+    # slower, or a machine under load, is not killed by the clock alone.
+    wanted = TIMEOUT_FACTOR * sum(seconds.get(t, 60.0) for t in tests) + 15
+    if not m.scope:  # a fresh interpreter imports everything (and numba compiles its kernels) first
+        wanted += SPAWN_START
     answer = worker.run(m, tests, min(wanted, cap))
     if answer["outcome"] == "timeout" and wanted > cap:
         answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
@@ -387,7 +447,7 @@ def _one(args: argparse.Namespace, every: list[Mutant]) -> None:
     unknown = [name for name in args.mutant if name not in by_name]
     if unknown:
         sys.exit(f"--mutant: no mutant {', '.join(unknown)} (see --survivors for FILE:INDEX)")
-    scratch = scratch_copy(REPO)
+    scratch = scratch_copy(REPO, f"check{os.getpid()}")  # beside a run's own copies, never one of them
     lines: dict[str, list[str]] = {}
     seconds: dict[str, float] = {}
     if not args.test:
@@ -421,6 +481,7 @@ def main() -> None:
     ap.add_argument(
         "--mutant", action="append", default=[], help="FILE:INDEX: run this mutant of the working tree (repeatable)"
     )
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run at once, each by its own worker and copy")
     ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
     args = ap.parse_args()
     files = sorted(
@@ -455,9 +516,10 @@ def main() -> None:
                 text = (REPO / m.file).read_text().splitlines()[m.line - 1].strip()
                 print(f"{r['outcome']:9} {m.file}:{m.line} [{m.index}] {m.what} ({r['tests']} tests): {text}")
         return
-    scratch = scratch_copy(REPO)
+    scratches = [scratch_copy(REPO, n) for n in range(args.jobs)]
     all_files = sorted(str(p.relative_to(REPO)) for pattern in TARGETS for p in REPO.glob(pattern))
-    lines, seconds = coverage_map(scratch, all_files, args.state)
+    lines, seconds = coverage_map(scratches[0], all_files, args.state)
+    infection = infection_map(scratches[0], all_files, args.state)
     bounds = [*(float(b) for b in args.tiers.split(",")), math.inf]
     bounds = [b for b in bounds if b <= args.upto] or [args.upto]
     # What each mutant has run so far: none, or its tests up to a bound ("pending"); a final outcome ends it.
@@ -467,21 +529,37 @@ def main() -> None:
         f"{len(every)} mutants, {len(ran)} to run (of them {sum(v >= 0 for v in ran.values())} pending)",
         file=sys.stderr,
     )
-    worker = Worker(scratch)
-    with log.open("a") as out:
+    workers: queue.Queue[Worker] = queue.Queue()
+    for scratch in scratches:
+        workers.put(Worker(scratch))
+
+    def run_one(m: Mutant, tests: list[str]) -> dict[str, object]:
+        worker = workers.get()  # each worker (and its scratch copy) runs one mutant at a time
+        try:
+            return _run(worker, m, tests, seconds, args.cap)
+        finally:
+            workers.put(worker)
+
+    with log.open("a") as out, ThreadPoolExecutor(args.jobs) as pool:
         for bound in bounds:
             todo = [m for m in every if m.key in ran and ran[m.key] < bound]
             began = time.monotonic()
-            for n, m in enumerate(todo, 1):
-                tests = sorted(covering(m, lines), key=lambda t: seconds.get(t, 60.0))
+            jobs: dict[Future[dict[str, object]], tuple[Mutant, list[str], list[str]]] = {}
+            for m in todo:
+                covered = covering(m, lines)
+                tests = sorted(infection.narrow(m, covered), key=lambda t: seconds.get(t, 60.0))
                 these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
                 later = [t for t in tests if seconds.get(t, 60.0) > bound]
-                if not tests:
-                    answer: dict[str, object] = {"outcome": "uncovered", "seconds": 0.0, "mode": "-"}
-                elif these:
-                    answer = _run(worker, m, these, seconds, args.cap)
-                else:
-                    answer = {"outcome": "survived", "seconds": 0.0, "mode": "-"}
+                if covered and these:
+                    job = pool.submit(run_one, m, these)
+                else:  # "uninfected": tests run its line, but none gives it another value there
+                    job = Future()
+                    mode = "-" if tests or not covered else "uninfected"
+                    job.set_result({"outcome": "survived" if covered else "uncovered", "seconds": 0.0, "mode": mode})
+                jobs[job] = (m, these, later)
+            for n, job in enumerate(as_completed(jobs), 1):
+                m, these, later = jobs[job]
+                answer = job.result()
                 if answer["outcome"] == "survived" and later:
                     answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
                     ran[m.key] = bound
@@ -498,8 +576,10 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    worker.close()
-    shutil.rmtree(scratch)
+    while not workers.empty():
+        workers.get().close()
+    for scratch in scratches:
+        shutil.rmtree(scratch)
     print(json.dumps(summarize([done[m.key] for m in every], len(every))))
 
 

@@ -13,7 +13,7 @@ from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.framework.placement import filter_breakdown, place_pod
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.model.queue import PreemptionPolicy
 
 
@@ -329,6 +329,74 @@ def test_a_cut_off_leader_steps_down_when_its_term_ends_not_at_its_next_attempt(
     assert 2.0 < asyncio.run(asyncio.wait_for(go(), 30)) < 3.5
 
 
+def test_a_renewal_on_a_slow_apiserver_is_given_up_at_the_term_end_not_answered_late(fake_api, tmp_path):
+    """Renew deadline 1 s, an attempt every 0.5 s. The apiserver then takes 1.5 s to answer each request: the
+    renewal begun at about 0.5 s is abandoned when the term ends, at 1 s, and the leader steps down once (and
+    every later attempt, given 1 s, is abandoned too). Were it let run, its read and write would land at
+    3.5 s and make the replica leader again, for a term already over: a second step-down."""
+    import asyncio
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.leader import LeaderElector
+
+    class Slow:
+        def __init__(self, port: KubeClient) -> None:
+            self.port, self.delay = port, 0.0
+
+        def __getattr__(self, name: str):
+            attr = getattr(self.port, name)
+
+            async def call(*args, **kw):
+                await asyncio.sleep(self.delay)
+                return await attr(*args, **kw)
+
+            return call if callable(attr) else attr
+
+    async def go() -> int:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        link = Slow(port)
+        a = LeaderElector(link, "fairgpu-system", "fairgpu", "A", 1.5, 0.5, renew_deadline=1.0)  # type: ignore[arg-type]
+        lost: list[int] = []
+        a.on_lost.append(lambda: lost.append(1))
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leading.wait(), 10)
+        link.delay = 1.5
+        await asyncio.sleep(4.5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await port.close()
+        return len(lost)
+
+    assert asyncio.run(asyncio.wait_for(go(), 30)) == 1
+
+
+def test_taking_over_a_foreign_lease_that_never_counted_transitions_counts_the_first(fake_api, tmp_path):
+    """client-go omits leaseTransitions while it is 0. A lease another elector left without the field, once
+    expired as this replica saw it, is taken over with leaseTransitions 1."""
+    import asyncio
+
+    from fairgpu.k8s.client import KubeClient
+    from fairgpu.k8s.leader import LeaderElector
+    from fairgpu.k8s.port import LEASES
+    from test_leader_rules import Clock
+
+    async def go() -> dict:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        spec = {"holderIdentity": "other", "leaseDurationSeconds": 10, "renewTime": "2026-01-01T00:00:00.000000Z"}
+        await port.create(LEASES, {"metadata": {"name": "fairgpu"}, "spec": spec}, "fairgpu-system")
+        clock = Clock()
+        a = LeaderElector(port, "fairgpu-system", "fairgpu", "A", 10.0, 1.0, monotonic=clock)
+        assert not await a.try_acquire_or_renew()
+        clock.t = 10.0
+        assert await a.try_acquire_or_renew()
+        lease = await port.get(LEASES, "fairgpu", "fairgpu-system")
+        await port.close()
+        return lease["spec"]
+
+    held = asyncio.run(asyncio.wait_for(go(), 30))
+    assert (held["holderIdentity"], held["leaseTransitions"]) == ("A", 1)
+
+
 # -- k8s/webhook.py ------------------------------------------------------------------------------------------------
 
 
@@ -460,3 +528,412 @@ def test_fairgpu_runs_the_election_timing_docs_deploy_md_states(fake_api, tmp_pa
     assert "(lease duration 15 s > renew deadline 10 s > retry period 2 s)" in " ".join(
         (Path(__file__).parent.parent / "docs" / "deploy.md").read_text().split()
     )
+
+
+# -- framework/placement.py: the fill's failure breakdown (unplaced_cause) at each boundary ----------------------
+
+
+def _cause(nodes: list[NodeSpec], taken: list[tuple[int, int, PodSpec]], pod: PodSpec) -> str:
+    """The cause `fairgpu fill` reports for `pod`, which must fit nowhere, after `taken` (node, GPU, pod)."""
+    from fairgpu.framework.placement import unplaced_cause
+
+    profile = load_profile("fairgpu")
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
+    for i, (node, slot, p) in enumerate(taken):
+        view.state.assign(f"t{i}", view.state.placement_for(p, node, (slot,)))
+    assert place_pod(pod, view, profile) is None
+    return unplaced_cause(pod, view.state)
+
+
+def test_a_cordoned_nodes_gpus_are_no_capacity_for_a_pod_that_fits_nowhere():
+    """`up` has 199 % of a GPU free (GPU 0 taken, GPU 1 short of one core); the cordoned node's four idle GPUs
+    do not count, nor do slots without a GPU (up has 3 of 4): a 2-GPU pod finds no capacity."""
+    nodes = [gpu_node("up", gpus=3), gpu_node("cordoned", gpus=4, schedulable=False)]
+    taken = [(0, 0, whole(1)), (0, 1, fraction(1, 1024))]
+    assert _cause(nodes, taken, whole(2)) == "no GPU capacity left"
+
+
+def test_capacity_exactly_equal_to_the_request_is_enough_and_the_gpus_are_too_scattered():
+    """Two idle GPUs, one on each node: exactly the 200 % a 2-GPU pod asks for, but not on one node."""
+    nodes = [gpu_node("a", gpus=2, model="T4"), gpu_node("b", gpus=2, model="T4")]
+    assert _cause(nodes, [(0, 0, whole(1)), (1, 1, whole(1))], whole(2)) == "too few GPUs on one node"
+
+
+def test_a_node_whose_cpu_is_exactly_the_pods_but_memory_short_is_short_of_memory():
+    """g has the idle GPU and exactly the pod's CPU, but half its memory; big has CPU and memory but no free
+    GPU: the cause is memory (not CPU, and big's memory does not count)."""
+    nodes = [gpu_node("g", gpus=1, cpu_m=8000, memory_mib=16384), gpu_node("big", gpus=1, cpu_m=64_000)]
+    pod = PodSpec(cpu_m=8000, memory_mib=32768, gpu=whole(1).gpu)
+    assert _cause(nodes, [(1, 0, whole(1))], pod) == "memory"
+    # exactly g's memory is enough memory: what rules the pod out is the GPU memory it asks for (90,000 MiB)
+    pod = PodSpec(cpu_m=1000, memory_mib=16384, gpu=GpuRequest(1, 50, 90_000))
+    assert _cause(nodes, [(1, 0, whole(1))], pod) == "GPU memory or task limit"
+
+
+def test_a_gpu_with_exactly_the_cores_asked_is_room_and_other_models_room_is_not():
+    """a: four A100s with 50, 40, 0 and 0 cores free (GPU 2 whole, GPU 3 shared); t: an idle T4. A pod for 50
+    cores of an A100 has room on GPU 0 (exactly 50), so what rules it out is CPU; one for 60 cores has no
+    room on an A100 (fragmentation), though the T4 has 100. Once every A100 is out of cores, a pod asking
+    none (GPU memory only) has no room either: a card needs a core left to take a task."""
+    nodes = [gpu_node("a", gpus=4, cpu_m=4000), gpu_node("t", gpus=1, model="T4")]
+    taken = [(0, 0, fraction(50, 1024)), (0, 1, fraction(60, 1024)), (0, 2, whole(1))]
+    taken += [(0, 3, fraction(50, 1024)), (0, 3, fraction(50, 1024))]
+
+    def a100(cores: int, cpu_m: int = 500) -> PodSpec:
+        return PodSpec(cpu_m=cpu_m, memory_mib=512, gpu=GpuRequest(1, cores, 1024), gpu_include=("A100",))
+
+    assert _cause(nodes, taken, a100(50, cpu_m=8000)) == "CPU"
+    assert _cause(nodes, taken, a100(60)) == "fragmentation"
+    taken += [(0, 0, fraction(50, 1024)), (0, 1, fraction(40, 1024))]
+    assert _cause(nodes, taken, a100(0)) == "fragmentation"
+
+
+def _explained(nodes: list[NodeSpec], taken: list[tuple[int, int, PodSpec]], pod: PodSpec, profile=None) -> list[str]:
+    """What `fairgpu explain` says of a workload of `pod` after `taken` (node, GPU, pod) and one cycle."""
+    profile = profile or load_profile("fairgpu")
+    s = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile)
+    for i, (node, slot, p) in enumerate(taken):
+        s.state.assign(f"t{i}", s.state.placement_for(p, node, (slot,)))
+    s.submit(job("w", "q", pod))
+    s.cycle(0)
+    assert "w" in s.pending
+    return s.explain("w", 0).reasons
+
+
+def test_a_mutex_pod_among_shared_gpus_is_told_no_set_of_free_gpus_meets_every_need():
+    """Every GPU of n0 and n1 runs a 20-core task, so each has the cores and memory a 50-core pod asks, but a
+    `mutex` pod takes only cards nobody uses; n2's idle GPUs lack the CPU. Each node is counted once."""
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1", gpus=2), gpu_node("n2", gpus=2, cpu_m=500)]
+    taken = [(n, g, fraction(20, 1024)) for n in (0, 1) for g in (0, 1)]
+    pod = PodSpec(cpu_m=1000, memory_mib=512, gpu=GpuRequest(1, 50, 1024), gpu_policy="mutex")
+    assert _explained(nodes, taken, pod) == [
+        "no fit: 0/3 nodes: 2 no set of free GPUs meets every need, 1 insufficient CPU"
+    ]
+
+
+def test_a_plugin_filter_that_cannot_say_why_is_named_as_the_reason():
+    """docs/architecture.md's Maintenance filter has no `reasons`: the nodes it rules out are counted under its
+    name (two), the node Resources rules out under Resources' reason (one)."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from fairgpu.framework.interfaces import Filter
+    from fairgpu.framework.profile import PluginEntry, parse_profile
+    from fairgpu.plugins.registry import IN_TREE
+
+    @dataclass(slots=True)
+    class Maintenance:
+        NAME: ClassVar[str] = "Maintenance"
+
+        def filter(self, pod, view, mask) -> None:
+            soon = np.array([n.labels.get("maintenance") == "soon" for n in view.state.nodes], dtype=bool)
+            mask.restrict_nodes(~soon[mask.rows])
+
+    profile = parse_profile(
+        {"name": "m", "queueSort": "FairShare", "filter": ["Maintenance", "Resources"], "score": ["LeastAllocated"]},
+        {**IN_TREE, "Maintenance": PluginEntry(Filter, Maintenance)},
+    )
+    soon = {"maintenance": "soon"}
+    nodes = [gpu_node("a", labels=soon), gpu_node("b", cpu_m=500), gpu_node("c", labels=soon)]
+    assert _explained(nodes, [], whole(1), profile) == ["no fit: 0/3 nodes: 2 Maintenance, 1 insufficient CPU"]
+
+
+# -- framework/backfill.py, framework/preempting.py -----------------------------------------------------------------
+
+
+def test_a_gang_whose_backfill_overran_is_expected_when_the_backfills_grace_period_ends():
+    """n0 is held for the gang from t=1000; 'short' backfilled beside it and overran. At 1000 it is evicted
+    with its queue's 30 s grace period: the gang is expected to start at 1030, not at 1000, and does."""
+    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=30))
+    queues = QueueTree([stream, QueueSpec("training", starvation_after=0)])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    for name, node, gpus, end in (("long", 0, 7, 1000.0), ("other", 1, 8, 5000.0)):
+        w = Workload(name, "training" if name == "other" else "stream", (whole(gpus),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(gpus))], started=0.0)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    s.submit(Workload("short", "stream", (whole(1),), submit_time=500, duration=50))
+    assert s.cycle(500).started == ["short"]
+    s.remove("long", finished_at=1000)
+    assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("short", 1030.0)]
+    assert s.explain("gang", 1000).estimated_start == 1030
+    s.remove("short")
+    assert s.cycle(1030).started == ["gang"]
+
+
+def test_a_victim_whose_eviction_was_refused_is_chosen_again_the_moment_its_back_off_ends():
+    """b's one 8-GPU job is all a's 8-GPU reclaim can take. Its eviction is refused until t=110: at 101 there is
+    no victim, and at 110 exactly, with nothing else changed since, it is evicted again."""
+    b = PreemptionPolicy()
+    sched = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("a", guaranteed=_gpus(8)), QueueSpec("b", preemption=b)]),
+                      load_profile("fairgpu"))  # fmt: skip
+    sched.submit(Workload("x", "b", (whole(8),), duration=36000.0))
+    sched.cycle(0)
+    sched.submit(Workload("p", "a", (whole(8),), submit_time=100, duration=36000.0))
+    assert [e.workload for e in sched.cycle(100).evictions] == ["x"]
+    sched.eviction_refused("x", retry_at=110)
+    assert sched.cycle(101).evictions == []
+    assert [e.workload for e in sched.cycle(110).evictions] == ["x"]
+
+
+def _gpus(n: float) -> np.ndarray:
+    return r.quota_vector({"nvidia.com/gpu": n}, default=np.inf)
+
+
+def test_an_elastic_workload_that_grew_into_a_held_node_is_charged_and_evicted_as_backfill_when_it_is_due():
+    """n0 is held for the gang from t=1000 (long's end); its eighth GPU is busy until 600. 'e' (2 pods, runs
+    with 1, declared 50 s) starts on n2 at 500 and grows into n0's freed GPU at 600 (it may: it is expected
+    to end by 1000). Its queue is charged both pods; at 1000 it still runs, and as backfill in the gang's
+    node it is evicted, so the gang is not kept waiting."""
+    queues = QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1"), gpu_node("n2", gpus=1)], queues, load_profile("fairgpu"))
+    for name, node, slots, end in (
+        ("long", 0, range(7), 1000.0),
+        ("filler", 0, [7], 600.0),
+        ("other", 1, range(8), 5000.0),
+    ):
+        w = Workload(name, "training" if name == "other" else "stream", (whole(len(slots)),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    s.submit(Workload("e", "stream", (whole(1),) * 2, submit_time=500, duration=50, min_pods=1))
+    assert s.cycle(500).started == ["e"]
+    s.remove("filler", finished_at=600)
+    assert [(b.workload, s.state.node_names[b.placement.node]) for b in s.cycle(600).bound] == [("e", "n0")]
+    assert s.view.usage[s.tree.index["stream"], r.DIM_GPU] == 9  # long's 7 and both of e's pods
+    s.remove("long", finished_at=1000)
+    assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("e", 1000.0)]
+
+
+# -- framework/victims.py -------------------------------------------------------------------------------------------
+
+
+def test_a_preemption_in_a_cluster_running_mig_and_whole_card_pods_evicts_the_pod_on_the_card_it_needs():
+    """b runs two 3g.20gb MIG pods on the MIG node and a whole-card pod on the ordinary node; its urgent
+    whole-card job (b evicts its own lower priorities) can only have the ordinary card: that pod is evicted,
+    the MIG pods keep running."""
+    from fairgpu.model.mig import MigTemplate
+
+    a100 = (
+        MigTemplate("1g.5gb", 5120, 14, 1, tuple((i, 1) for i in range(7))),
+        MigTemplate("3g.20gb", 20480, 42, 3, ((0, 4), (4, 4))),
+    )
+    card = GpuDevice("NVIDIA A100", 40960, "GPU-mig", split=7, mode="mig", mig=a100)
+    nodes = [NodeSpec("mig", 64000, 256000, (card,)), gpu_node("plain", gpus=1)]
+    queues = QueueTree([QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority"))])
+    sched = Scheduler(nodes, queues, load_profile("fairgpu"))
+    mig_pod = PodSpec(cpu_m=100, memory_mib=100, gpu=GpuRequest(1, 0, 20480))
+    for name, pod in (("m0", mig_pod), ("m1", mig_pod), ("w", whole(1))):
+        sched.submit(Workload(name, "b", (pod,), duration=3600.0))
+    assert len(sched.cycle(0.0).bound) == 3
+    sched.submit(Workload("urgent", "b", (whole(1),), submit_time=10, priority=10, duration=3600.0))
+    assert [e.workload for e in sched.cycle(10.0).evictions] == ["w"]
+
+
+# -- framework/backlog.py: the order `fairgpu explain` gives in a queue shared fairly among its users ---------------
+
+
+def _positions(running: list[tuple[str, int]], pending: list[tuple[str, str, int]]) -> list[str]:
+    """The pending workloads of queue lab (fair among its users) by their explained position in it, after
+    lab's `running` (user, GPUs) and the other queue's filling the rest of the 8-GPU node."""
+    queues = QueueTree([QueueSpec("lab", fair_within="users"), QueueSpec("x")])
+    s = Scheduler([gpu_node("n0")], queues, load_profile("fairgpu"))
+    runs = [Workload(f"r{i}", "lab", (whole(g),), user=u) for i, (u, g) in enumerate(running)]
+    used = sum(g for _, g in running)
+    runs += [Workload("fill", "x", (whole(8 - used),))]
+    for w in runs:
+        s.submit(w)
+    s.cycle(0)
+    for t, (name, user, gpus) in enumerate(pending, 1):
+        s.submit(Workload(name, "lab", (whole(gpus),), submit_time=t, user=user))
+    s.cycle(10)
+    assert sorted(s.pending) == sorted(name for name, _, _ in pending)
+    return sorted(s.pending, key=lambda name: s.explain(name, 10).position_in_queue)
+
+
+def test_in_a_queue_fair_among_users_the_user_holding_least_goes_next_counting_what_each_was_given():
+    """Nobody in lab holds anything. u's first (1 GPU) goes first, being older; then v's 4-GPU job (v holds
+    nothing yet, u 1 GPU); then u again (1 against v's 4), though v's second job is older than u's."""
+    pending = [("u1", "u", 1), ("v1", "v", 4), ("v2", "v", 1), ("u2", "u", 1)]
+    assert _positions([], pending) == ["u1", "v1", "u2", "v2"]
+
+
+def test_in_a_queue_fair_among_users_a_newcomer_starts_from_nothing():
+    """alice holds 3 GPUs; bob, who holds nothing yet, has his two 1-GPU jobs ahead of alice's (after both he
+    holds 2)."""
+    assert _positions([("alice", 3)], [("a1", "alice", 1), ("b1", "bob", 1), ("b2", "bob", 1)]) == ["b1", "b2", "a1"]
+
+
+# -- framework/explain.py ----------------------------------------------------------------------------------------------
+
+
+def test_a_workload_that_fits_but_has_not_had_its_turn_is_told_its_queues_share_with_past_usage():
+    """a has held 4 of 8 GPUs for one half-life (3600 s): it holds 50 %, and its decayed past usage adds half
+    of that, 25 %. Its new 1-GPU job fits, so the explanation (before the next cycle) is a's share against
+    its entitlement: its demand, 5 of 8 GPUs."""
+    sched = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("a", usage_half_life=3600)]), load_profile("fairgpu"))
+    sched.submit(Workload("run", "a", (whole(4),)))
+    sched.cycle(0)
+    sched.submit(Workload("new", "a", (whole(1),), submit_time=3600))
+    assert sched.explain("new", 3600).reasons == [
+        "fair share: waiting for its turn; queue a holds 50.0% of the cluster (with past usage 75.0%) against an"
+        " entitlement of 62.5% (ratio 1.20)"
+    ]
+
+
+# -- framework/reconfigure.py ------------------------------------------------------------------------------------------
+
+
+def test_work_of_a_deleted_queue_on_a_node_that_shrank_under_it_is_displaced_and_holds_nothing():
+    """w (queue 'gone') runs a pod on GPUs 0-1 and one on GPUs 6-7 of n0. The queue is deleted and n0 now
+    has 4 GPUs: w cannot be pinned where it ran, so it is displaced, and its first pod does not stay
+    booked on GPUs 0-1 either."""
+    from fairgpu.framework.reconfigure import carry_over, successor
+
+    old = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("q"), QueueSpec("gone")]), load_profile("fairgpu"))
+    w = Workload("w", "gone", (whole(2), whole(2)))
+    old.adopt(w, [old.state.placement_for(whole(2), 0, s) for s in ((0, 1), (6, 7))], started=0.0)
+    new = successor(old, [gpu_node("n0", gpus=4)], QueueTree([QueueSpec("q")]), 10.0)
+    carried = carry_over(old, new, {})
+    assert carried.displaced == ["w"] and not carried.pinned
+    assert int(new.state.node_idle_gpus[0]) == 4
+
+
+# -- plugins/preemption.py: the five left open on main ad39af7 (line numbers here are 0a9c6b4's) ---------------------
+
+
+def _adopted(
+    queues: list[QueueSpec], nodes: list[NodeSpec], running: list[tuple[str, str, PodSpec, int, tuple, float]], **kw
+) -> Scheduler:
+    """A scheduler running (name, queue, pod, node, GPUs, started), adopted in this order."""
+    s = Scheduler(nodes, QueueTree(queues), load_profile("fairgpu"))
+    for name, queue, pod, node, slots, started in running:
+        w = Workload(name, queue, (pod,), duration=36000.0, **kw.get(name, {}))
+        s.adopt(w, [s.state.placement_for(pod, node, slots)], started=started)
+    return s
+
+
+def test_a_lower_priority_victim_goes_first_even_holding_the_most_work_against_one_started_this_instant():
+    """b evicts its own lower priorities. 'old' (priority 0) has run 100 s on one GPU, the most work of any
+    victim; 'new' (priority 1) started at this very instant, losing nothing. An urgent job needs one GPU:
+    priority comes before work lost, so 'old' goes."""
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority"))
+    running = [("new", "b", whole(1), 0, (1,), 100.0), ("old", "b", whole(1), 0, (0,), 0.0)]
+    s = _adopted([b], [gpu_node("n0", gpus=2)], running, new={"priority": 1})
+    s.submit(Workload("urgent", "b", (whole(1),), submit_time=100, priority=5, duration=36000.0))
+    assert [e.workload for e in s.cycle(100).evictions] == ["old"]
+
+
+def test_work_lost_is_counted_in_gpus_not_gpu_memory():
+    """Two victims of b's own lower priority: 'whole' has used a whole card (80 GiB) for 100 s, 'half' half a
+    card's cores with 70 GiB for 150 s. In GPU-seconds 'half' loses less (75 against 100), in GPU memory it
+    would lose more: 'half' goes. x's pod shares half's card and is no victim."""
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority"))
+    half = PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 50, 71680))
+    running = [
+        ("whole", "b", whole(1), 0, (0,), 50.0),
+        ("half", "b", half, 0, (1,), 0.0),
+        ("x", "x", fraction(50, 10240), 0, (1,), 0.0),
+    ]
+    s = _adopted([b, QueueSpec("x")], [gpu_node("n0", gpus=2)], running)
+    s.submit(Workload("p", "b", (fraction(50, 10240),), submit_time=150, priority=5, duration=36000.0))
+    assert [e.workload for e in s.cycle(150).evictions] == ["half"]
+
+
+def test_above_its_guarantee_a_queues_non_preemptible_work_may_be_reclaimed_whatever_its_place_in_the_tree():
+    """As test_preemption_rules' lent case, with a listed third (after the lender b and an idle queue c): a
+    (guarantee 2) runs four preemptible jobs from 0 s and four non-preemptible from 100 s, 8 GPUs in all;
+    b reclaims one GPU, from the work that loses least: a non-preemptible one."""
+    queues = [QueueSpec("b", guaranteed=_gpus(6)), QueueSpec("c"), QueueSpec("a", guaranteed=_gpus(2))]
+    running = [(f"movable{i}", "a", whole(1), 0, (i,), 0.0) for i in range(4)]
+    running += [(f"pinned{i}", "a", whole(1), 0, (4 + i,), 100.0) for i in range(4)]
+    s = _adopted(queues, [gpu_node("n0")], running, **{f"pinned{i}": {"preemptible": False} for i in range(4)})
+    s.submit(Workload("b0", "b", (whole(1),), submit_time=200, duration=36000.0))
+    (evicted,) = s.cycle(200).evictions
+    assert evicted.workload.startswith("pinned")
+
+
+def test_fair_share_preemption_leaves_a_queue_exactly_at_its_share_alone():
+    """9 GPUs, three queues of equal weight, each entitled to 3: b holds exactly 3, c holds 6 but its work is
+    younger than c's min_runtime. a (fair-share preemption) has three 1-GPU jobs waiting: nobody may be
+    evicted for them, b being at its share and not above it."""
+    a = QueueSpec("a", preemption=PreemptionPolicy(fair_share=True))
+    c = QueueSpec("c", preemption=PreemptionPolicy(min_runtime=3600))
+    running = [(f"b{i}", "b", whole(1), 0, (i,), 0.0) for i in range(3)]
+    running += [(f"c{i}", "c", whole(1), 0, (3 + i,), 500.0) for i in range(6)]
+    s = _adopted([a, QueueSpec("b"), c], [gpu_node("n0", gpus=9)], running)
+    for i in range(3):
+        s.submit(Workload(f"a{i}", "a", (whole(1),), submit_time=1000, duration=36000.0))
+    assert s.cycle(1000).evictions == []
+    ent = s.view.entitled[:, r.DIM_GPU]
+    assert [float(ent[s.tree.index[q]]) for q in "abc"] == [3.0, 3.0, 3.0]
+
+
+def test_a_reclaim_takes_the_whole_workloads_of_the_queue_furthest_above_its_share_before_another_queues_extras():
+    """a (guarantee 2) reclaims: b holds four 1-GPU jobs (4 against its entitled 3), c one elastic job grown to
+    three pods (3 against 3). One GPU is free, a's job needs two: one of b's jobs goes, not c's extra pod,
+    though extra pods go before whole workloads within a queue."""
+    queues = [QueueSpec("a", guaranteed=_gpus(2)), QueueSpec("b"), QueueSpec("c")]
+    running = [(f"b{i}", "b", whole(1), 0, (i,), 0.0) for i in range(4)]
+    s = _adopted(queues, [gpu_node("n0")], running)
+    e = Workload("e", "c", (whole(1),) * 3, duration=36000.0, min_pods=1)
+    s.adopt(e, [s.state.placement_for(whole(1), 0, (4 + i,)) for i in range(3)], started=0.0)
+    s.submit(Workload("a0", "a", (whole(2),), submit_time=100, duration=36000.0))
+    (evicted,) = s.cycle(100).evictions
+    assert evicted.workload.startswith("b")
+
+
+def test_the_cluster_position_is_given_up_to_the_step_limit_and_none_past_it(monkeypatch):
+    """With the dry run of the cluster order limited to 3 steps, the third of four waiting workloads is told
+    its place (3) and the fourth, with 3 ahead of it, is past the limit (none: "> 3")."""
+    from fairgpu.framework import explain
+
+    monkeypatch.setattr(explain, "MAX_ORDER_STEPS", 3)
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    for i in range(4):
+        s.submit(Workload(f"w{i}", "q", (whole(1),), submit_time=1 + i))
+    assert [s.explain(f"w{i}", 10).position_in_cluster for i in range(4)] == [1, 2, 3, None]
+
+
+def test_a_partly_placed_workload_reclaims_for_its_missing_pods_only():
+    """A profile with preemption but no gang keeps a workload's pods as they fit. a (guarantee 2) asks for two
+    1-GPU pods on a 2-GPU node where b borrows one: the first is placed, and reclaiming b's GPU for the second
+    keeps a within its guarantee (1 held + 1 asked), so b's job is evicted."""
+    from fairgpu.catalog import profile_from_dict
+
+    profile = profile_from_dict(
+        {"name": "t", "queueSort": "FairShare", "admit": ["Quota"], "filter": ["Resources"], "preempt": ["Preemption"]}
+    )
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a", guaranteed=_gpus(2)), QueueSpec("b")]), profile)
+    s.submit(Workload("b0", "b", (whole(1),), duration=36000.0))
+    s.cycle(0)
+    s.submit(Workload("a0", "a", (whole(1), whole(1)), submit_time=10, duration=36000.0))
+    result = s.cycle(10)
+    assert [b.workload for b in result.bound] == ["a0"] and [e.workload for e in result.evictions] == ["b0"]
+
+
+def test_in_a_cluster_without_gpus_the_queue_holding_less_goes_next_within_a_cycle():
+    """CPU-only nodes: the GPU dimensions have no capacity and take no part in a queue's share. a's two jobs
+    were submitted first, b's one after; with room for two, one of each starts (after a's first, a holds
+    more than b)."""
+    nodes = [NodeSpec("c0", 8000, 1 << 16)]
+    s = Scheduler(nodes, QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    for name, queue, t in (("a1", "a", 1), ("a2", "a", 2), ("b1", "b", 3)):
+        s.submit(Workload(name, queue, (PodSpec(cpu_m=4000, memory_mib=1024),), submit_time=t))
+    assert sorted(s.cycle(10).started) == ["a1", "b1"]
+
+
+# -- plugins/fragmentation.py ------------------------------------------------------------------------------------------
+
+
+def test_fragmentation_with_max_shapes_1_keeps_the_first_shape_it_sees_and_only_that():
+    """`max_shapes` bounds the workload mix FGD weighs: 1 is allowed, and then the shape first seen is the
+    whole mix; a later, different shape is placed but not learned."""
+    profile = _fragmentation(max_shapes=1)
+    frag = profile.score[0][0]
+    view = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("q")]), profile).view
+    for i, pod in enumerate((whole(1), whole(2), whole(1))):
+        assert place_pod(pod, view, profile, key=f"p{i}") is not None
+    assert frag._pods == [whole(1)]
