@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-ENGINE = ("fairgpu.model", "fairgpu.state", "fairgpu.fairness", "fairgpu.framework", "fairgpu.plugins")
+ENGINE = (
+    "fairgpu.model",
+    "fairgpu.state",
+    "fairgpu.mig_slices",
+    "fairgpu.dry_run",
+    "fairgpu.changes",
+    "fairgpu.fairness",
+    "fairgpu.framework",
+    "fairgpu.plugins",
+)
 # What the engine may import from fairgpu besides itself: driver-neutral data and errors.
 ENGINE_MAY_USE = ("fairgpu.resources", "fairgpu.errors", "fairgpu.spec")
 DRIVERS = ("fairgpu.sim", "fairgpu.k8s")

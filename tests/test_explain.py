@@ -12,8 +12,9 @@ from conftest import gpu_node, job, starving_gang_beside_a_stream, tree, whole
 from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.cli import app
+from fairgpu.framework.placement import filter_breakdown, place_pod
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import PodSpec, QueueSpec, QueueTree
+from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.model.pod import GpuRequest
 
 
@@ -144,3 +145,40 @@ def test_every_pending_workload_gets_a_reason_before_any_is_told_again():
         steps = reporter.report_pending(s, lambda name: (name,), lambda k: True, lambda k: "uid", 1 + 10 * n)
         list(islice(steps, 4))
     assert sorted(told) == [f"w{i:02d}" for i in range(12)]
+
+
+def test_each_node_is_explained_by_the_one_need_it_misses_and_an_exact_fit_fits():
+    """A pod of 40 % of a GPU and half its memory (40,960 MiB of an 80 GiB card), 4 cores and 4 GiB, on 1-GPU
+    nodes: `exact` has exactly that much of each left and takes it; `cores` is one core short, `full` has none,
+    `mem` is one MiB short, `tasks` is at its task limit (split 1), `cpu` is one millicore short. A share
+    asking for no cores still needs a card with a core free (`full` has none; `tasks` is still at its limit);
+    a whole card asking for all of its memory fits."""
+
+    def node(name: str, cpu_m: int = 8_000, split: int = 10) -> NodeSpec:
+        return gpu_node(name, gpus=1, cpu_m=cpu_m, memory_mib=8_192, split_count=split)
+
+    def share(cores: int, mem: int, cpu_m: int = 100, memory_mib: int = 100) -> PodSpec:
+        return PodSpec(cpu_m=cpu_m, memory_mib=memory_mib, gpu=GpuRequest(1, cores, mem))
+
+    nodes = [node("exact"), node("cores"), node("full"), node("mem"), node("tasks", split=1), node("cpu", 3_999)]
+    profile = load_profile("fairgpu")
+    view = Scheduler(nodes, tree("a"), profile).view
+    running = [(0, share(60, 40_960, 4_000, 4_096)), (1, share(61, 100)), (2, share(50, 100)), (2, share(50, 100))]
+    running += [(3, share(10, 40_961)), (4, share(1, 1))]
+    for i, (n, pod) in enumerate(running):
+        view.state.assign(f"r{i}", view.state.placement_for(pod, n, (0,)))
+    pod = PodSpec(cpu_m=4_000, memory_mib=4_096, gpu=GpuRequest(1, 40, 0, 50))
+    why = {
+        "insufficient GPU cores": 2,
+        "insufficient GPU memory": 1,
+        "GPU task limit reached": 1,
+        "insufficient CPU": 1,
+    }
+    assert filter_breakdown(pod, view, profile) == (1, why)
+    assert place_pod(pod, view, profile).node == 0
+    assert filter_breakdown(share(0, 100), view, profile) == (
+        4,
+        {"insufficient GPU cores": 1, "GPU task limit reached": 1},
+    )
+    idle = Scheduler([gpu_node("n", gpus=1)], tree("a"), profile).view
+    assert place_pod(PodSpec(cpu_m=100, memory_mib=100, gpu=GpuRequest(1, 100, 81_920)), idle, profile) is not None

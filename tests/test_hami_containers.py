@@ -275,3 +275,23 @@ def test_mig_profiles_are_picked_and_booked_within_the_card() -> None:
     sched.state.check_invariants()
     sched.state.release("q0")
     assert sched.state.mig_busy[0, 0] == 1 << 6  # the first pod's slice stays held, the released one is free
+
+
+def test_numa_bind_picks_hamis_numa_node_lowest_first_under_binpack_highest_first_otherwise() -> None:
+    """Two free NUMA nodes of two cards each (g0, g1 on 0; g2, g3 on 1), on three nodes: a NUMA-bound 2-GPU
+    container goes to NUMA 0 under `binpack` (HAMi's walk meets it first), to NUMA 1 under `spread` or no
+    policy; when NUMA 0's cards are taken, a binpack one moves on to NUMA 1 of the same node."""
+    gpus = tuple(GpuDevice("NVIDIA", MIB, f"g{j}", numa=n) for j, n in enumerate((0, 0, 1, 1)))
+    sched = _engine(gpus, nodes=3)
+
+    def cards(policy: str) -> tuple[int, list[int]]:
+        p = place_pod(PodSpec(gpu=_req(2, 50, 1000), numa_bind=True, gpu_policy=policy), sched.view, sched.profile)
+        assert p is not None
+        return p.node, sorted(p.slots)
+
+    assert cards("binpack")[1] == [0, 1]
+    assert cards("spread")[1] == [2, 3]
+    assert cards("")[1] == [2, 3]
+    for node in range(3):  # NUMA 0 full everywhere
+        sched.state.assign(f"numa0-{node}", sched.state.placement_for(PodSpec(gpu=_req(2, 100, 0)), node, (0, 1)))
+    assert cards("binpack")[1] == [2, 3]

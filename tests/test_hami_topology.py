@@ -198,3 +198,11 @@ def test_combinations_are_bounded_in_memory_for_large_nodes() -> None:
     sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
     cards = _cards(sched, _pod(8, "topology-aware"))
     assert len({c % 2 for c in cards}) == 1
+
+
+def test_topology_aware_single_card_weighs_links_to_fitting_cards_only() -> None:
+    """g0 full: of g1, g2, g3 the worst linked to the other fitting cards is g3 (10 + 10, against 110 for g1
+    and g2); counting g0 too (300 to g3) would make g1 or g2 the worst instead."""
+    sched = _engine()
+    sched.state.assign("full", sched.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 0, (0,)))
+    assert _cards(sched, _pod(1, "topology-aware")) == (3,)

@@ -464,3 +464,34 @@ def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> No
         assert (st_.gpu_cores_free >= 0).all() and (st_.gpu_mem_free >= 0).all()
         assert (st_.cpu_free >= 0).all() and (st_.mem_free >= 0).all()
     st_.check_invariants()
+
+
+def test_binpack_spread_and_least_allocated_score_the_fraction_left_free_of_what_the_pod_uses() -> None:
+    """n0 (4 GPUs, 64 cores, 256 GiB) runs 2 whole GPUs with 8 cores, 1 GiB; n1 the same size runs a CPU job
+    of 48 cores, 128 GiB; n2 has no GPU. A GPU pod is scored by GPU cores alone: Spread 100 · (200 − 20)/400 = 45
+    on n0, 95 on n1 (so a spread pod goes to n1, though n1's CPU is the busier); Binpack the rest of 100. A CPU
+    pod by CPU and memory, averaged. LeastAllocated by the resources it is given, CPU and memory by default."""
+    nodes = [gpu_node(n, gpus=4, cpu_m=64_000, memory_mib=1 << 18) for n in ("n0", "n1")]
+    nodes.append(NodeSpec("n2", 64_000, 1 << 18))
+    view, prof = view_of(nodes)
+    view.state.assign("gpus", view.state.placement_for(whole(2, cpu_m=8_000), 0, (0, 1)))
+    view.state.assign("cpus", view.state.placement_for(PodSpec(cpu_m=48_000, memory_mib=1 << 17), 1, ()))
+    g, c = fraction(20, 1024), PodSpec(cpu_m=4_000, memory_mib=4_096)
+
+    def scores(plugin: dict, pod: PodSpec) -> list[float]:
+        from fairgpu.framework.placement import feasible
+
+        p = scored([plugin])
+        return p.score[0][0].score(pod, view, feasible(pod, view, p)).tolist()
+
+    assert scores({"name": "Spread"}, g) == pytest.approx([45.0, 95.0, 0.0])  # n2: nothing of what the pod uses
+    assert scores({"name": "Binpack"}, g) == pytest.approx([55.0, 5.0, 100.0])
+    # CPU and memory: n0 (52/64 + 257,024/262,144)/2, n1 (12/64 + 126,976/262,144)/2, n2 (60/64 + 258,048/262,144)/2
+    assert scores({"name": "Spread"}, c) == pytest.approx([89.6484375, 33.59375, 96.09375])
+    assert scores({"name": "Binpack"}, c) == pytest.approx([10.3515625, 66.40625, 3.90625])
+    # the GPU pod's 500 m and 512 MiB: n0 (55.5/64 + 260,608/262,144)/2, n1 (15.5/64 + 130,560/262,144)/2,
+    # n2 (63.5/64 + 261,632/262,144)/2
+    assert scores({"name": "LeastAllocated"}, g) == pytest.approx([93.06640625, 37.01171875, 99.51171875])
+    # GPU cores only: a CPU pod takes none; a node without GPUs counts as full, not as a division by 0
+    assert scores({"name": "LeastAllocated", "args": {"resources": ["gpu"]}}, c) == pytest.approx([50.0, 100.0, 0.0])
+    assert place_pod(replace(g, node_policy="spread"), view, prof).node == 1

@@ -139,3 +139,30 @@ def test_work_that_ends_before_a_reservation_backfills_beside_it_and_longer_work
     sched.remove("short")
     sched.remove("long")
     assert sched.cycle(3600.0).started == ["gang"]  # the reservation was kept for it
+
+
+def test_a_refusal_for_unlent_guarantee_names_the_resource_that_guarantee_holds_back():
+    """A pending workload's reason names the dimension where another queue's idle guarantee is what it lacks:
+    CPU here, though `a` also holds back an idle GPU (the workload needs no more GPUs than are free beside
+    it), and though `a`'s idle CPU is a single millicore (a runs 7,999 m of its 8,000 m); CPU again when the
+    GPUs are short too but no guarantee holds them back; and no guarantee at all is blamed when only the
+    GPUs are short (the cluster is simply full there)."""
+    unlent = "quota: the free cpu is other queues' guarantee, which they do not lend"
+    static = r.quota_vector({"nvidia.com/gpu": 2, "cpu": "8"}, default=np.inf)
+    sched = engine([QueueSpec("a", guaranteed=static, allocation="static"), QueueSpec("b")])
+    submit(sched, [Workload("a0", "a", (whole(1, cpu_m=7_999),), submit_time=0.0, duration=3600.0)])
+    sched.cycle(0.0)
+    assert held(sched, "a") == 1
+    submit(sched, [Workload("big", "b", (whole(1, cpu_m=120_001),), submit_time=1.0, duration=3600.0)])
+    sched.cycle(1.0)
+    assert "big" in sched.pending and sched.explain("big", 1.0).reasons[0] == unlent
+
+    static = r.quota_vector({"cpu": "8"}, default=np.inf)
+    sched = engine([QueueSpec("a", guaranteed=static, allocation="static"), QueueSpec("b")])
+    submit(sched, singles("b", 8))
+    sched.cycle(0.0)
+    submit(sched, [Workload("more", "b", (whole(1, cpu_m=115_000),), submit_time=1.0, duration=3600.0)])
+    submit(sched, [Workload("one", "b", (whole(1),), submit_time=1.0, duration=3600.0)])
+    sched.cycle(1.0)
+    assert sched.explain("more", 1.0).reasons[0] == unlent
+    assert sched.explain("one", 1.0).reasons == ["no fit: 0/1 nodes: 1 too few idle GPUs"]

@@ -41,12 +41,8 @@ def frac(cores: int, mem_mib: int, n: int = 1, cpu_m: int = 500) -> PodSpec:
     return PodSpec(cpu_m, 512, GpuRequest(n, cores, mem_mib))
 
 
-# Every mutable capacity array of the state (node_version counts changes; it only grows).
-ARRAYS = tuple(name for name in _ARRAYS if name != "node_version")
-
-
 def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
-    return {name: getattr(state, name).copy() for name in ARRAYS}
+    return {name: getattr(state, name).copy() for name in _ARRAYS}
 
 
 def assert_same(state: ClusterState, before: dict[str, np.ndarray]) -> None:
@@ -564,7 +560,7 @@ def test_dry_run_frees_in_place_nests_and_leaves_everything_as_it_was() -> None:
     a = put(state, "a", whole(2), 0, (0, 1))
     put(state, "b", frac(30, 1000), 1, (2,))
     c = put(state, "c", frac(50, 2000), 1, (2,))
-    before, ledger, versions = snapshot(state), dict(state._ledger), state.node_version.copy()
+    before, ledger, mark = snapshot(state), dict(state._ledger), state.version
     freed = Footprint.from_rows(
         [(a.node, a.cpu_m, a.memory_mib, 0), (c.node, c.cpu_m, c.memory_mib, 1)],
         [(a.node, 0, 100, a.mem_mib[0], -1, 0), (a.node, 1, 100, a.mem_mib[1], -1, 0), (c.node, 2, 50, 2000, -1, 1)],
@@ -572,7 +568,7 @@ def test_dry_run_frees_in_place_nests_and_leaves_everything_as_it_was() -> None:
     copy = state.without(freed)
     with pytest.raises(RuntimeError), state.dry_run(freed) as dry:
         assert dry is state
-        for name in ARRAYS:  # the very arrays a copy with the footprint freed has
+        for name in _ARRAYS:  # the very arrays a copy with the footprint freed has
             assert np.array_equal(getattr(state, name), getattr(copy, name)), name
         assert state.gpu_idle[0, :2].all() and state.node_idle_gpus[0] == 4
         put(state, "\0dry", whole(4), 0, (0, 1, 2, 3))  # the freed GPUs can be taken in the dry run
@@ -583,8 +579,8 @@ def test_dry_run_frees_in_place_nests_and_leaves_everything_as_it_was() -> None:
     assert_same(state, before)
     assert state._ledger == ledger
     state.check_invariants()
-    # The touched nodes moved on, so caches recompute them; node 2 was never touched.
-    assert (state.node_version[:2] > versions[:2]).all() and state.node_version[2] == versions[2]
+    # The touched nodes are listed as changed, so caches recompute them; node 2 was never touched.
+    assert state.changes.since(mark).tolist() == [0, 1]
     assert not state._journals
 
 
@@ -596,3 +592,25 @@ def test_a_copy_made_in_a_dry_run_is_independent_of_it() -> None:
     assert copy.placement("\0x") is not None and state.placement("\0x") is None
     put(copy, "y", whole(1), 1, (0,))  # no journal of the original's follows the copy
     assert not copy._journals and state.gpu_idle[1, 0]
+
+
+def test_changes_list_each_changed_node_once_and_every_node_once_the_log_forgot() -> None:
+    state = ClusterState([node(f"n{i}") for i in range(4)])
+    start = state.version
+    put(state, "a", whole(1), 2, (0,))
+    mark = state.version
+    put(state, "b", whole(1), 0, (0,))
+    state.release("a")
+    put(state, "c", frac(30, 1000), 2, (1,))
+    assert state.changes.since(start).tolist() == [0, 2]
+    assert state.changes.since(mark).tolist() == [0, 2] and state.changes.since(state.version).size == 0
+    copy = state.copy()  # its own log, from where the original's is
+    put(copy, "d", whole(1), 3, (0,))
+    assert copy.changes.since(mark).tolist() == [0, 1, 2, 3] and state.changes.since(mark).tolist() == [0, 2]
+    # a long run of changes on one node: the log keeps only the recent part, and a cache that saw the state
+    # before that part recomputes every node rather than miss one
+    for i in range(3000):
+        state.release("b") if i % 2 == 0 else put(state, "b", whole(1), 0, (0,))
+    recent = state.version - 10
+    assert state.changes.since(mark).tolist() == [0, 1, 2, 3]
+    assert state.changes.since(recent).tolist() == [0]

@@ -5,14 +5,16 @@ Nodes are rows; GPU slots are columns (padded to the largest node, `gpu_valid` m
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from fairgpu.changes import Changes
+from fairgpu.dry_run import Journal
 from fairgpu.errors import InputError, StateError
+from fairgpu.mig_slices import MigSlices
 from fairgpu.model.mig import MigTable
 from fairgpu.model.node import GPU_CORES, NodeSpec
 from fairgpu.model.placement import MIG_WHOLE as MIG_WHOLE
@@ -37,7 +39,6 @@ _ARRAYS = (
     "gpu_idle",
     "node_idle_gpus",
     "node_cores_free",
-    "node_version",
     "mig_busy",
 )
 _SHARED = (
@@ -72,7 +73,7 @@ _SHARED = (
 )
 
 
-class ClusterState:
+class ClusterState(MigSlices):
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         self.nodes = list(nodes)
         n = len(self.nodes)
@@ -134,12 +135,11 @@ class ClusterState:
         self.gpu_usable = self.gpu_valid & self.gpu_healthy
         self.node_cores_cap = self.gpu_cores_cap.sum(axis=1).astype(np.int64)
         self.node_cores_free = self.node_cores_cap.copy()
-        # Bumped on every assign/release on a node, so scorers that cache per-node work see what changed;
-        # `version` on every one anywhere, so they see in one comparison that nothing did.
-        self.node_version = np.zeros(n, dtype=np.int64)
-        self.version = 0
+        # Every node an assign/release (or a dry run) changes, in order, so caches of per-node work
+        # recompute only those; `version` (the log's end) says in one comparison that nothing did.
+        self.changes = Changes(n)
         self._ledger: dict[str, Placement] = {}
-        self._journals: list[_Journal] = []  # open dry runs, innermost last
+        self._journals: list[Journal] = []  # open dry runs, innermost last
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
 
     def copy(self) -> ClusterState:
@@ -150,7 +150,7 @@ class ClusterState:
         for name in _SHARED:
             setattr(new, name, getattr(self, name))
         new._ledger = dict(self._ledger)
-        new.version = self.version
+        new.changes = self.changes.fork()
         new._journals = []
         return new
 
@@ -166,17 +166,16 @@ class ClusterState:
         """This very state, with a footprint's resources freed, for a dry run that may assign and release:
         on leaving the block every array and the ledger are as they were (dry runs nest). Unlike a copy it
         keeps what caches keyed by this state know (filter and score results, a score plugin's per-node
-        sums): only the nodes the dry run touched are recomputed, in it and after it, as their
-        `node_version` moves on."""
-        journal = _Journal(self.num_nodes)
+        sums): only the nodes the dry run touched are recomputed, in it and after it, as `changes`
+        lists them."""
+        journal = Journal(self.num_nodes, _ARRAYS)
         self._journals.append(journal)
         try:
             if freed is not None and len(freed.pod_node):
                 nodes = np.concatenate([freed.pod_node, freed.slot_node])
                 journal.save(self, nodes)
                 self._free(freed)
-                self.node_version[nodes] += 1
-                self.version += 1
+                self.changes.extend(nodes)
             yield self
         finally:
             self._journals.pop()
@@ -204,31 +203,10 @@ class ClusterState:
         if (fp.slot_mig != -1).any():
             self._free_mig(fp)
 
-    def _free_mig(self, fp: Footprint) -> None:
-        """Give the footprint's MIG instances back: real instances never share a slice, so their bits clear;
-        a card that holds or frees a MIG_WHOLE entry (every slice) is recomputed from what the ledger keeps."""
-        mig = fp.slot_mig != -1
-        n, s, c = fp.slot_node[mig], fp.slot_idx[mig], fp.slot_mig[mig]
-        real = c >= 0
-        bits = np.zeros(len(c), dtype=np.int64)
-        bits[real] = self.mig_mask[n[real], s[real], c[real]]
-        odd = {(int(a), int(b)) for a, b in zip(n, s, strict=True) if self.mig_busy[a, b] == -1}
-        freed = np.zeros_like(self.mig_busy)
-        np.bitwise_or.at(freed, (n, s), bits)
-        self.mig_busy &= ~freed
-        if not odd:
-            return
-        gone = Counter(zip(n.tolist(), s.tolist(), c.tolist(), strict=True))
-        held = dict.fromkeys(odd, 0)
-        for q in self._ledger.values():
-            for slot, cand in zip(q.slots, q.mig, strict=False):
-                if (q.node, slot) in held and cand != -1:
-                    if gone[(q.node, slot, cand)] > 0:
-                        gone[(q.node, slot, cand)] -= 1
-                    else:
-                        held[(q.node, slot)] |= self.mig_slices(q.node, slot, cand)
-        for (a, b), h in held.items():
-            self.mig_busy[a, b] = h
+    @property
+    def version(self) -> int:
+        """Moves on whenever a node changes (the change log's end)."""
+        return self.changes.end
 
     # -- sizes --------------------------------------------------------------------------------------
     @property
@@ -324,15 +302,6 @@ class ClusterState:
             tuple(mig) if any(c >= 0 for c in mig) else (),
         )  # fmt: skip
 
-    def _mig_for(self, node: int, slot: int, need: int, busy: dict[int, int]) -> int:
-        """The MIG candidate for `need` MiB on a card (-1 when it is not a MIG card or none is free)."""
-        if not self.gpu_mig[node, slot]:
-            return -1
-        taken = int(self.mig_busy[node, slot]) | busy.get(slot, 0)
-        mem, mask = self.mig_mem[node, slot], self.mig_mask[node, slot]
-        ok = (mem >= need) & ((mask & taken) == 0) & (mem >= 0)
-        return int(ok.argmax()) if ok.any() else -1
-
     def assign(self, key: str, p: Placement) -> None:
         if key in self._ledger:
             raise StateError(f"{key} is already placed")
@@ -392,42 +361,9 @@ class ClusterState:
             used[s] = (tasks + 1, free_cores - c, free_mem - m, whole and c >= GPU_CORES)
         return True
 
-    def _mig_held(self, node: int, slot: int) -> int:
-        held = 0
-        for q in self._ledger.values():
-            if q.node == node and q.mig:
-                for s, c in zip(q.slots, q.mig, strict=True):
-                    if s == slot and c != -1:
-                        held |= self.mig_slices(node, slot, c)
-        return held
-
-    def mig_slices(self, node: int, slot: int, c: int) -> int:
-        """The slice bitmask MIG candidate `c` takes on a card (MIG_WHOLE: all of them)."""
-        return -1 if c == MIG_WHOLE else int(self.mig_mask[node, slot, c])
-
-    def _mig_entry_fits(self, i: int, s: int, cores: int, mem: int, c: int, slices: dict[int, int]) -> bool:
-        """A MIG card's entry must name one of its candidates, book exactly that profile, and take slices
-        nobody holds; an ordinary card takes no MIG candidate, and a MIG card nothing without one."""
-        if not (0 <= s < self.gpu_valid.shape[1]):
-            return False
-        if not self.gpu_mig[i, s]:
-            return c < 0
-        taken = slices.get(s, int(self.mig_busy[i, s]))
-        if c == MIG_WHOLE:  # whatever slices are left: it blocks the card, it never overlaps a real instance
-            slices[s] = -1
-            return True
-        if not (0 <= c < self.mig_mem.shape[2]) or self.mig_mem[i, s, c] < 0:
-            return False
-        if (cores, mem) != (self.mig_cores[i, s, c], self.mig_mem[i, s, c]):
-            return False
-        mask = int(self.mig_mask[i, s, c])
-        slices[s] = taken | mask
-        return taken & mask == 0
-
     def _apply(self, p: Placement, sign: int) -> None:
         i = p.node
-        self.node_version[i] += 1
-        self.version += 1
+        self.changes.add(i)
         self.cpu_free[i] += sign * p.cpu_m
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
@@ -445,11 +381,8 @@ class ClusterState:
             idle += int(now) - int(self.gpu_idle[i, s])
             self.gpu_idle[i, s] = now
         self.node_idle_gpus[i] = idle
-        for slot, c in zip(p.slots, p.mig, strict=False):
-            if c != -1 and sign < 0:
-                self.mig_busy[i, slot] |= self.mig_slices(i, slot, c)
-            elif c != -1:  # the slices the rest of the ledger still holds (a MIG_WHOLE entry overlaps others)
-                self.mig_busy[i, slot] = self._mig_held(i, slot)
+        if p.mig:
+            self._apply_mig(p, sign)
 
     # -- checks -------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -458,13 +391,8 @@ class ClusterState:
         cores, gmem = self.gpu_cores_cap.copy(), self.gpu_mem_cap.copy()
         tasks = np.zeros_like(self.gpu_tasks)
         exclusive = np.zeros_like(self.gpu_exclusive)
-        busy = np.zeros_like(self.mig_busy)
+        self._check_mig()
         for p in self._ledger.values():
-            for s, c in zip(p.slots, p.mig, strict=False):
-                if c != -1:
-                    if c != MIG_WHOLE and busy[p.node, s] & self.mig_slices(p.node, s, c) and busy[p.node, s] != -1:
-                        raise StateError("two MIG instances share a slice")
-                    busy[p.node, s] |= self.mig_slices(p.node, s, c)
             cpu[p.node] -= p.cpu_m
             mem[p.node] -= p.memory_mib
             for s, c, m in zip(p.slots, p.cores, p.mem_mib, strict=True):
@@ -484,8 +412,6 @@ class ClusterState:
                 raise StateError(f"{what} disagrees with the placements held")
             if (have < 0).any():
                 raise StateError(f"{what} is negative")
-        if not np.array_equal(busy, self.mig_busy):
-            raise StateError("MIG slices in use disagree with the placements held")
         if (tasks[exclusive] != 1).any():
             raise StateError("a whole-GPU pod shares its GPU")
         if not np.array_equal(exclusive, self.gpu_exclusive):
@@ -497,42 +423,3 @@ class ClusterState:
             raise StateError("idle-GPU index disagrees with the placements held")
         if not np.array_equal(cores.sum(axis=1), self.node_cores_free):
             raise StateError("per-node free GPU cores disagree with the placements held")
-
-
-_SAVED = tuple(name for name in _ARRAYS if name != "node_version")  # versions only move forward
-
-
-class _Journal:
-    """What one dry run changed, to undo it: the rows of the nodes it touched as they were before, and
-    the ledger entries it added or removed."""
-
-    def __init__(self, nodes: int) -> None:
-        self.saved = np.zeros(nodes, dtype=bool)
-        self.rows: list[tuple[np.ndarray, list[np.ndarray]]] = []
-        self.ledger: list[tuple[str, Placement | None]] = []  # (key, placement it had before: None = none)
-
-    def save(self, state: ClusterState, nodes: np.ndarray) -> None:
-        new = np.unique(nodes[~self.saved[nodes]])
-        if new.size:
-            self.saved[new] = True
-            self.rows.append((new, [getattr(state, name)[new].copy() for name in _SAVED]))
-
-    def changing(self, state: ClusterState, key: str, node: int, placed: Placement | None = None) -> None:
-        """A placement is about to be assigned (`placed` None) or released on `node`."""
-        if not self.saved[node]:
-            self.save(state, np.array([node]))
-        self.ledger.append((key, placed))
-
-    def undo(self, state: ClusterState) -> None:
-        for key, before in reversed(self.ledger):
-            if before is None:
-                del state._ledger[key]
-            else:
-                state._ledger[key] = before
-        for nodes, values in self.rows:
-            for name, value in zip(_SAVED, values, strict=True):
-                getattr(state, name)[nodes] = value
-        if self.rows:
-            touched = np.flatnonzero(self.saved)
-            state.node_version[touched] += 1
-            state.version += 1

@@ -2,9 +2,9 @@
 
 Every node is filtered and scored for every pod, but a node's verdict and score depend only on the pod and
 that node's state (and, for a score, on its plugin's generation: learned weights, say). So the results of
-a pod shape are kept per cluster state, and a pod of that shape recomputes them only for the nodes whose
-`ClusterState.node_version` moved since, or for all of them when a score plugin's generation changed:
-after one placement, one node. What it reads is what a fresh evaluation of every node would give, bit for
+a pod shape are kept per cluster state, and a pod of that shape recomputes them only for the nodes that
+`ClusterState.changes` lists since, or for all of them when a score plugin's generation changed: after one
+placement, one node. What it reads is what a fresh evaluation of every node would give, bit for
 bit (tests/test_evaluations.py).
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from fairgpu.changes import EVERY
 from fairgpu.framework.interfaces import EngineView, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 
@@ -28,12 +29,10 @@ class Shape:
 
     nodes: np.ndarray  # (N,) bool: the filters let the node take the pod
     slots: np.ndarray | None  # (N, G) bool: GPU slots that can take it (GPU pods)
-    total: np.ndarray  # (N,) weighted sum of the scores (meaningful where `nodes`)
-    filtered: np.ndarray  # (N,) node_version the filter verdicts reflect
-    scored: np.ndarray  # (N,) node_version the scores reflect (-1: never scored)
+    total: np.ndarray  # (N,) weighted sum of the scores, -inf where the filters refuse the node
+    filtered_at: int  # the state's version when the verdicts were last brought up to date
+    scored_at: int = EVERY  # and the scores
     generation: tuple[int, ...] = ()
-    filtered_at: int = -1  # the state's version when the verdicts were last brought up to date
-    scored_at: int = -1  # and the scores
 
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
@@ -56,29 +55,25 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
     if shape is None:
         mask = run_filters(pod, view, profile, slice(None))
         slots = None if mask.slots is None else np.array(mask.slots)  # may be the state's own array
-        n = st.num_nodes
-        shape = Shape(np.array(mask.nodes), slots, np.zeros(n), st.node_version.copy(), np.full(n, -1))
-        shape.filtered_at = st.version
-        shapes[key] = shape
+        shape = shapes[key] = Shape(np.array(mask.nodes), slots, np.zeros(st.num_nodes), st.version)
         if len(shapes) > SHAPES:
             shapes.popitem(last=False)
         return shape
     shapes.move_to_end(key)
     if shape.filtered_at == st.version:
         return shape
+    rows = st.changes.since(shape.filtered_at)
     shape.filtered_at = st.version
-    rows = np.flatnonzero(shape.filtered != st.node_version)
-    if rows.size:
-        mask = run_filters(pod, view, profile, rows)
-        shape.nodes[rows] = mask.nodes
-        if shape.slots is not None and mask.slots is not None:
-            shape.slots[rows] = mask.slots
-        shape.filtered[rows] = st.node_version[rows]
+    mask = run_filters(pod, view, profile, rows)
+    shape.nodes[rows] = mask.nodes
+    if shape.slots is not None and mask.slots is not None:
+        shape.slots[rows] = mask.slots
     return shape
 
 
 def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np.ndarray:
-    """(N,) the weighted score sum, current on every node (for a pod some node can take)."""
+    """(N,) the weighted score sum, current on every node (for a pod some node can take), -inf on nodes the
+    filters refuse: its argmax is the best feasible node, in one pass."""
     st = view.state
     generation = tuple(plugin.generation(pod, view) for plugin, _ in profile.score)
     rows: np.ndarray | slice
@@ -87,12 +82,11 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     elif shape.scored_at == st.version:
         return shape.total
     else:
-        rows = np.flatnonzero(shape.scored != st.node_version)
+        rows = st.changes.since(shape.scored_at)
     shape.scored_at = st.version
     mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
     total = np.zeros(len(mask.nodes))
     for plugin, weight in profile.score:
         total += weight * plugin.score(pod, view, mask)
-    shape.total[rows] = total
-    shape.scored[rows] = st.node_version[rows]
+    shape.total[rows] = np.where(mask.nodes, total, -np.inf)
     return shape.total

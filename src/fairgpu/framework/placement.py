@@ -28,26 +28,38 @@ def feasible(pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarr
 
 
 def place_pod(
-    pod: PodSpec, view: EngineView, profile: Profile, exclude: np.ndarray | None = None, key: str | None = None
+    pod: PodSpec,
+    view: EngineView,
+    profile: Profile,
+    exclude: np.ndarray | None = None,
+    within: np.ndarray | None = None,
+    key: str | None = None,
 ) -> Placement | None:
     """Where the profile would put the pod now (nothing is assigned); None if no node fits. Every node is
     filtered and scored; results of nodes unchanged since the pod's shape was last here are reused.
+    `within`: node indices to choose among (a gang's own nodes), else every node not excluded.
     `key`: the pod's ledger key when this is a real attempt to place it, so that score plugins learn from
     it (once per key however often it is tried); a dry run passes none and teaches nothing."""
     st = view.state
     shape = ev.filtered(pod, view, profile)
-    nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
-    if not nodes.any():
-        return None
-    if key is not None:
-        for plugin, _ in profile.score:
-            if isinstance(plugin, Learns):
-                plugin.learn(key, pod)
-    if profile.score:
-        total = ev.scored(shape, pod, view, profile)
-        node = int(np.argmax(np.where(nodes, total, -np.inf)))
+    if within is not None:  # a few nodes: look only at them
+        if exclude is not None:
+            within = within[~exclude[within]]
+        within = within[shape.nodes[within]]
+        if not within.size:
+            return None
+        _learn(pod, profile, key)
+        node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])]) if profile.score else int(within[0])
     else:
-        node = int(np.argmax(nodes))
+        nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
+        if not nodes.any():
+            return None
+        _learn(pod, profile, key)
+        if profile.score:  # the totals are -inf where the filters refuse a node
+            total = ev.scored(shape, pod, view, profile)
+            node = int(np.argmax(total if exclude is None else np.where(exclude, -np.inf, total)))
+        else:
+            node = int(np.argmax(nodes))
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
     assert shape.slots is not None, "the Resources filter narrows a GPU pod's slots"
@@ -61,6 +73,14 @@ def place_pod(
             slots = order
             break
     return st.placement_for(pod, node, slots[: pod.gpu.count])
+
+
+def _learn(pod: PodSpec, profile: Profile, key: str | None) -> None:
+    """A real attempt at a pod some node fits: the score plugins that learn from pods see it."""
+    if key is not None:
+        for plugin, _ in profile.score:
+            if isinstance(plugin, Learns):
+                plugin.learn(key, pod)
 
 
 def place_all(
@@ -78,16 +98,16 @@ def place_all(
     as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
     pod is placed on its own, as kube-scheduler does."""
     placed: list[Placement] = []
-    used = np.zeros(view.state.num_nodes, dtype=bool)
+    used: list[int] = []  # the nodes the gang took so far, in order
     for pod, key in zip(pods, keys, strict=True):
         together = placed and profile.gang
         teach = key if learn else None
-        p = place_pod(pod, view, profile, ~used if exclude is None else exclude | ~used, teach) if together else None
+        p = place_pod(pod, view, profile, exclude, np.unique(used), teach) if together else None
         if p is None:
-            p = place_pod(pod, view, profile, exclude, teach)
+            p = place_pod(pod, view, profile, exclude, key=teach)
         if p is None:
             break
-        used[p.node] = True
+        used.append(p.node)
         view.state.assign(key, p)
         placed.append(p)
     return placed

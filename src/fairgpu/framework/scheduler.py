@@ -329,7 +329,7 @@ class Scheduler:
                 charge = self.accounting.charge(pod)
                 if any(a.admit(wl, entry.queue, charge, self.view) for a in self.profile.admit):
                     break
-                placement = pl.place_pod(pod, self.view, self.profile, exclude, wl.pod_names[i])
+                placement = pl.place_pod(pod, self.view, self.profile, exclude, key=wl.pod_names[i])
                 if placement is None:
                     break
                 self.state.assign(wl.pod_names[i], placement)

@@ -33,10 +33,7 @@ class Resources:
             else:
                 mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         else:
-            ok = card_ok(st, g, r)
-            if pod.gpu_mutex:
-                ok &= st.gpu_tasks[r] == 0  # HAMi's `mutex` GPU policy: only cards nobody uses
-            mask.restrict_slots(ok)
+            mask.restrict_slots(card_ok(st, g, r))  # a GPU policy (`mutex` too) goes per container, above
         mask.restrict_nodes(mask.counts() >= g.count)
 
     @staticmethod

@@ -9,7 +9,7 @@ The mix is learned online from the pods placed for real so far (no look at pods 
 runs), each pod counted once however often it is tried (`learn`). Per node and shape
 the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
 the change each node would see; both are brought up to date only for nodes whose state changed since
-(ClusterState.node_version), so after one placement a score recomputes one node.
+(ClusterState.changes), so after one placement a score recomputes one node.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _CACHED_SHAPES = 512
 # pod keys already counted into the mix, least recently tried first: a pod tried again after this many
 # other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
 _REMEMBERED = 1 << 16
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -49,15 +50,13 @@ class _Aggregates:
     fit_count: np.ndarray  # (N, T) GPUs with room for the shape
     fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
     access: np.ndarray  # (N, T) node has a GPU of an allowed model
-    seen: np.ndarray  # (N,) the state's node_version these rows reflect
-    version: np.ndarray  # (N,) clock value of each node's last change
     hosts: np.ndarray  # (T,) nodes where each shape fits now
     room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
+    free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
+    at: int  # the state's version when last brought up to date
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
-    clock: int = 0
-    at: int = -1  # the state's version when last brought up to date
-    # pod key → (clock when computed, (N,) change in fragmentation per node): pod shapes repeat, and
-    # between two placements only the nodes that changed need scoring again
+    # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
+    # repeat, and between two placements only the nodes that changed need scoring again
     deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
 
 
@@ -158,12 +157,11 @@ class Fragmentation:
             self._k = np.append(self._k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
-            self._pods.append(pod)
-            self._agg = None
+            self._pods.append(pod)  # the aggregates gain its column when next brought up to date
             self._generation += 1
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
-        if self._agg is None or total > self._p_total * (1 + 1 / 4):
+        if self._agg is None or len(self._p) < len(self._count) or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
             self._p_total = total
             self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
@@ -187,25 +185,23 @@ class Fragmentation:
                 else np.zeros((state.num_nodes, 0), dtype=bool)
             )
             fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
-            seen, version = state.node_version.copy(), np.zeros(state.num_nodes, dtype=np.int64)
-            none = np.zeros(0)
+            none, total = np.zeros(0), np.array([free.sum()])
             agg = _Aggregates(
-                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, seen, version, none, none
+                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, total, state.version
             )
             agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
             agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
             self._agg = agg
             self._generation += 1
-        rows = np.flatnonzero(agg.seen != state.node_version)
+        elif agg.fit_count.shape[1] < len(self._need):
+            self._extend(agg)
+        rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size:
-            agg.clock += 1
-            agg.version[rows] = agg.clock
-            agg.seen[rows] = state.node_version[rows]
             if self.compiled:
                 kernels.refresh_rows(
                     rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
                     self._mem, agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts,
-                    agg.room,
+                    agg.room, agg.free_total,
                 )  # fmt: skip
             else:
                 self._refresh(agg, rows, _free_cores(state, rows), cpu[rows], mem[rows])
@@ -218,6 +214,23 @@ class Fragmentation:
         agg.at = state.version
         return agg
 
+    def _extend(self, agg: _Aggregates) -> None:
+        """Columns for the shapes learned since the aggregates were built, from the node state they reflect
+        (the same sums a fresh build makes, column by column; the rows refreshed next then cover them too)."""
+        new = slice(agg.fit_count.shape[1], None)
+        free = agg.free[:, :, None]
+        fit = free >= self._need[new]
+        fit_count, fit_free = fit.sum(axis=1), (fit * free).sum(axis=1).astype(np.float32)
+        access = np.stack([agg.state.model_slots(p.allows_model).any(axis=1) for p in self._pods[new]], axis=1)
+        ok = (
+            (fit_count >= self._k[new]) & (agg.cpu[:, None] >= self._cpu[new]) & (agg.mem[:, None] >= self._mem[new])
+        ) & access
+        agg.fit_count = np.hstack([agg.fit_count, fit_count])
+        agg.fit_free = np.hstack([agg.fit_free, fit_free])
+        agg.access = np.hstack([agg.access, access])
+        agg.hosts = np.concatenate([agg.hosts, ok.sum(axis=0)])
+        agg.room = np.concatenate([agg.room, (ok * fit_free).sum(axis=0, dtype=np.float64)])
+
     def _refresh(self, agg: _Aggregates, rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
         """The NumPy path of kernels.refresh_rows: these rows' aggregates from their free cores, CPU and memory,
         and `hosts` and `room` moved with them."""
@@ -226,6 +239,7 @@ class Fragmentation:
         agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
         agg.fit_count[rows] = fit.sum(axis=1)
         agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
+        agg.free_total += free.sum() - agg.free[rows].sum()
         agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
         agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
         agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
@@ -254,12 +268,14 @@ class Fragmentation:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
         boosts move in powers of two, so rarely)."""
         w = self._p
-        if self.scarce:
+        if self.compiled:
+            w = kernels.weights(w, agg.hosts, agg.room, int(agg.free_total[0]), self.scarce, self.pressure)
+        if self.scarce and not self.compiled:
             few = agg.hosts < self.scarce
             boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
             w = (w * np.where(few, boost, 1.0)).astype(np.float32)
-        if self.pressure:
-            ratio = agg.free.sum() / np.maximum(agg.room, 1.0)
+        if self.pressure and not self.compiled:
+            ratio = agg.free_total[0] / np.maximum(agg.room, 1.0)
             boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
             w = (w * boost).astype(np.float32)
         if not np.array_equal(w, self._w):
@@ -367,16 +383,19 @@ class Fragmentation:
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
         else:
-            rows, delta = np.flatnonzero(agg.version > hit[0]), hit[1]
+            rows, delta = view.state.changes.since(hit[0]) if hit[0] != agg.at else _NO_ROWS, hit[1]
         if rows.size:
             delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
-        agg.deltas[key] = (agg.clock, delta)
+        agg.deltas[key] = (agg.at, delta)
         fit = np.flatnonzero(mask.nodes)
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
         if shared:
             assert mask.slots is not None
-            best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
+            if self.compiled:
+                best = kernels.best_gpu(delta, nodes, mask.slots[fit])
+            else:
+                best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
         else:
             best = delta[nodes]
         out[fit] = self._to_score(best)

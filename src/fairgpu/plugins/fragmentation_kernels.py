@@ -33,10 +33,12 @@ def refresh_rows(
     fit_free: np.ndarray,
     hosts: np.ndarray,
     room: np.ndarray,
+    free_total: np.ndarray,
 ) -> None:
     """Bring the aggregates of `rows` up to the state's (free cores of usable GPUs, CPU, memory, per shape the
-    GPUs with room and their free cores) and move `hosts`, the nodes each shape fits on, and `room`, the
-    free cores each shape could take, with them (`room` sums integers in float64: exact in any order)."""
+    GPUs with room and their free cores) and move `hosts`, the nodes each shape fits on, `room`, the free
+    cores each shape could take, and `free_total[0]`, all free cores, with them (`room` sums integers in
+    float64: exact in any order)."""
     gpus, shapes = free.shape[1], need.shape[0]
     for i in range(rows.shape[0]):
         r = rows[i]
@@ -47,7 +49,9 @@ def refresh_rows(
         cpu[r] = cpu_free[r]
         mem[r] = mem_free[r]
         for g in range(gpus):
+            free_total[0] -= free[r, g]
             free[r, g] = cores_free[r, g] if usable[r, g] else 0
+            free_total[0] += free[r, g]
         for t in range(shapes):
             n = 0
             s = 0
@@ -168,4 +172,35 @@ def starved(
         before = f - cpu[r] / per_core
         after = (f - taken) - (cpu[r] - cpu_m) / per_core
         out[i] = weight * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
+    return out
+
+
+@njit(cache=True)
+def weights(
+    p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int
+) -> np.ndarray:
+    """(T,) float32: the mix `p` with the scarcity and pressure boosts, in the NumPy path's operations and
+    types (a boost is a power of two, so each product is exact)."""
+    out = np.empty(p.shape[0], dtype=np.float32)
+    for t in range(p.shape[0]):
+        w = p[t]
+        if scarce and hosts[t] < scarce:
+            w = np.float32(np.float64(w) * np.exp2(np.ceil(np.log2(scarce / max(hosts[t], 1)))))
+        if pressure:
+            ratio = min(max(free_total / max(room[t], 1.0), 1.0), np.float64(pressure))
+            w = np.float32(np.float64(w) * np.exp2(np.rint(np.log2(ratio))))
+        out[t] = w
+    return out
+
+
+@njit(cache=True)
+def best_gpu(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """(k,) each node's least change over the GPUs `slots[i]` allows (inf where it allows none)."""
+    out = np.empty(nodes.shape[0], dtype=np.float64)
+    for i in range(nodes.shape[0]):
+        best = np.inf
+        for g in range(delta.shape[1]):
+            if slots[i, g] and delta[nodes[i], g] < best:
+                best = delta[nodes[i], g]
+        out[i] = best
     return out

@@ -1,0 +1,29 @@
+"""The small cluster the live safety tests start from (chaos's nodes, a queue per tenant), and a read of the
+fake's pods."""
+
+from __future__ import annotations
+
+from chaos import chaos_node
+from fairgpu.k8s.port import NODES, QUEUES
+
+GANG = {"fairgpu.io/pod-group": "g", "fairgpu.io/min-members": "2"}
+ONE = {"nvidia.com/gpu": "1"}
+TINY = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "5", "nvidia.com/gpumem": "100"}
+
+
+async def setup(port, nodes: int, gpus: int, tenants: tuple[str, ...] = ("a", "b")) -> None:
+    for i in range(nodes):
+        await port.create(NODES, chaos_node(i, gpus))
+    for t in tenants:
+        await port.create(QUEUES, {"metadata": {"name": f"q-{t}"}, "spec": {"namespaces": [t]}})
+
+
+def pods_now(fake_api) -> dict[str, dict]:
+    def read() -> dict[str, dict]:
+        return {
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
+            for o in fake_api.api.store.objects.values()
+            if o.get("kind") == "Pod"
+        }
+
+    return fake_api.call(read)
