@@ -80,9 +80,7 @@ class Fragmentation:
     # draining from GPU-rich nodes before that (0 = FGD's measure alone). The mix's CPU per GPU is every
     # pod's CPU over the GPU pods' GPUs: CPU-only pods arrive in proportion to the GPU pods and take CPU
     # from the same nodes, so a node's free GPUs stay usable only while its free CPU covers their share of
-    # all of it (with none, this is GPU pods' CPU over their GPUs). Both measures are GPU capacity (% of a
-    # GPU) expected to stay unallocated, the quantity minimised, so 1 counts a GPU lost for want of CPU as
-    # one lost to fragmentation; more would trade several GPUs stranded by fragmentation for one starved.
+    # all of it (with none, this is GPU pods' CPU over their GPUs).
     cpu_balance: float = 0.0
     # a shape that fits on fewer than this many nodes weighs more (×2 each time its hosts halve, up to this
     # factor): FGD's measure is node-local and cannot see that breaking one of the last few nodes able to
