@@ -14,7 +14,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.cli import app
 from fairgpu.framework.placement import filter_breakdown, place_pod
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import NodeSpec, PodSpec, QueueSpec, QueueTree
+from fairgpu.model import GpuDevice, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.model.pod import GpuRequest
 
 
@@ -182,3 +182,17 @@ def test_each_node_is_explained_by_the_one_need_it_misses_and_an_exact_fit_fits(
     )
     idle = Scheduler([gpu_node("n", gpus=1)], tree("a"), profile).view
     assert place_pod(PodSpec(cpu_m=100, memory_mib=100, gpu=GpuRequest(1, 100, 81_920)), idle, profile) is not None
+
+
+def test_a_node_with_exactly_enough_gpus_of_the_allowed_model_is_not_told_the_model_is_excluded():
+    """A 2-GPU pod for A100s only: `exact` has two idle A100s and fits; `mixed` has two A100s (one busy) and two
+    idle T4s, so it lacks no model, only two free A100s at once."""
+    a100, t4 = GpuDevice("A100-80GB", 81_920, "a"), GpuDevice("T4", 15_360, "t")
+    nodes = [NodeSpec("exact", 64_000, 1 << 18, (a100, a100)), NodeSpec("mixed", 64_000, 1 << 18, (a100, a100, t4, t4))]
+    profile = load_profile("fairgpu")
+    view = Scheduler(nodes, tree("a"), profile).view
+    view.state.assign("busy", view.state.placement_for(whole(1), 1, (0,)))
+    assert filter_breakdown(whole(2, gpu_include=("A100",)), view, profile) == (
+        1,
+        {"no set of free GPUs meets every need": 1},
+    )

@@ -5,6 +5,7 @@ and written in its own segment; nvidia.com/numa-bind with several GPUs; cards wh
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 
@@ -295,3 +296,82 @@ def test_numa_bind_picks_hamis_numa_node_lowest_first_under_binpack_highest_firs
     for node in range(3):  # NUMA 0 full everywhere
         sched.state.assign(f"numa0-{node}", sched.state.placement_for(PodSpec(gpu=_req(2, 100, 0)), node, (0, 1)))
     assert cards("binpack")[1] == [2, 3]
+
+
+def test_each_container_books_its_share_of_the_card_for_the_next() -> None:
+    """One card: containers asking 30 % and 50 % of its memory share it, 60 % and 50 % do not; with a task
+    limit of one, two containers never share it; a container asking no cores joins a card with one core left."""
+    card = (GpuDevice("NVIDIA", MIB, "g0"),)
+    one = _engine(card)
+
+    def pct(*shares: int) -> PodSpec:
+        first, *more = (GpuRequest(1, 10, 0, s) for s in shares)
+        return PodSpec(gpu=first, more_gpus=tuple(more))
+
+    p = place_pod(pct(30, 50), one.view, one.profile)
+    assert p is not None and p.slots == (0, 0)
+    assert place_pod(pct(60, 50), one.view, one.profile) is None
+    single = Scheduler([NodeSpec("n", 64000, 256000, card, split_count=1)], QueueTree([QueueSpec("q")]),
+                       load_profile("fairgpu"))  # fmt: skip
+    assert place_pod(pct(10, 10), single.view, single.profile) is None
+    one.state.assign("most", one.state.placement_for(PodSpec(gpu=_req(1, 99, 100)), 0, (0,)))
+    no_cores = PodSpec(gpu=_req(1, 0, 100), more_gpus=(_req(1, 0, 100),))
+    p = place_pod(no_cores, one.view, one.profile)
+    assert p is not None and p.slots == (0, 0)
+
+
+def test_a_card_without_cores_to_share_takes_tasks_asking_for_none() -> None:
+    """A card with devcore 0 (g0) takes a task asking for no cores, by either path; beside a card in use
+    (g1, 30 cores taken) it scores 0 in HAMi's card score, as an empty card: binpack puts such a task on g1,
+    spread on g0."""
+    cards = (GpuDevice("NVIDIA", MIB, "g0", cores=0), GpuDevice("NVIDIA", MIB, "g1"))
+    alone = _engine(cards[:1])
+    for policy in ("", "binpack"):
+        p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy=policy), alone.view, alone.profile)
+        assert p is not None and p.slots == (0,)
+    both = _engine(cards)
+    both.state.assign("used", both.state.placement_for(PodSpec(gpu=_req(1, 30, 100)), 0, (1,)))
+    p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy="binpack"), both.view, both.profile)
+    assert p is not None and p.slots == (1,)
+    p = place_pod(PodSpec(gpu=_req(1, 0, 100), gpu_policy="spread"), both.view, both.profile)
+    assert p is not None and p.slots == (0,)
+
+
+def test_hamis_card_order_stays_within_the_cards_the_other_filters_allow() -> None:
+    """A binpack pod for A100s only on a node whose busiest card is a T4: HAMi's order would take the T4 first,
+    but GpuType ruled it out, so the pod gets the A100."""
+    cards = (GpuDevice("NVIDIA A100", MIB, "a"), GpuDevice("NVIDIA T4", MIB, "t"))
+    sched = _engine(cards)
+    sched.state.assign("t4", sched.state.placement_for(PodSpec(gpu=_req(1, 50, 100)), 0, (1,)))
+    pod = PodSpec(gpu=_req(1, 10, 100), gpu_policy="binpack", gpu_include=("A100",))
+    p = place_pod(pod, sched.view, sched.profile)
+    assert p is not None and p.slots == (0,)
+    assert place_pod(PodSpec(gpu=_req(1, 10, 100), gpu_policy="binpack"), sched.view, sched.profile).slots == (1,)
+
+
+def test_mig_containers_fit_exactly_what_is_left_and_never_share_slices() -> None:
+    """A 2-container pod of 5,000 MiB each: two 1g.5gb profiles (5,120 MiB, 14 cores each) fit a MIG card with
+    exactly 10,240 MiB and 28 cores, not one MiB or one core less. Three 3g.20gb containers do not fit even a
+    card with the memory and cores for three: the profile has two placements, and containers never share
+    slices."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+
+    def fits(pod: PodSpec, memory: int, cores: int = 100) -> bool:
+        sched = _engine((GpuDevice("NVIDIA A100", memory, "g", split=7, mode="mig", mig=mig, cores=cores),))
+        return place_pod(pod, sched.view, sched.profile) is not None
+
+    two = PodSpec(gpu=_req(1, 0, 5000), more_gpus=(_req(1, 0, 5000),))
+    assert fits(two, 10_240, 28) and not fits(two, 10_239) and not fits(two, 10_240, 27)
+    three = PodSpec(gpu=_req(1, 0, 20_000), more_gpus=(_req(1, 0, 20_000),) * 2)
+    assert fits(replace(three, more_gpus=three.more_gpus[:1]), 81_920, 200) and not fits(three, 81_920, 200)
+
+
+def test_a_whole_gpu_request_on_a_mig_card_is_a_mig_instance_too() -> None:
+    """On an idle MIG card a request for 100 cores is fitted to a MIG profile like any other, not given the
+    card: 5,000 MiB gets a 1g.5gb, booked at its 14 cores; asking for the card's whole memory finds no
+    profile in this table, so it fits nowhere."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+    sched = _engine((GpuDevice("NVIDIA A100", 40960, "g", split=7, mode="mig", mig=mig),))
+    assert place_pod(PodSpec(gpu=GpuRequest(1, 100, 0)), sched.view, sched.profile) is None
+    p = place_pod(PodSpec(gpu=GpuRequest(1, 100, 5000)), sched.view, sched.profile)
+    assert p is not None and (p.cores, p.mem_mib, p.mig) == ((14,), (5120,), (0,))

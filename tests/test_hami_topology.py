@@ -206,3 +206,38 @@ def test_topology_aware_single_card_weighs_links_to_fitting_cards_only() -> None
     sched = _engine()
     sched.state.assign("full", sched.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 0, (0,)))
     assert _cards(sched, _pod(1, "topology-aware")) == (3,)
+
+
+def test_topology_aware_on_one_numa_node_with_numa_bind_may_take_every_card() -> None:
+    """numa-bind with every card on NUMA 0: the last NUMA run of HAMi's walk is the whole walk, so a 4-card
+    topology-aware container takes all four."""
+    assert sorted(_cards(_engine(), _pod(4, "topology-aware", numa_bind=True))) == [0, 1, 2, 3]
+
+
+def test_topology_aware_cards_on_one_node_do_not_depend_on_how_many_fit_on_another() -> None:
+    """Two nodes with the same links; on n1 g0 is full. A 2-card pod kept off n0 (say n0 is held for a
+    reservation) gets n1's best linked fitting pair g1+g2, though n0, where all four fit, was filtered with it;
+    and a node where fewer cards fit than asked is simply not a candidate."""
+    gpus = tuple(GpuDevice("NVIDIA A100", MIB, f"g{j}") for j in range(4))
+    nodes = [NodeSpec(f"n{i}", 64000, 256000, gpus, pair_scores=LINKS) for i in range(2)]
+    sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    sched.state.assign("full", sched.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 1, (0,)))
+    p = place_pod(_pod(2, "topology-aware"), sched.view, sched.profile, exclude=np.array([True, False]))
+    assert p is not None and (p.node, sorted(p.slots)) == (1, [1, 2])
+    for j in (1, 2):
+        sched.state.assign(f"full{j}", sched.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 1, (j,)))
+    assert place_pod(_pod(2, "topology-aware"), sched.view, sched.profile, exclude=np.array([True, False])) is None
+    alone = _engine()  # and when no node has enough: nothing to choose among, no error
+    for j in (0, 1, 2):
+        alone.state.assign(f"full{j}", alone.state.placement_for(PodSpec(gpu=GpuRequest(1, 100, 0)), 0, (j,)))
+    assert place_pod(_pod(2, "topology-aware"), alone.view, alone.profile) is None
+
+
+def test_numa_bind_topology_aware_walks_only_the_cards_of_the_allowed_type() -> None:
+    """g0, g1 (NUMA 0) are T4s, g2, g3 (NUMA 1) A100s; a NUMA-bound topology-aware pod for A100s only: HAMi's
+    walk restarts at NUMA changes among cards that pass its type check, so the T4s' NUMA node is no run of it
+    and the pod gets g2+g3."""
+    gpus = tuple(GpuDevice(m, MIB, f"g{j}", numa=j // 2) for j, m in enumerate(("T4", "T4", "A100", "A100")))
+    node = NodeSpec("n", 64000, 256000, gpus, pair_scores=LINKS)
+    sched = Scheduler([node], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    assert sorted(_cards(sched, _pod(2, "topology-aware", numa_bind=True, gpu_include=("A100",)))) == [2, 3]

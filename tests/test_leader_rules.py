@@ -22,10 +22,14 @@ class Clock:
 
 
 class Partitioned:
-    """A replica's connection to the apiserver, which the test can cut; counts the replica's attempts."""
+    """A replica's connection to the apiserver, which the test can cut; counts the replica's attempts. The
+    connection the elector makes for its own thread (`reconnect`) is cut and counted with this one."""
 
-    def __init__(self, port: KubeClient) -> None:
-        self.port, self.cut, self.attempts = port, False, 0
+    def __init__(self, port: KubeClient, link: Partitioned | None = None) -> None:
+        self.port, self.link, self.cut, self.attempts = port, link or self, False, 0
+
+    async def reconnect(self) -> Partitioned:
+        return Partitioned(await self.port.reconnect(), self.link)
 
     def __getattr__(self, name: str):
         attr = getattr(self.port, name)
@@ -33,8 +37,8 @@ class Partitioned:
             return attr
 
         async def call(*args, **kw):
-            self.attempts += name == "get"  # every attempt reads the lease first
-            if self.cut:
+            self.link.attempts += name == "get"  # every attempt reads the lease first
+            if self.link.cut:
                 raise OSError("network partition")
             return await attr(*args, **kw)
 

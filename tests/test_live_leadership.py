@@ -4,17 +4,22 @@ follow client-go's rules, and a term that starts again starts from a fresh list,
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 
 import pytest
 
 from audit import audit
 from chaos import chaos_pod
 from fairgpu.catalog import load_profile
+from fairgpu.k8s import controller as controller_module
+from fairgpu.k8s import hami
+from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
-from fairgpu.k8s.port import PODS
-from live_setup import ONE, TINY, setup
+from fairgpu.k8s.port import LEASES, PODS
+from live_setup import ONE, TINY, pods_now, setup
 from test_live_scheduling import until
 
 
@@ -105,3 +110,167 @@ def test_a_leader_that_regains_its_lease_rebuilds_what_its_lost_binds_held(fake_
         return ctl.pods.cache["a/p"]
 
     assert asyncio.run(asyncio.wait_for(go(), 60))["spec"]["nodeName"] == "node-000"
+
+
+def busy(seconds: float) -> None:
+    """Synchronous work on the event loop's thread, as a long rebuild or cycle on a starved CPU is."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_long_synchronous_step_does_not_cost_the_lease(fake_api, tmp_path, monkeypatch):
+    """The soak under CPU starvation: a pass of the controller held the event loop past the renew deadline
+    (2 s here), the lease could not be renewed meanwhile, the leader stepped down, and each new term's
+    rebuild was long again, so leadership flapped and nothing was bound. Now the lease is renewed on a thread
+    of its own: a pass made 3 s long (more than the lease duration) costs nothing, the lease is renewed
+    during it, and the pod that arrived meanwhile is bound in the same term."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    fake_api.control("device-plugin")
+    reconcile = Controller._reconcile
+    blocked: list[tuple[float, float]] = []
+
+    def slow(self: Controller, now: float) -> None:
+        if "a/slow" in self.pods.cache and not blocked:
+            start = time.monotonic()  # the fake's request log's clock (same process)
+            busy(3.0)
+            blocked.append((start, time.monotonic()))
+        reconcile(self, now)
+
+    monkeypatch.setattr(Controller, "_reconcile", slow)
+
+    async def go() -> tuple[list[float], dict, Controller]:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=2, tenants=("a",))
+        elector = LeaderElector(port, "fairgpu-system", "fairgpu", "r1", 3.0, 0.25, 2.0)
+        ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
+        lost: list[float] = []
+        elector.on_lost.append(lambda: lost.append(time.time()))
+        tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
+        try:
+            await until(elector.leading.is_set, 10, "the lease")
+            await port.create(PODS, chaos_pod("a", "slow", ONE), "a")
+            await until(lambda: ctl.stats.binds == 1, 20, "the pod bound after the long pass")
+            lease = await port.get(LEASES, "fairgpu", "fairgpu-system")
+            lost_in_term = list(lost)  # not the teardown's own step-down
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await port.close()
+        return lost_in_term, lease, ctl
+
+    lost, lease, ctl = asyncio.run(asyncio.wait_for(go(), 60))
+    assert lost == [] and ctl.stats.rebuilds == 1, (lost, ctl.stats.rebuilds)  # one term, never stepped down
+    assert lease["spec"]["holderIdentity"] == "r1" and lease["spec"]["leaseTransitions"] == 0
+    start, end = blocked[0]
+    puts = [r["t"] for r in fake_api.control("requests")["requests"] if r["verb"] == "PUT" and "/leases/" in r["path"]]
+    assert [t for t in puts if start < t < end], "no renewal was written while the loop was busy"
+
+
+def test_no_binding_is_sent_after_the_term_ended_even_if_the_loop_was_busy_meanwhile(fake_api, tmp_path, monkeypatch):
+    """The fence: the leader's lease requests stall (so its term ends 2 s after its last renewal) while a bind
+    it decided is held up on the event loop for 3 s, past that end, after its node lock was taken. The
+    Binding is refused by the fence before it is sent: the fake never sees one (a standby could have taken
+    over by then). Fails if a bind is sent on the loop's belief that it leads, or without asking the
+    elector's own deadline."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    lock = Binder._lock
+    held: list[float] = []
+
+    async def slow_lock(self: Binder, pod, node: str) -> str:
+        value = await lock(self, pod, node)
+        held.append(time.monotonic())
+        busy(3.0)
+        return value
+
+    monkeypatch.setattr(Binder, "_lock", slow_lock)
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=2, tenants=("a",))
+        elector = LeaderElector(port, "fairgpu-system", "fairgpu", "r1", 3.0, 0.25, 2.0)
+        ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
+        tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
+        try:
+            await until(elector.leading.is_set, 10, "the lease")
+            fake_api.control("delay", seconds=5.0, path_contains="/leases/")
+            await port.create(PODS, chaos_pod("a", "p", ONE), "a")
+            await until(lambda: held and not elector.leading.is_set(), 20, "the lock taken and the step-down")
+            await until(lambda: not ctl.inflight, 10, "the bind to give up")
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await port.close()
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 60))
+    requests = fake_api.control("requests")["requests"]
+    assert held and not [r for r in requests if r["path"].endswith("/binding")], "a Binding was sent"
+    assert ctl.stats.binds == 0
+
+
+class Leadership:
+    """An elector driven by the test: what the controller reads of one (leading, term, remaining, on_lost)."""
+
+    def __init__(self) -> None:
+        self.leading, self.term, self.on_lost = asyncio.Event(), 1, []
+        self.leading.set()
+
+    def remaining(self) -> float:
+        return 60.0
+
+    def lost_and_won_again(self) -> None:
+        """The elector thread's news of a step-down and of the next term, both landing while the loop is busy."""
+        self.leading.clear()
+        for callback in self.on_lost:
+            callback()
+        self.term += 1
+        self.leading.set()
+
+
+def test_a_cycle_of_a_term_lost_and_won_again_is_not_carried_out(fake_api, tmp_path, monkeypatch):
+    """The lease is lost and won again while a cycle runs (the election thread's news lands between two of
+    its slices), and meanwhile the other replica, leader in between, bound q to the only GPU. Before, the
+    loop saw `leading` set again and bound p where the stale cycle put it, on q's GPU: booked twice. Now a
+    new term is rebuilt from a fresh list first: p waits, q's GPU is never shared."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    slices = controller_module._in_slices
+    flipped: list[bool] = []
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=1, tenants=("a",))
+        await port.create(PODS, chaos_pod("a", "p", ONE), "a")
+        leadership = Leadership()
+        ctl = Controller(port, load_profile("fairgpu"), leadership=leadership)  # type: ignore[arg-type]
+
+        async def flip_in_the_first_cycle(steps, budget: float = math.inf) -> None:
+            if not flipped:
+                flipped.append(True)
+                q = chaos_pod("a", "q", ONE)
+                q["spec"]["nodeName"] = "node-000"
+                alloc = hami.encode_devices([[hami.DeviceUse("GPU-000-0", hami.VENDOR, 40960, 100)]])
+                q["metadata"]["annotations"] = {hami.ALLOCATED: alloc, hami.TO_ALLOCATE: alloc}
+                await port.create(PODS, q, "a")  # the other leader's bind, in between
+                leadership.lost_and_won_again()
+            await slices(steps, budget)
+
+        monkeypatch.setattr(controller_module, "_in_slices", flip_in_the_first_cycle)
+        task = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: flipped and "a/q" in ctl.pods.cache, 10, "q's bind seen")
+            await until(lambda: ctl.stats.rebuilds == 2 or ctl.stats.binds, 10, "the new term (or p's bind)")
+            await asyncio.sleep(1.0)  # p's cycles in the new term: it waits
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await port.close()
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 30))
+    report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
+    assert not report.overcommit, report.overcommit
+    assert ctl.stats.binds == 0 and not pods_now(fake_api)["a/p"]["spec"].get("nodeName")
+    assert ctl.stats.rebuilds == 2  # the new term started from a fresh list

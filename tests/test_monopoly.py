@@ -10,7 +10,7 @@ import pytest
 
 from fairgpu.catalog import load_profile
 from fairgpu.sim.runner import SimResult, simulate
-from fairgpu.sim.scenario import load
+from fairgpu.sim.scenario import builtin_scenarios, load
 
 MONOPOLIES = ["priority-monopoly", "batch-monopoly"]
 
@@ -91,3 +91,32 @@ def test_fairgpu_is_no_less_fair_and_within_a_point_of_kube_defaults_utilization
     assert fair.fairness_error <= error + 0.002
     assert fair.jain_index is not None and fair.jain_index >= jain - 0.002
     assert fair.utilization >= kube.utilization - 0.01
+
+
+# The other built-in scenarios, recorded the same way (their utilization is not held to kube-default's: a
+# static partition, MIG slices and gangs that wait for whole nodes leave GPUs idle by design).
+OTHER_FLOORS = {
+    "decayed-usage": (0.0466, 0.8165),
+    "elastic": (0.0052, None),
+    "gang-starvation": (0.0381, 0.5),
+    "gang-victims": (0.1088, 0.8776),
+    "hierarchy": (0.0086, 0.9936),
+    "mig-numa": (0.1261, 0.9679),
+    "priority-within-queue": (0.0, 1.0),
+    "reclaim": (0.0911, 0.7944),
+    "static-partition": (0.0, 1.0),
+    "users-in-queue": (0.0, None),
+}
+
+
+def test_every_built_in_scenario_has_a_fairness_floor() -> None:
+    assert sorted({*FLOORS, *OTHER_FLOORS}) == sorted(builtin_scenarios())
+
+
+@pytest.mark.parametrize("scenario", OTHER_FLOORS)
+def test_no_other_built_in_scenario_gets_less_fair(results, scenario: str) -> None:
+    fair = results(scenario, "fairgpu")
+    error, jain = OTHER_FLOORS[scenario]
+    assert fair.fairness_error <= error + 0.002
+    assert (fair.jain_index is None) == (jain is None)
+    assert jain is None or fair.jain_index >= jain - 0.002

@@ -122,6 +122,7 @@ def random_scenarios(draw: st.DrawFn) -> dict:
             "within_queue": draw(st.sampled_from(["Never", "LowerPriority"])),
             "min_runtime": draw(st.sampled_from([0, 300, 1200])),
             "grace_period": draw(st.sampled_from([0, 60, 300])),
+            "fair_share_max_runtime": draw(st.sampled_from([None, 600, 3600])),
         }
         q = {"name": f"q{i}", "weight": draw(st.sampled_from([1, 2])), "preemption": policy}
         if draw(st.booleans()):
@@ -154,7 +155,7 @@ def random_scenarios(draw: st.DrawFn) -> dict:
 
 class Recorder:
     """Wraps the profile's Preempt plugin and checks every decision it returns when it is made (the view
-    it was made in changes afterwards): no-ping-pong and min_runtime."""
+    it was made in changes afterwards): no-ping-pong, min_runtime and fair_share_max_runtime."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
@@ -173,7 +174,14 @@ class Recorder:
             gone = t.charge[chosen][t.queue[chosen] == q].sum(axis=0)
             assert after_p <= share_ratio(ctx, q, ctx.usage[q] - gone) + 1e-9, (ctx.workload.name, q)
         min_runtime = np.array([tree.queues[q].preemption.min_runtime for q in t.queue[chosen]])
-        assert (ctx.now - t.started[chosen] >= min_runtime).all(), ctx.workload.name
+        ran = ctx.now - t.started[chosen]
+        assert (ran >= min_runtime).all(), ctx.workload.name
+        # Work that ran past its queue's fair_share_max_runtime goes only to reclaim or within its own queue.
+        bound = np.array([tree.queues[q].preemption.fair_share_max_runtime for q in t.queue[chosen]])
+        policy = tree.queues[p].preemption
+        reclaims = policy.reclaim and bool(np.all(ctx.usage[p] + ctx.charge <= tree.guaranteed[p] + 1e-9))
+        for q in t.queue[chosen][ran >= bound]:
+            assert q == p or (reclaims and np.any(ctx.usage[q] > tree.guaranteed[q] + 1e-9)), ctx.workload.name
         return chosen
 
 

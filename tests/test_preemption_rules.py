@@ -206,3 +206,29 @@ def test_in_a_scenario_the_victims_keep_their_gpus_through_the_grace_period():
 
     assert sc.tree().queues[sc.tree().index["b"]].preemption.grace_period == grace
     assert gpus_at(returns + grace - 1) < 32 <= gpus_at(returns + grace)
+
+
+def test_fair_share_evicts_only_work_younger_than_the_victims_fair_share_max_runtime():
+    """c's eight 1-GPU jobs started at 0 s; a (fair share, no reclaim) wants 4 at 1000 s. With c's
+    fair_share_max_runtime at 1000 s (exactly as long as they ran) they are safe; at 1001 s, or unbounded,
+    a's share is evicted for it."""
+    for bound, expect in ((1000.0, 0), (1001.0, 4), (float("inf"), 4)):
+        fair = PreemptionPolicy(reclaim=False, fair_share=True)
+        c = PreemptionPolicy(fair_share_max_runtime=bound)
+        sched = engine([QueueSpec("a", preemption=fair), QueueSpec("c", preemption=c)])
+        run(sched, "c", 8, 0.0)
+        sched.cycle(0.0)
+        run(sched, "a", 4, 1000.0)
+        gone = evicted(sched.cycle(1000.0))
+        assert len(gone) == expect and all(v.startswith("c") for v in gone), (bound, gone)
+
+
+def test_fair_share_max_runtime_does_not_bound_reclaim():
+    """a's guarantee of 4 GPUs, lent to c, comes back however long c's jobs have run: the bound limits only
+    evictions for fair share, never what a queue is guaranteed."""
+    c = PreemptionPolicy(fair_share_max_runtime=10.0)
+    sched = engine([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("c", preemption=c)])
+    run(sched, "c", 8, 0.0)
+    sched.cycle(0.0)
+    run(sched, "a", 4, 1000.0)
+    assert len(evicted(sched.cycle(1000.0))) == 4

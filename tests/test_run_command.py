@@ -81,6 +81,23 @@ def test_run_refuses_an_exposed_dashboard_without_auth(tmp_path):
     assert result.exit_code == 2 and "--dashboard-auth" in result.output
 
 
+def test_run_refuses_a_trusted_identities_file_with_two_names(tmp_path):
+    """A mounted list whose file holds two lines is refused at start, naming the file (exit 2): the API
+    server's policy compares whole values, so neither name would be trusted there."""
+    from typer.testing import CliRunner
+
+    from fairgpu.cli import app
+
+    trusted = tmp_path / "trusted"
+    trusted.mkdir()
+    (trusted / "ops").write_text("ops\nmallory")
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n")
+    args = ["run", "--kubeconfig", str(kubeconfig), "--trusted-identities", str(trusted)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "/ops: one identity per file, found 2 lines" in result.output, result.output
+
+
 def test_admission_answers_during_a_slow_scheduling_cycle(fake_api, tmp_path, monkeypatch):
     """Finding 4: `fairgpu run` served the webhook on the loop the engine cycle blocks, so a long cycle
     delayed admission past its 5 s timeout. With every cycle made to hold the loop for 3 s, the webhook

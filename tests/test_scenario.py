@@ -144,6 +144,19 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ),
     ("bad duration", lambda d: wl0(d).update(duration="3 weeks"), "workloads[0].duration", "not a duration"),
     ("bad every", lambda d: wl0(d).update(every="3 weeks"), "workloads[0].every", "not a duration"),
+    (
+        "bad min_runtime",
+        lambda d: d["queues"][0].update(preemption={"min_runtime": "soon"}),
+        "queues[0].preemption.min_runtime",
+        "not a duration",
+    ),
+    ("bad preemption", lambda d: d["queues"][0].update(preemption="sometimes"), "queues[0].preemption:", "'never'"),
+    (
+        "bad fair-share bound",
+        lambda d: d["queues"][0].update(preemption={"fair_share_max_runtime": "soon"}),
+        "queues[0].preemption.fair_share_max_runtime",
+        "not a duration",
+    ),
     ("bad horizon", lambda d: d.update(horizon="3 weeks"), "horizon", "not a duration"),
     ("zero horizon", lambda d: d.update(horizon=0), "horizon", "must be positive"),
     (
@@ -413,6 +426,13 @@ def test_queue_fairness_keys_reach_the_engine() -> None:
     assert (a.usage_half_life, a.fair_within, a.starvation_after) == (3600.0, "users", 300.0)
     assert (b.usage_half_life, b.fair_within, b.starvation_after) == (0.0, "fifo", 600.0)  # defaults
     assert sc.tree().half_life.tolist() == [3600.0, 0.0]
+
+
+def test_fair_share_max_runtime_reaches_the_engine_unbounded_by_default() -> None:
+    doc = base()
+    doc["queues"][0]["preemption"] = {"fair_share": True, "fair_share_max_runtime": "30m"}
+    a, b = build(doc).queues
+    assert (a.preemption.fair_share_max_runtime, b.preemption.fair_share_max_runtime) == (1800.0, float("inf"))
 
 
 @pytest.mark.parametrize(

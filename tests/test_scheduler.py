@@ -10,7 +10,7 @@ from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.errors import RequestError
 from fairgpu.framework.scheduler import CycleResult, Scheduler
-from fairgpu.model import QueueSpec, QueueTree
+from fairgpu.model import QueueSpec, QueueTree, Workload
 
 
 def started(result: CycleResult) -> list[str]:
@@ -189,3 +189,14 @@ def test_hierarchical_queues_charge_the_parent():
     assert s.view.usage[queues.index["org"], r.DIM_GPU] == 5
     with pytest.raises(RequestError, match="child queues"):
         s.submit(job("z", "org", whole(1)))
+
+
+def test_an_elastic_workload_starts_with_exactly_its_minimum_and_a_gang_one_short_waits():
+    """Two free GPUs: an elastic workload of four 1-GPU pods with min_pods 2 starts on both; a gang of three
+    waits whole (min_pods is the least that runs, not one less than what must)."""
+    sched = Scheduler([gpu_node("n0", gpus=2)], tree("q"), load_profile("fairgpu"))
+    sched.submit(Workload("e", "q", (whole(1),) * 4, duration=3600.0, min_pods=2))
+    assert len(sched.cycle(0.0).bound) == 2 and "e" in sched.running
+    rigid = Scheduler([gpu_node("n0", gpus=2)], tree("q"), load_profile("fairgpu"))
+    rigid.submit(Workload("g", "q", (whole(1),) * 3, duration=3600.0))
+    assert rigid.cycle(0.0).bound == [] and "g" in rigid.pending

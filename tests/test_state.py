@@ -614,3 +614,29 @@ def test_changes_list_each_changed_node_once_and_every_node_once_the_log_forgot(
     recent = state.version - 10
     assert state.changes.since(mark).tolist() == [0, 1, 2, 3]
     assert state.changes.since(recent).tolist() == [0]
+
+
+def test_a_change_log_lists_what_changed_after_each_mark_whatever_it_kept() -> None:
+    from fairgpu.changes import Changes
+
+    log = Changes(3000)
+    rng = np.random.default_rng(0)
+    marks: list[tuple[int, set[int]]] = []  # (mark, nodes changed since), checked against the log
+    for _ in range(400):
+        nodes = rng.integers(0, 3000, size=int(rng.choice([1, 1, 5, 90, 700])))
+        marks.append((log.end, set()))
+        if rng.random() < 0.5:
+            for n in nodes.tolist():
+                log.add(n)
+        else:
+            log.extend(nodes)
+        for _, seen in marks:
+            seen.update(nodes.tolist())
+    kept = [(m, s) for m, s in marks if log.since(m).size < 3000]
+    assert len(kept) > 20  # the recent marks are answered from the log, not by "every node"
+    for mark, seen in marks:
+        got = log.since(mark).tolist()
+        assert got == sorted(seen) or got == list(range(3000)), mark
+    assert all(log.since(m).tolist() == sorted(s) for m, s in marks[-20:])
+    log.extend(np.zeros(20_000, dtype=np.int64))  # more than it keeps: every earlier mark sees every node
+    assert log.since(marks[-1][0]).size == 3000 and log.since(log.end).size == 0

@@ -33,6 +33,11 @@ def test_the_webhook_reads_the_list_the_policy_reads(rendered, tmp_path):  # noq
     assert read_trusted(mounted(tmp_path, cm["data"])) == list(cm["data"].values())
     with pytest.raises(InputError, match=r"--trusted-identities: .* is not a directory"):
         read_trusted(str(tmp_path / "missing"))
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "ops").write_text("ops\nmallory\n")  # the policy would trust neither: the whole value is one name
+    with pytest.raises(InputError, match=r"two/ops: one identity per file, found 2 lines"):
+        read_trusted(str(two))
 
 
 def test_editing_the_configmap_changes_whom_the_api_server_trusts(cluster):  # noqa: F811

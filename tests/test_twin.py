@@ -63,6 +63,7 @@ QUEUE_SPECS = [
     QueueSpec("b", lendable=np.array([1.0, np.inf, np.inf, np.inf]), guaranteed=np.array([2.0, 0, 0, 0])),
     QueueSpec("c", allocation="static", preemption=NEVER, usage_half_life=3600, fair_within="users"),
     QueueSpec("d", preemption=PreemptionPolicy(fair_share=True, within_queue="LowerPriority", grace_period=30)),
+    QueueSpec("e", preemption=PreemptionPolicy(fair_share=True, fair_share_max_runtime=1800)),
 ]
 
 

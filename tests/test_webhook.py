@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
+import os
 import re
 import shutil
 import ssl
@@ -15,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, FAIRGPU_SA, Trust, user_label
+from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, FAIRGPU_SA, Trust, TrustedIdentities, user_label
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
 from fakeapi.patches import json_patch
@@ -407,5 +409,68 @@ def test_certificate_reloads_when_its_files_rotate(tmp_path):
             time.sleep(0.05)
         assert "second" in served_cn() and server.cert.reloads == 1
         assert post(server, "/validate", review(gpu_pod({"nvidia.com/gpu": "1"})), str(cert))["response"]
+    finally:
+        server.stop()
+
+
+def kubelet_update(base, data: dict[str, str], version: int) -> None:
+    """What the kubelet does to a ConfigMap volume on an edit: the new files in a new timestamped directory,
+    `..data` swapped to it in one rename, a symlink per new key, the old keys' links and directory removed."""
+    old = os.readlink(base / "..data") if (base / "..data").is_symlink() else None
+    real = base / f"..2026_12_01_09_00_0{version}.1"
+    real.mkdir()
+    for k, v in data.items():
+        (real / k).write_text(v)
+    os.symlink(real.name, base / "..data_tmp")
+    os.replace(base / "..data_tmp", base / "..data")
+    for k in data:
+        if not (base / k).is_symlink():
+            os.symlink(f"..data/{k}", base / k)
+    for link in base.iterdir():
+        if link.is_symlink() and not link.name.startswith("..") and link.name not in data:
+            link.unlink()
+    if old is not None:
+        shutil.rmtree(base / old)
+
+
+def test_the_trusted_identities_follow_the_mounted_configmap_without_a_restart(tls, tmp_path, caplog):
+    """The mounted ConfigMap edited (as the kubelet swaps it): whom the webhook lets rewrite a pod's user
+    changes without a restart. An edit that leaves a file holding two names keeps the whole last good list
+    (the name it adds is not trusted) and the log names the file; fixing it brings the new list in."""
+    hami, ops, eve = "system:serviceaccount:kube-system:hami-device-plugin", "ops@example.com", "eve@example.com"
+    mounted = tmp_path / "trusted"
+    mounted.mkdir()
+    kubelet_update(mounted, {"hami": hami}, 1)
+    identities = TrustedIdentities(str(mounted), Trust.of(FAIRGPU_SA))
+    app = lambda: webhook_app(QUEUES.get, "fairgpu", identities)  # noqa: E731
+    server = WebhookServer(app, "127.0.0.1", 0, *tls, reload_every=0.05, watch=(identities.check,)).start()
+    labels, annotations = stamped("alice@example.com")
+    old = gpu_pod({"nvidia.com/gpu": "1"}, labels=labels, name="p", annotations=annotations)
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"]["fairgpu.io/user-name"] = "carol@example.com"
+
+    def allowed(user: str) -> bool:
+        return post(server, "/validate", review(new, user=user, operation="UPDATE", old=old), tls[0])["response"][
+            "allowed"
+        ]
+
+    def until(cond) -> bool:
+        deadline = time.monotonic() + 5
+        while not cond() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return cond()
+
+    try:
+        assert allowed(hami) and not allowed(ops) and not allowed(eve)
+        kubelet_update(mounted, {"hami": hami, "ops": ops}, 2)
+        assert until(lambda: allowed(ops)) and allowed(hami) and not allowed(eve)
+        with caplog.at_level(logging.ERROR, logger="fairgpu.k8s.identity"):
+            kubelet_update(mounted, {"hami": hami, "ops": f"{ops}\n{eve}", "eve": eve}, 3)
+            assert until(lambda: identities.problem is not None)
+        assert "ops: one identity per file, found 2 lines" in identities.problem
+        assert any("last good list stays" in r.message and "/ops:" in r.message for r in caplog.records)
+        assert allowed(hami) and allowed(ops) and not allowed(eve)  # the last good list, whole
+        kubelet_update(mounted, {"hami": hami, "eve": eve}, 4)
+        assert until(lambda: allowed(eve)) and not allowed(ops) and identities.problem is None
     finally:
         server.stop()

@@ -10,42 +10,59 @@ from __future__ import annotations
 import numpy as np
 
 EVERY = -1  # a mark older than anything the log keeps: since() answers every node
+_FEW = 64  # up to this many entries are deduplicated through a set; more, through a mark per node
 
 
 class Changes:
     def __init__(self, nodes: int, start: int = 0) -> None:
         self.nodes = nodes
-        self._log: list[int] = []  # node indices, oldest first; _log[0] is at position _base
-        self._base = start
         # The log keeps at least this many recent entries; a cache further behind recomputes every node,
         # which costs no more than the many nodes it would otherwise list.
         self._keep = max(4 * nodes, 1024)
+        self._log = np.zeros(2 * self._keep, dtype=np.int64)  # node indices, oldest first
+        self._n = 0  # entries in _log; _log[0] is at position _base
+        self._base = start
 
     @property
     def end(self) -> int:
         """The position after the last change: a mark that `since` answers with nothing until a node changes."""
-        return self._base + len(self._log)
+        return self._base + self._n
 
     def add(self, node: int) -> None:
-        self._log.append(node)
-        if len(self._log) > 2 * self._keep:
-            drop = len(self._log) - self._keep
-            del self._log[:drop]
-            self._base += drop
+        if self._n == len(self._log):
+            self._forget(self._n - self._keep)
+        self._log[self._n] = node
+        self._n += 1
 
     def extend(self, nodes: np.ndarray) -> None:
-        for node in nodes.tolist():
-            self.add(node)
+        k = len(nodes)
+        if k > self._keep:  # more than the log keeps: older marks must recompute every node anyway
+            self._base = self.end + k
+            self._n = 0
+            return
+        if self._n + k > len(self._log):
+            self._forget(self._n - self._keep)
+        self._log[self._n : self._n + k] = nodes
+        self._n += k
+
+    def _forget(self, drop: int) -> None:
+        self._log[: self._n - drop] = self._log[drop : self._n]
+        self._n -= drop
+        self._base += drop
 
     def since(self, mark: int) -> np.ndarray:
         """The nodes changed after `mark` (an earlier `end`), each once, ascending; every node when the
         log no longer reaches back to it."""
         if mark < self._base:
             return np.arange(self.nodes)
-        changed = self._log[mark - self._base :]
+        changed = self._log[mark - self._base : self._n]
         if len(changed) <= 1:
-            return np.array(changed, dtype=np.int64)
-        return np.unique(np.array(changed, dtype=np.int64))
+            return changed.copy()
+        if len(changed) <= _FEW:
+            return np.array(sorted(set(changed.tolist())), dtype=np.int64)
+        seen = np.zeros(self.nodes, dtype=bool)
+        seen[changed] = True
+        return np.flatnonzero(seen)
 
     def fork(self) -> Changes:
         """An empty log for a copy of the state, continuing from this one's end (a mark taken on one state

@@ -4,6 +4,7 @@ and in the cluster), durations, and one way to turn a pydantic error into a line
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -112,11 +113,13 @@ class PreemptionDoc(Strict):
     within_queue: Literal["Never", "LowerPriority"] = "Never"
     min_runtime: Quantity = 0
     grace_period: Quantity = 0
+    fair_share_max_runtime: Quantity | None = None  # None: fair share may evict work however long it ran
 
-    @field_validator("min_runtime", "grace_period")
+    @field_validator("min_runtime", "grace_period", "fair_share_max_runtime")
     @classmethod
-    def _duration(cls, v: Quantity) -> Quantity:
-        parse_duration(v)
+    def _duration(cls, v: Quantity | None) -> Quantity | None:
+        if v is not None:
+            parse_duration(v)
         return v
 
 
@@ -169,12 +172,14 @@ class QueueDoc(Strict):
         if self.preemption == "never":
             return NEVER
         p = self.preemption
+        bound = p.fair_share_max_runtime
         return PreemptionPolicy(
             reclaim=p.reclaim,
             fair_share=p.fair_share,
             within_queue=p.within_queue,
             min_runtime=parse_duration(p.min_runtime),
             grace_period=parse_duration(p.grace_period),
+            fair_share_max_runtime=math.inf if bound is None else parse_duration(bound),
         )
 
 
@@ -185,10 +190,19 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _union_tag(part: object) -> bool:
+    """A part of an error's location that names a member of a union, not a key the user wrote."""
+    return part in ("str", "int", "float", "PreemptionDoc") or (isinstance(part, str) and part.startswith("literal["))
+
+
 def validation_message(err: ValidationError) -> str:
-    e = err.errors()[0]
+    errors = err.errors()
+    e = errors[0]
+    tag = next((i for i, part in enumerate(e["loc"]) if isinstance(part, str) and part.startswith("literal[")), None)
+    if tag is not None:  # `never` or a map (preemption): a map's fault is in the map, not in not being `never`
+        e = next((x for x in errors[1:] if x["loc"][:tag] == e["loc"][:tag] and x["type"] != "model_type"), e)
     msg = e["msg"].removeprefix("Value error, ")
-    loc = tuple(p for p in e["loc"] if p not in ("str", "int", "float"))
+    loc = tuple(p for p in e["loc"] if not _union_tag(p))
     cause = e.get("ctx", {}).get("error")
     if isinstance(cause, RequestError) and cause.field:  # the fault is in one resource of the mapping
         loc, msg = (*loc, cause.field), cause.problem

@@ -75,7 +75,7 @@ def run_cmd(
     import socket
 
     from fairgpu.k8s import app as live
-    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, read_trusted
+    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, TrustedIdentities
     from fairgpu.k8s.kubeconfig import check_kubeconfig
 
     try:
@@ -104,11 +104,11 @@ def run_cmd(
         check_kubeconfig(kubeconfig)  # after the addresses, so an unsafe exposure is named first
     except FairgpuError as err:
         raise fail(str(err)) from err
-    try:
-        trusted = [*(trusted_identity or ()), *(read_trusted(trusted_identities) if trusted_identities else ())]
+    fixed = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    try:  # the mounted list is followed as the kubelet updates it
+        trust = TrustedIdentities(trusted_identities, fixed) if trusted_identities else fixed
     except InputError as err:
         raise fail(str(err)) from err
-    trust = Trust.of(service_account, trusted, pod_controller or DEFAULT_CONTROLLERS)
     try:
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:

@@ -40,9 +40,10 @@ class EngineView:
         """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
         q = queue
         usable = self.capacity > 0
+        cap, some = self.capacity[usable], bool(usable.any())
         while q >= 0:  # a few levels up the tree: scalar steps beat fancy indexing here
             self.usage[q] += charge
-            dom = float((self.usage[q, usable] / self.capacity[usable]).max()) if usable.any() else 0.0
+            dom = float((self.usage[q, usable] / cap).max()) if some else 0.0
             self.usage_dom[q] = dom
             self.share_ratio[q] = share_ratio(dom + self.history_dom[q], self.entitled_dom[q])
             q = int(self.tree.parent[q])

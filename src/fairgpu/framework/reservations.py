@@ -64,10 +64,10 @@ class Reservations(dict[str, Reservation]):
         A reservation of another workload whose start time has passed without it starting is dropped here,
         when it is met: the holder looks again at its next attempt."""
         own = self.get(wl.name)
-        preempting = preempting or (own is not None and not own.starving)
+        holding = own is not None and not own.starving
         exclude = None
         for name, res in list(self.items()):
-            if _exempt(wl.name, queue, preempting, name, res):
+            if _exempt(wl.name, queue, preempting or holding, holding, name, res):
                 continue
             if now > res.fit.at:
                 del self[name]
@@ -81,11 +81,11 @@ class Reservations(dict[str, Reservation]):
         """The reservations a workload just placed on `nodes` entered as backfill: those it had to avoid
         unless expected to end before they are due (not its own, nor those a preemptor may share)."""
         own = self.get(wl.name)
-        preempting = own is not None and not own.starving
+        holding = own is not None and not own.starving
         return frozenset(
             name
             for name, res in self.items()
-            if not _exempt(wl.name, queue, preempting, name, res) and res.exclude[nodes].any()
+            if not _exempt(wl.name, queue, holding, holding, name, res) and res.exclude[nodes].any()
         )
 
     def due(self, now: float) -> list[Reservation]:
@@ -93,8 +93,10 @@ class Reservations(dict[str, Reservation]):
         return [res for res in self.values() if res.fit.at <= now]
 
 
-def _exempt(wl: str, queue: int, preempting: bool, holder: str, res: Reservation) -> bool:
-    """Whether a workload may use a reservation's nodes whatever its duration: its own, or, for a preemptor,
-    room its queue made by preemption or a starving holder's (a preemptor keeps the room it planned with,
-    even if a starving gang came later)."""
-    return holder == wl or (preempting and (res.starving or res.queue == queue))
+def _exempt(wl: str, queue: int, preempting: bool, holding: bool, holder: str, res: Reservation) -> bool:
+    """Whether a workload may use a reservation's nodes whatever its duration: its own; for a preemptor,
+    room its queue made by preemption; and for one holding room (its victims are leaving), a starving
+    holder's too: it keeps the room it planned with, even if a starving gang came later. One choosing
+    victims now plans around a starving holder's nodes like any other work: evicting the backfill there
+    for work that runs past the holder's start would delay the holder beyond its bound."""
+    return holder == wl or (preempting and res.queue == queue and not res.starving) or (holding and res.starving)

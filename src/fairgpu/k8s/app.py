@@ -27,7 +27,7 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.identity import Trust
+from fairgpu.k8s.identity import Trust, TrustedIdentities
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.recording import PodTimes
@@ -138,7 +138,7 @@ async def run(
     lease_namespace: str,
     listen: Listen,
     tls: tuple[str, str] | None = None,
-    trust: Trust | None = None,
+    trust: Trust | TrustedIdentities | None = None,
     hami: HamiConfig = DEFAULT_HAMI,
     record: TraceWriter | None = None,
 ) -> None:
@@ -163,6 +163,7 @@ async def run(
                 lambda: webhook_app(lambda name: queue_namespaces(controller, name), scheduler_name, trust, hami),
                 *listen.webhook,
                 *tls,
+                watch=(trust.check,) if isinstance(trust, TrustedIdentities) else (),
             ).start()
         async with (
             Beside(apps.probes, *listen.health),

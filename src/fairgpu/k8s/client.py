@@ -46,6 +46,12 @@ class KubeClient:
         _read_environment_once(api.rest_client, conf.host or "")
         return cls(api)
 
+    async def reconnect(self) -> KubeClient:
+        api = client.ApiClient(configuration=self.api.configuration)
+        api.default_headers.update(self.api.default_headers)  # its User-Agent among them
+        _read_environment_once(api.rest_client, self.api.configuration.host or "")
+        return KubeClient(api, self.backoff)
+
     async def close(self) -> None:
         await self.api.close()
 

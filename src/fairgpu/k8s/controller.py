@@ -96,10 +96,13 @@ class Controller:
             self.leading = asyncio.Event()
             self.leading.set()
             self.lease_left: Callable[[], float] = lambda: math.inf
+            self.term: Callable[[], int] = lambda: 0
         else:
             self.leading = leadership.leading
             self.lease_left = leadership.remaining
+            self.term = lambda: leadership.term
             leadership.on_lost.append(self._lost)
+        self._term = 0  # the term this replica's engine and decisions belong to
         self.carry = CarryOut(
             port,
             self.reporter,
@@ -196,8 +199,9 @@ class Controller:
         try:
             await asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.queues)))
             while True:
-                if not self.leading.is_set():  # standbys keep their caches warm and decide nothing
+                if not self._in_term():  # standbys keep their caches warm and decide nothing
                     await self.leading.wait()
+                    self._term = self.term()
                     # A new term: the cache must hold every bind made before it (ours cancelled at the last
                     # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
                     await self.pods.resync()
@@ -214,7 +218,7 @@ class Controller:
                     async with asyncio.timeout(self.retry_every if waiting else None):
                         await self.wake.wait()
                 self.wake.clear()
-                if self.leading.is_set():
+                if self._in_term():
                     await self.step()
                 await asyncio.sleep(min_interval)  # let a burst of events land before the next cycle
         finally:
@@ -226,10 +230,10 @@ class Controller:
 
     async def step(self) -> None:
         """One reconcile + engine cycle; starts the binds and evictions it decides. The cycle runs in slices
-        of at most CYCLE_SLICE seconds with the loop free in between, so lease renewal, informers and the
-        webhook on the same loop are never held up by a long cycle (the engine is not thread-safe, and with
-        the GIL a thread would not free the loop any better). Nothing else changes the engine meanwhile: bind
-        and eviction tasks only record their outcomes, and the next pass applies them."""
+        of at most CYCLE_SLICE seconds with the loop free in between, so informers and binds on the same loop
+        are not held up by a long cycle (the lease is renewed on a thread of its own: leader.py). Nothing else
+        changes the engine meanwhile: bind and eviction tasks only record their outcomes, and the next pass
+        applies them."""
         now = self.clock()
         self._reconcile(now)
         if self.engine is None:
@@ -241,13 +245,17 @@ class Controller:
         result = CycleResult()
         started = time.perf_counter()
         await _in_slices(engine.steps(now, result))
-        if engine is not self.engine or not self.leading.is_set():
-            return  # the lease was lost meanwhile: nothing of this cycle is carried out
+        if engine is not self.engine or not self._in_term():
+            return  # the lease was lost meanwhile (perhaps won again: a new term): nothing of it is carried out
         if self.observer is not None:
             self.observer.on_cycle(engine, result, now, time.perf_counter() - started)
         self.stats.cycles += 1
         self.carry.start(result)
         await self._report(now)
+
+    def _in_term(self) -> bool:
+        """This replica leads, in the term its engine was rebuilt for (not one lost and won again since)."""
+        return self.leading.is_set() and self.term() == self._term
 
     def _lost(self) -> None:
         """The lease is gone: nothing of this term is carried out any more (carryout.CarryOut.lost)."""
@@ -266,7 +274,7 @@ class Controller:
             engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
         )
         await _in_slices(explaining, REPORT_BUDGET)
-        if engine is not self.engine or not self.leading.is_set():
+        if engine is not self.engine or not self._in_term():
             return
         if now - self._status_at >= self.status_every:
             self._status_at = now
@@ -394,8 +402,8 @@ class Controller:
 
 
 async def _in_slices(steps: Iterator[object], budget: float = math.inf) -> None:
-    """Drive `steps` with the event loop free at least every CYCLE_SLICE seconds, so lease renewal, informers
-    and binds on the same loop are never held up; stop after `budget` seconds."""
+    """Drive `steps` with the event loop free at least every CYCLE_SLICE seconds, so informers and binds on the
+    same loop are not held up; stop after `budget` seconds."""
     started = time.perf_counter()
     slice_end = started + CYCLE_SLICE
     for _ in steps:

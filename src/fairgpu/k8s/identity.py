@@ -10,12 +10,15 @@ their owner's pod template got when the user created it, as YuniKorn's admission
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from fairgpu.errors import InputError
+
+log = logging.getLogger(__name__)
 
 USER_LABEL = "fairgpu.io/user"  # translate.USER_LABEL: what the engine reads
 USER_ANNOTATION = "fairgpu.io/user-name"  # the full, unescaped name
@@ -92,12 +95,72 @@ class Trust:
 
 def read_trusted(directory: str) -> list[str]:
     """The identities in a mounted ConfigMap (deploy/trusted-identities.yaml): one per file, any name; the
-    volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap."""
+    volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap. InputError
+    naming the file when one cannot be read or holds more than one line (the policy compares whole values,
+    so a second name there would be trusted by neither)."""
     base = Path(directory)
     if not base.is_dir():
         raise InputError(f"--trusted-identities: {directory} is not a directory (mount the ConfigMap there)")
-    names = [f.read_text().strip() for f in sorted(base.iterdir()) if not f.name.startswith(".") and f.is_file()]
-    return [n for n in names if n]
+    names = []
+    for f in sorted(base.iterdir()):
+        if f.name.startswith(".") or not f.is_file():
+            continue
+        try:
+            name = f.read_text().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"--trusted-identities: {f}: cannot be read ({err})") from err
+        if "\n" in name:
+            raise InputError(f"--trusted-identities: {f}: one identity per file, found {len(name.splitlines())} lines")
+        if name:
+            names.append(name)
+    return names
+
+
+class TrustedIdentities:
+    """Whom the webhook trusts, following the mounted ConfigMap: read again when its files change (the kubelet
+    swaps the volume's `..data` symlink), so an edit takes effect without a restart. A list that cannot be
+    read keeps the last good one (an edit gone wrong never widens trust) and is logged, naming the problem.
+    Call it for the Trust in force; `check()` from one thread at a time."""
+
+    def __init__(self, directory: str, base: Trust) -> None:
+        self.directory, self.base = directory, base  # base.trusted: the --trusted-identity users, always kept
+        self.problem: str | None = None
+        self._seen = self._stamp()
+        self._trust = self._with(read_trusted(directory))  # at start a broken list is the caller's error
+
+    def __call__(self) -> Trust:
+        return self._trust
+
+    def _with(self, names: list[str]) -> Trust:
+        return Trust(self.base.fairgpu, self.base.trusted | frozenset(names), self.base.controllers)
+
+    def _stamp(self) -> tuple:
+        try:  # every entry, symlinks followed: ..data's target changes at each kubelet update
+            return tuple(
+                (f.name, f.stat().st_ino, f.stat().st_mtime_ns) for f in sorted(Path(self.directory).iterdir())
+            )
+        except OSError:
+            return ()
+
+    def check(self) -> bool:
+        """Read the list again if its files changed; True when a new list is in force."""
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return False
+        self._seen = stamp
+        try:
+            trust = self._with(read_trusted(self.directory))
+        except InputError as err:
+            if str(err) != self.problem:
+                log.error("trusted identities not reloaded, the last good list stays: %s", err)
+            self.problem = str(err)
+            return False
+        self.problem = None
+        if trust == self._trust:
+            return False
+        self._trust = trust
+        log.info("trusted identities reloaded from %s: %s", self.directory, ", ".join(sorted(trust.trusted)) or "none")
+        return True
 
 
 def owner_of(meta: dict) -> str:

@@ -7,12 +7,21 @@ leaseDuration after it saw that write, so no standby acts before t + leaseDurati
 leader only until t + renewDeadline (renewDeadline < leaseDuration; the difference is the margin for a
 request sent just before the deadline to land). Each attempt runs under that hard deadline, so a renewal
 never waits behind a slow API server's retries, and a timer (not the next attempt) steps down on time.
+
+Its own thread. As client-go's elector runs in a goroutine of its own, this one runs on a thread and event
+loop of its own, with a connection of its own: a renewal never waits behind the controller's synchronous
+work (a rebuild, a cycle's slice, parsing a large list), which on a starved CPU held the shared loop past
+the renew deadline and made leadership flap. The caller's loop learns of each term through `leading`,
+`term` and `on_lost`; `remaining()`, which fences every Binding, reads the thread's own deadline, so it is
+right from any thread even before that loop has heard of a step-down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -55,50 +64,88 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.monotonic = monotonic
+        # The caller's loop's view, changed only on that loop: set while this replica leads; `term` counts
+        # the terms begun (a term lost and won again between two looks at `leading` is a new one).
         self.leading = asyncio.Event()
-        self.on_lost: list[Callable[[], None]] = []  # called the moment this replica stops leading
+        self.term = 0
+        self.on_lost: list[Callable[[], None]] = []  # called on the caller's loop when this replica stops leading
+        # The election thread's own: it writes them, anyone reads them.
         self._observed: tuple[str, float] | None = None  # (record's resourceVersion, when it was first seen)
-        self._valid_until = 0.0  # monotonic: this replica acts as leader only before this
+        self._valid_until = 0.0  # monotonic: this replica acts as leader only before this; 0 when not leading
         self._expiry: asyncio.TimerHandle | None = None
+        self._caller: asyncio.AbstractEventLoop | None = None
 
     def remaining(self) -> float:
-        """Seconds this replica may still act as leader (0 when it does not lead)."""
-        return max(0.0, self._valid_until - self.monotonic()) if self.leading.is_set() else 0.0
+        """Seconds this replica may still act as leader (0 when it does not lead). Thread-safe."""
+        return max(0.0, self._valid_until - self.monotonic())
 
     async def run(self) -> None:
+        """Elect until cancelled, on a thread of its own (see the module's docstring). Returns only when that
+        thread has stopped: a stopped replica renews nothing more."""
+        caller = self._caller = asyncio.get_running_loop()
+        loop = asyncio.new_event_loop()
+        election = loop.create_task(self._elect())  # before the thread starts, so it can be cancelled at once
+        ended: asyncio.Future[BaseException | None] = caller.create_future()
+
+        def thread() -> None:
+            outcome: BaseException | None = None
+            try:
+                loop.run_until_complete(election)
+            except BaseException as err:  # its end, whatever it is, is the caller's to see
+                outcome = err
+            finally:
+                loop.close()
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+                caller.call_soon_threadsafe(_settle, ended, outcome)
+
+        threading.Thread(target=thread, name=f"lease-{self.identity}", daemon=True).start()
+        try:
+            outcome = await asyncio.shield(ended)
+        finally:
+            if not ended.done():  # cancelled: stop the thread (it steps down on its way out) and wait for it
+                loop.call_soon_threadsafe(election.cancel)
+                await ended
+            self._ended()  # whatever the thread's news still on its way, this loop stops leading now
+        if outcome is not None and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome
+
+    async def _elect(self) -> None:
+        port = await self.port.reconnect()  # this loop's own: a session belongs to the loop it was made on
         try:
             while True:
                 started = self.monotonic()
                 # A renewal must finish before the current term ends; an acquisition within a renewDeadline.
-                deadline = self._valid_until if self.leading.is_set() else started + self.renew_deadline
+                deadline = self._valid_until or started + self.renew_deadline
                 try:  # asyncio.timeout, not wait_for: in 3.11 wait_for loses a cancellation that meets the answer
                     async with asyncio.timeout(max(0.0, deadline - started)):
-                        won = await self.try_acquire_or_renew()
+                        won = await self.try_acquire_or_renew(port)
                 except (KubeError, OSError, TimeoutError) as err:
                     log.warning("lease %s/%s: %r", self.namespace, self.name, err)
                     won = False
-                if won:
+                if won and started + self.renew_deadline > self.monotonic():
                     self._extend(started + self.renew_deadline)
-                elif self.leading.is_set() and self.monotonic() >= self._valid_until:
+                elif self._valid_until and self.monotonic() >= self._valid_until:
                     self._step_down()
                 await asyncio.sleep(self.retry_period)
         finally:
-            if self.leading.is_set():
+            if self._valid_until:
                 self._step_down()
+            await port.close()
 
     def _extend(self, until: float) -> None:
+        began = not self._valid_until
         self._valid_until = until
         if self._expiry is not None:
             self._expiry.cancel()
         loop = asyncio.get_running_loop()
         self._expiry = loop.call_at(loop.time() + (until - self.monotonic()), self._expired)
-        if not self.leading.is_set():
+        if began:
             log.info("%s became the leader", self.identity)
-            self.leading.set()
+            self._tell(self._began)
 
     def _expired(self) -> None:
         self._expiry = None
-        if self.leading.is_set() and self.monotonic() >= self._valid_until:
+        if self._valid_until and self.monotonic() >= self._valid_until:
             log.warning("%s could not renew its lease in time and steps down", self.identity)
             self._step_down()
 
@@ -107,11 +154,27 @@ class LeaderElector:
             self._expiry.cancel()
             self._expiry = None
         self._valid_until = 0.0
-        self.leading.clear()
-        for callback in self.on_lost:
-            callback()
+        self._tell(self._ended)
 
-    async def try_acquire_or_renew(self) -> bool:
+    def _tell(self, news: Callable[[], None]) -> None:
+        """Hand news of a term to the caller's loop (in order: a step-down before the next term's start)."""
+        assert self._caller is not None
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is left to tell
+            self._caller.call_soon_threadsafe(news)
+
+    def _began(self) -> None:
+        self.term += 1
+        self.leading.set()
+
+    def _ended(self) -> None:
+        if self.leading.is_set():
+            self.leading.clear()
+            for callback in self.on_lost:
+                callback()
+
+    async def try_acquire_or_renew(self, port: KubePort | None = None) -> bool:
+        """One attempt, on `port` (the elector's own by default)."""
+        port = self.port if port is None else port
         now = datetime.now(UTC)
         spec = {
             "holderIdentity": self.identity,
@@ -121,12 +184,12 @@ class LeaderElector:
             "leaseTransitions": 0,
         }
         try:
-            lease = await self.port.get(LEASES, self.name, self.namespace)
+            lease = await port.get(LEASES, self.name, self.namespace)
         except KubeError as err:
             if err.code != 404:
                 raise
             try:
-                await self.port.create(LEASES, {"metadata": {"name": self.name}, "spec": spec}, self.namespace)
+                await port.create(LEASES, {"metadata": {"name": self.name}, "spec": spec}, self.namespace)
                 return True
             except KubeError as lost:
                 if lost.code == 409:
@@ -147,9 +210,14 @@ class LeaderElector:
             spec["leaseTransitions"] = held.get("leaseTransitions", 0) + 1
         body = {"metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": rv}, "spec": spec}
         try:
-            await self.port.replace(LEASES, self.name, body, self.namespace)
+            await port.replace(LEASES, self.name, body, self.namespace)
         except KubeError as err:
             if err.code == 409:
                 return False
             raise
         return True
+
+
+def _settle(future: asyncio.Future[BaseException | None], outcome: BaseException | None) -> None:
+    if not future.done():
+        future.set_result(outcome)

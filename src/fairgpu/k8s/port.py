@@ -70,4 +70,9 @@ class KubePort(Protocol):
         budget refuses it (not rate limiting). `uid`: a precondition, 409 if the pod by that name is another."""
         ...
 
+    async def reconnect(self) -> KubePort:
+        """A client of its own (session, connection pool) to the same server as the same user and agent, for
+        the event loop that calls this (a session belongs to the loop it was made on)."""
+        ...
+
     async def close(self) -> None: ...

@@ -337,9 +337,15 @@ async def _parse(request: web.Request) -> AdmissionReview | web.Response:
 
 
 def webhook_app(
-    queues: QueueLookup, scheduler_name: str = "fairgpu", trust: Trust | None = None, config: HamiConfig = DEFAULT_HAMI
+    queues: QueueLookup,
+    scheduler_name: str = "fairgpu",
+    trust: Trust | Callable[[], Trust] | None = None,
+    config: HamiConfig = DEFAULT_HAMI,
 ) -> web.Application:
-    trust = trust or Trust()
+    """The webhook's handlers. `trust` may be a callable asked at every request (identity.TrustedIdentities,
+    which follows the mounted ConfigMap)."""
+    fixed = trust or Trust()
+    current = fixed if callable(fixed) else lambda: fixed
     rules = config.rules()
 
     async def mutate_handler(request: web.Request) -> web.Response:
@@ -351,10 +357,10 @@ def webhook_app(
             return _review(req, {"allowed": True})
         workload = (req.kind.get("group", ""), req.kind.get("kind")) in TEMPLATE_KINDS
         if workload and req.operation in ("CREATE", "UPDATE"):
-            return _patched(req, mutate_workload(req, trust))
+            return _patched(req, mutate_workload(req, current()))
         if req.kind.get("kind") != "Pod" or req.operation != "CREATE":
             return _review(req, {"allowed": True})
-        return _patched(req, mutate(req.object, req.user_info.username, scheduler_name, trust, config))
+        return _patched(req, mutate(req.object, req.user_info.username, scheduler_name, current(), config))
 
     async def validate_handler(request: web.Request) -> web.Response:
         review = await _parse(request)
@@ -363,7 +369,7 @@ def webhook_app(
         req = review.request
         problem = None
         if req.kind.get("kind") == "Pod" and req.object is not None:
-            user = req.user_info.username
+            user, trust = req.user_info.username, current()
             if req.operation == "CREATE":
                 problem = check_create(req.object, req.namespace, user, trust, queues, scheduler_name, rules)
             elif req.operation == "UPDATE" and req.old_object is not None:

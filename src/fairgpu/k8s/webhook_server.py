@@ -1,7 +1,8 @@
 """The admission webhook's HTTPS server: on a thread and event loop of its own, so it answers within its
 timeout whatever the scheduling loop is doing (a long engine cycle blocks that loop, never this one), with a
 serving certificate that follows its files when they rotate (cert-manager renews the Secret, the kubelet
-swaps the mounted files)."""
+swaps the mounted files), and whatever else the app reads from mounted files checked as often (`watch`:
+the trusted identities)."""
 
 from __future__ import annotations
 
@@ -64,10 +65,11 @@ class WebhookServer:
         cert_file: str,
         key_file: str,
         reload_every: float = 1.0,
+        watch: tuple[Callable[[], object], ...] = (),
     ) -> None:
         self.make_app, self.host, self.requested_port = app, host, port
         self.cert = ReloadingCert(cert_file, key_file)
-        self.reload_every = reload_every
+        self.reload_every, self.watch = reload_every, watch
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="webhook")
         self.port = 0
@@ -91,6 +93,8 @@ class WebhookServer:
         while True:
             await asyncio.sleep(self.reload_every)
             self.cert.check()
+            for check in self.watch:
+                check()
 
     def stop(self) -> None:
         async def _stop() -> None:

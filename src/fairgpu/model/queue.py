@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,12 +25,15 @@ class PreemptionPolicy:
     within_queue: str = "Never"  # "LowerPriority": evict this queue's own lower-priority workloads
     min_runtime: float = 0.0  # seconds: a younger workload of this queue is not a victim
     grace_period: float = 0.0  # seconds between the eviction notice and its GPUs being free
+    # seconds: fair share evicts this queue's workloads only while they have run less than this (bounds
+    # the work one such eviction loses); reclaim of lent guarantee is not bounded by it
+    fair_share_max_runtime: float = math.inf
 
     def __post_init__(self) -> None:
         if self.within_queue not in WITHIN_QUEUE:
             raise InputError(f"within_queue must be one of {', '.join(WITHIN_QUEUE)}")
-        if self.min_runtime < 0 or self.grace_period < 0:
-            raise InputError("min_runtime and grace_period must not be negative")
+        if min(self.min_runtime, self.grace_period, self.fair_share_max_runtime) < 0:
+            raise InputError("min_runtime, grace_period and fair_share_max_runtime must not be negative")
 
 
 WITHIN_QUEUE = ("Never", "LowerPriority")

@@ -27,10 +27,10 @@ from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 # pod keys already counted into the mix, least recently tried first: a pod tried again after this many
 # other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
 _REMEMBERED = 1 << 16
-_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -269,16 +269,19 @@ class Fragmentation:
         boosts move in powers of two, so rarely)."""
         w = self._p
         if self.compiled:
-            w = kernels.weights(w, agg.hosts, agg.room, int(agg.free_total[0]), self.scarce, self.pressure)
-        if self.scarce and not self.compiled:
-            few = agg.hosts < self.scarce
-            boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
-            w = (w * np.where(few, boost, 1.0)).astype(np.float32)
-        if self.pressure and not self.compiled:
-            ratio = agg.free_total[0] / np.maximum(agg.room, 1.0)
-            boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
-            w = (w * boost).astype(np.float32)
-        if not np.array_equal(w, self._w):
+            total = int(agg.free_total[0])
+            w, changed = kernels.weights(w, agg.hosts, agg.room, total, self.scarce, self.pressure, self._w)
+        else:
+            if self.scarce:
+                few = agg.hosts < self.scarce
+                boost = np.exp2(np.ceil(np.log2(self.scarce / np.maximum(agg.hosts, 1))))
+                w = (w * np.where(few, boost, 1.0)).astype(np.float32)
+            if self.pressure:
+                ratio = agg.free_total[0] / np.maximum(agg.room, 1.0)
+                boost = np.exp2(np.round(np.log2(np.clip(ratio, 1.0, self.pressure))))
+                w = (w * boost).astype(np.float32)
+            changed = not np.array_equal(w, self._w)
+        if changed:
             self._w = w
             self._generation += 1
             agg.usable = None
@@ -407,13 +410,16 @@ class Fragmentation:
         assert pod.gpu is not None
         free = agg.free[rows]
         least = max(pod.gpu.cores, 1)
-        room = free >= least
         if self.compiled:
             first, sub, slots = kernels.distinct_slots(free, least)
-        else:
-            same = free[:, :, None] == free[:, None, :]
-            first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
-            sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
+            deltas = self._slot_deltas(pod, agg, rows[sub], slots)
+            return np.asarray(
+                kernels.spread_slots(first, sub, slots, deltas, free, least, self._starved(pod, agg, rows))
+            )
+        room = free >= least
+        same = free[:, :, None] == free[:, None, :]
+        first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores
+        sub, slots = np.nonzero(room & (first == np.arange(free.shape[1])))
         out = np.full(free.shape, np.inf)
         out[sub, slots] = self._slot_deltas(pod, agg, rows[sub], slots)
         out = np.take_along_axis(out, first, axis=1)

@@ -3,7 +3,7 @@
 Each kernel does in one pass what the plugin's NumPy path does in a dozen array operations on a few rows,
 where the cost is the operations' count, not their size. They compute the same values in the same
 floating-point types and order, so results are bit-identical to the NumPy path
-(tests/test_fragmentation_kernels.py); the weighted sums over shapes stay NumPy matrix products on the
+(tests/test_evaluations.py); the weighted sums over shapes stay NumPy matrix products on the
 matrices built here, so the summation order is NumPy's in both paths and a change of shape weights
 changes nothing here.
 """
@@ -177,10 +177,10 @@ def starved(
 
 @njit(cache=True)
 def weights(
-    p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int
-) -> np.ndarray:
+    p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int, now: np.ndarray
+) -> tuple[np.ndarray, bool]:
     """(T,) float32: the mix `p` with the scarcity and pressure boosts, in the NumPy path's operations and
-    types (a boost is a power of two, so each product is exact)."""
+    types (a boost is a power of two, so each product is exact); and whether they differ from `now`."""
     out = np.empty(p.shape[0], dtype=np.float32)
     for t in range(p.shape[0]):
         w = p[t]
@@ -190,7 +190,10 @@ def weights(
             ratio = min(max(free_total / max(room[t], 1.0), 1.0), np.float64(pressure))
             w = np.float32(np.float64(w) * np.exp2(np.rint(np.log2(ratio))))
         out[t] = w
-    return out
+    changed = now.shape[0] != out.shape[0]
+    for t in range(out.shape[0]):
+        changed = changed or out[t] != now[t]
+    return out, changed
 
 
 @njit(cache=True)
@@ -203,4 +206,30 @@ def best_gpu(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> np.ndar
             if slots[i, g] and delta[nodes[i], g] < best:
                 best = delta[nodes[i], g]
         out[i] = best
+    return out
+
+
+@njit(cache=True)
+def spread_slots(
+    first: np.ndarray,
+    sub: np.ndarray,
+    slots: np.ndarray,
+    deltas: np.ndarray,
+    free: np.ndarray,
+    least: int,
+    starved: np.ndarray,
+) -> np.ndarray:
+    """(rows, G): each GPU's change from the first GPU of its node with the same free cores (`deltas[j]` is
+    that of GPU slots[j] of row sub[j]), inf where fewer than `least` cores are free, plus the row's
+    `starved` term."""
+    n, gpus = free.shape
+    at = np.full((n, gpus), -1, dtype=np.int64)
+    for j in range(sub.shape[0]):
+        at[sub[j], slots[j]] = j
+    out = np.empty((n, gpus), dtype=np.float64)
+    for r in range(n):
+        for g in range(gpus):
+            j = at[r, first[r, g]]
+            d = deltas[j] if free[r, g] >= least and j >= 0 else np.inf
+            out[r, g] = d + starved[r]
     return out

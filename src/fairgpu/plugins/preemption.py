@@ -7,7 +7,8 @@ Rules (queue policies, design/ARCHITECTURE.md "Tenants: queues"):
   above theirs; fair share: a queue still at or below its fair share may evict from queues above theirs;
   within the queue: a higher-priority workload may evict the queue's own lower-priority ones;
 - protected: workloads younger than their queue's min_runtime, and `preemptible: false` workloads of a
-  queue within its guarantee;
+  queue within its guarantee; from fair share (not from reclaim), workloads that have run at least their
+  queue's fair_share_max_runtime, which bounds the work such an eviction loses;
 - no ping-pong: afterwards the preemptor's share ratio (usage over entitlement) must be no higher than
   each victim queue's, so every eviction strictly reduces unfairness and preemption terminates. Reclaim
   is held to it too: a victim larger than the need frees room that the preemptor's queue would borrow
@@ -64,19 +65,21 @@ class Preemption:
         policy = tree.queues[p].preemption
         usage = ctx.usage
         within = np.all(usage <= tree.guaranteed + _TOL, axis=1)  # (Q,)
-        ratio = _ratios(view, usage)
-        other = _reclaimable(ctx)
+        reclaim = _reclaimable(ctx)
+        fair = np.zeros_like(reclaim)
         if policy.fair_share and after_p <= 1.0 + _TOL:
-            other |= ratio > 1.0 + _TOL
-        other[p] = False
-        if not other.any() and policy.within_queue != "LowerPriority":
+            fair = _ratios(view, usage) > 1.0 + _TOL
+        reclaim[p] = fair[p] = False
+        if not (reclaim | fair).any() and policy.within_queue != "LowerPriority":
             return np.zeros(0, dtype=bool)  # no queue it may take from: no need to look at running work
         t = ctx.victims
-        ok = other[t.queue]
+        ran = ctx.now - t.started
+        max_runtime = np.array([q.preemption.fair_share_max_runtime for q in tree.queues])
+        ok = reclaim[t.queue] | (fair[t.queue] & (ran < max_runtime[t.queue]))
         if policy.within_queue == "LowerPriority":
             ok |= (t.queue == p) & (t.priority < ctx.workload.priority)
         min_runtime = np.array([q.preemption.min_runtime for q in tree.queues])
-        ok &= ctx.now - t.started >= min_runtime[t.queue]
+        ok &= ran >= min_runtime[t.queue]
         ok &= ~(t.whole & ~t.preemptible & within[t.queue])  # preemptible: false holds within the guarantee
         eligible: np.ndarray = ok & t.alive
         return eligible

@@ -36,13 +36,15 @@ class FairShare:
     within_queue: str = "queue"
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
-        tree, ratio, usage, count = view.tree, view.share_ratio, view.usage_dom, active.count
+        tree = view.tree
+        # as Python floats: the same order, without a NumPy scalar per comparison
+        ratio, usage, count = view.share_ratio.tolist(), view.usage_dom.tolist(), active.count.tolist()
         level = tree.roots
         while True:
             live = [q for q in level if count[q] > 0]
 
             def key(q: int) -> tuple[float, float, float, int]:
-                first = active.head(q).submit_time if tree.is_leaf[q] else 0.0
+                first = active.head(q).submit_time if not tree.children[q] else 0.0
                 return (ratio[q], usage[q], first, q)
 
             best = min(live, key=key) if len(live) > 1 else live[0]

@@ -117,6 +117,7 @@ def queue_doc(q: QueueSpec) -> dict[str, Any]:
             "within_queue": p.within_queue,
             "min_runtime": p.min_runtime,
             "grace_period": p.grace_period,
+            "fair_share_max_runtime": None if math.isinf(p.fair_share_max_runtime) else p.fair_share_max_runtime,
         }
     return doc
 
