@@ -101,6 +101,13 @@ class Reporter:
         self.last[f"node/{node}"] = message
         self._spawn(self._event("default", node, "", "GPUsNotScheduled", message, "Warning", "Node"))
 
+    def trust_news(self, configmap: tuple[str, str], problem: bool, message: str) -> None:
+        """A reload of the mounted trusted-identities list, as an Event on its ConfigMap (`kubectl describe
+        configmap`): a Warning naming the file and what is wrong with it, or whom it now trusts."""
+        ns, name = configmap
+        reason, kind = ("TrustedIdentitiesInvalid", "Warning") if problem else ("TrustedIdentitiesReloaded", "Normal")
+        self._spawn(self._event(ns, name, "", reason, message, kind, "ConfigMap"))
+
     async def queue_invalid(self, name: str, problem: str) -> None:
         condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
         try:
