@@ -165,11 +165,11 @@ class TrustedIdentities:
         try:
             trust = self._with(read_trusted(self.directory))
         except InputError as err:
-            if str(err) != self.problem:
+            known, self.problem = self.problem, str(err)
+            if str(err) != known:
                 message = f"trusted identities not reloaded, the last good list stays: {err}"
                 log.error("%s", message)
                 self._tell(True, message)
-            self.problem = str(err)
             return False
         self.problem = None
         if trust == self._trust:
@@ -181,8 +181,13 @@ class TrustedIdentities:
         return True
 
     def _tell(self, problem: bool, message: str) -> None:
+        """Best effort: a listener that fails must not stop the caller's reloads (the webhook's reloader also
+        renews its serving certificate)."""
         if self.on_news is not None:
-            self.on_news(problem, message)
+            try:
+                self.on_news(problem, message)
+            except Exception:
+                log.exception("trusted identities: telling of %r failed", message)
 
 
 def owner_of(meta: dict) -> str:
