@@ -227,3 +227,107 @@ def test_free_gpus_on_a_node_with_no_cpu_or_memory_left_at_all_are_idle_for_cpu_
     s.cycle(1)
     assert list(s.pending) == ["gpu"]
     assert _idle(s, 1) == {"cpu_memory": 2}
+
+
+# -- framework/explain.py -------------------------------------------------------------------------------------------
+
+
+def test_the_cluster_position_is_given_for_ten_thousand_ahead_and_none_past_that():
+    """docs/dashboard.md: `position_in_cluster` is null past 10,000 ahead; the CLI prints ">10000"."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    for i in range(10_001):
+        s.submit(Workload(f"w{i}", "q", (whole(1),), submit_time=1 + i))
+    last, past = s.explain("w9999", 20_000), s.explain("w10000", 20_000)
+    assert (last.position_in_cluster, past.position_in_cluster) == (10_000, None)
+    assert "position in cluster order: 10000 of 10001" in last.lines()
+    assert "position in cluster order: >10000 of 10001" in past.lines()
+
+
+def test_a_running_workload_is_explained_with_no_place_in_any_order():
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    s.submit(Workload("wait", "q", (whole(1),), submit_time=1))
+    got = s.explain("run", 1).to_json()
+    assert (got["state"], got["started"], got["reasons"]) == ("running", 0.0, [])
+    assert [got[k] for k in ("position_in_queue", "queue_pending", "position_in_cluster", "cluster_pending")] == [
+        None,
+        0,
+        None,
+        0,
+    ]
+
+
+def test_a_workload_that_fits_once_the_reservation_it_would_avoid_has_lapsed_is_not_told_of_it():
+    """The gang's hold on both nodes starts at t=60; at t=61 it has lapsed (the gang did not start). A 1-GPU
+    job that fits in s0's freed GPU is told it waits for its queue's turn, not that the nodes are held; at
+    t=30, with the hold still ahead, it is told of the hold."""
+    from conftest import job, starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    s.remove("s0", finished_at=30)
+    s.submit(job("late", "stream", whole(1), t=30))
+    assert s.explain("late", 30).reasons == ["reserved for another workload: nodes held for gang until t=1m"]
+    assert s.explain("late", 61).reasons[0].startswith("fair share: waiting for its turn")
+
+
+def test_a_workload_its_quota_refuses_is_told_that_alone_not_also_of_nodes_held_for_others():
+    """Queue stream may hold 3 GPUs and holds them, one GPU is free; the gang holds both nodes from t=60. A
+    1-GPU stream job is refused by the quota: that is its reason, though it would also meet the hold."""
+    import numpy as np
+
+    from conftest import job
+    from fairgpu import resources as r
+
+    limit = np.full(len(r.FAIR_DIMS), np.inf)
+    limit[r.DIM_GPU] = 3
+    queues = QueueTree([QueueSpec("stream", limit=limit), QueueSpec("train", starvation_after=0)])
+    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
+    for i in range(3):
+        s.submit(job(f"s{i}", "stream", whole(1)))
+    s.cycle(0)
+    s.submit(job("gang", "train", whole(2), pods=2, t=1))
+    s.cycle(1)
+    assert s.reservations["gang"].fit.at == 60 and int(s.state.node_idle_gpus.sum()) == 1
+    s.submit(job("late", "stream", whole(1), t=2))
+    reasons = s.explain("late", 2).reasons
+    assert len(reasons) == 1 and reasons[0].startswith("quota: ")
+
+
+# -- framework/backlog.py: a queue fair among its users, in the cycle ------------------------------------------------
+
+
+def _lab(running: list[tuple[str, str]]) -> Scheduler:
+    """n0 has 2 GPUs; queue x holds one; lab (fair among its users) runs `running` (name, user), 1 GPU each."""
+    queues = QueueTree([QueueSpec("lab", fair_within="users"), QueueSpec("x")])
+    s = Scheduler([gpu_node("n0", gpus=2 + len(running))], queues, load_profile("fairgpu"))
+    s.submit(Workload("xx", "x", (whole(1),)))
+    for name, user in running:
+        s.submit(Workload(name, "lab", (whole(1),), user=user))
+    s.cycle(0)
+    assert sorted(s.running) == sorted(["xx", *(n for n, _ in running)])
+    return s
+
+
+def test_in_a_queue_fair_among_users_the_one_free_gpu_goes_to_the_user_holding_nothing():
+    """alice holds 1 GPU, bob nothing; of their two waiting jobs, alice's is older. One GPU is free: bob's
+    job takes it."""
+    s = _lab([("a0", "alice")])
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=1, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["b1"]
+
+
+def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again():
+    """alice's job ended: she holds nothing, as bob, who never ran anything; of their waiting jobs the older,
+    alice's, takes the one free GPU."""
+    s = _lab([("a0", "alice")])
+    s.remove("a0", finished_at=1)
+    s.submit(Workload("hold", "x", (whole(1),), submit_time=1))
+    s.cycle(1)
+    assert "hold" in s.running
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=2, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=3, user="bob"))
+    assert s.cycle(3).started == ["a1"]
