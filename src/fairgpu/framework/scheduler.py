@@ -427,11 +427,12 @@ class Scheduler:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         self.preempting.placements_changed()
-        charge = sign * self.accounting.charge(pod)
+        pod_charge = self.accounting.charge(pod)
         backlog = self.backlogs[entry.queue]
         if backlog.by_user:  # only a queue fair among its users keeps what each holds
-            backlog.account(entry.user, self.accounting.dominant(charge))
-        self.view.add_usage(entry.queue, charge)
+            # the pod's dominant share, then signed: the max of a negated vector is its least share
+            backlog.account(entry.user, sign * self.accounting.dominant(pod_charge))
+        self.view.add_usage(entry.queue, sign * pod_charge)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
