@@ -331,9 +331,9 @@ def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
     cores, then a 1-GPU pod asking 10 (seen, not placed): 20 cores per GPU, CPU-only pods included. A
     CPU-only 10-core pod on g2 leaves 82 cores for 8 GPUs that need 160: GPU capacity its CPU cannot feed
     goes from 800 - 92,000 / 200 = 340 to 390 (% of a GPU), priced at the weight of the shape that can use it
-    (1 x 8, scarce: 16 / 2 hosts) = +400; t4 keeps 118 cores for 2 GPUs needing 40: 0. The GPU shape fits both nodes before and after, so FGD's own measure is 0 on both.
-    Counting GPU pods' CPU alone (10 per GPU), g2's 82 cores still feed its 8 GPUs, both score 0 and
-    Binpack's tie-break takes g2, the fuller."""
+    (1 x 8, scarce: 16 / 2 hosts) = +400; t4 keeps 118 cores for 2 GPUs needing 40: 0. The GPU shape fits
+    both nodes before and after, so FGD's own measure is 0 on both. Counting GPU pods' CPU alone (10 per
+    GPU), g2's 82 cores still feed its 8 GPUs, both score 0 and Binpack's tie-break takes g2, the fuller."""
     nodes = [gpu_node("g2", gpus=8, cpu_m=96_000), gpu_node("t4", gpus=2, model="T4", cpu_m=128_000)]
     view, prof = view_of(nodes)
     view.state.assign("busy", view.state.placement_for(PodSpec(cpu_m=4000, memory_mib=1024), 0, ()))
