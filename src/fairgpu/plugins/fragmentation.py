@@ -55,6 +55,10 @@ class _Aggregates:
     free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
     at: int  # the state's version when last brought up to date
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
+    # (N,) cpu_balance's CPU per GPU percent that each node's free GPUs need, and the price of one starved
+    # percent there, valid with `usable`
+    need: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    price: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
     # repeat, and between two placements only the nodes that changed need scoring again
     deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
@@ -226,8 +230,12 @@ class Fragmentation:
             self._reweigh(agg)
         if agg.usable is not None and rows.size:
             agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
+            if self.cpu_balance:
+                agg.need[rows], agg.price[rows] = self._cpu_need(agg, rows)
         if agg.usable is None:
-            agg.usable = self._after(agg, np.arange(state.num_nodes), 0, 0, 0, 0)
+            every = np.arange(state.num_nodes)
+            agg.usable = self._after(agg, every, 0, 0, 0, 0)
+            agg.need, agg.price = self._cpu_need(agg, every) if self.cpu_balance else (every * 0.0, every * 0.0)
         agg.at = state.version
         return agg
 
@@ -366,25 +374,32 @@ class Fragmentation:
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in the price of the GPU capacity the node's free CPU could not feed (cpu_balance) once the pod
-        took its GPU capacity and CPU: at the CPU per GPU the shapes that can use the node need, each unit
-        priced at what FGD's measure charges for a unit none of those shapes can use (their weights' sum)."""
-        if not self.cpu_balance or not self._need_gpu.any():
+        took its GPU capacity and CPU, at the node's need and price as it is (`_cpu_need`): taking CPU never
+        lowers the estimate."""
+        if not self.cpu_balance:
             return np.zeros(len(rows))
-        if self.compiled:
-            uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, self._k, self._mem)
-        else:
-            uses = ((agg.fit_count[rows] >= self._k) & (agg.mem[rows][:, None] >= self._mem) & agg.access[rows]) * 1.0
-        # a shape uses the node when it has a model it allows, enough GPUs with room and enough memory (CPU is
-        # what is priced here); sums of integers, so exact in any order
-        cpu_of, gpu_of, price = uses @ self._need_cpu, uses @ self._need_gpu, uses @ self._w.astype(np.float64)
-        need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + self._cpu_only_per_core
-        # else no shape can use the node (FGD's measure counts all of it lost already) or they need no CPU
-        ok = (gpu_of > 0) & (need > 0)
+        need, price = agg.need[rows], agg.price[rows]
+        ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
         free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
         before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
         after = np.maximum(0.0, free - taken - np.divide(cpu - pod.cpu_m, need, out=np.zeros(len(rows)), where=ok))
         return np.asarray(self.cpu_balance * price * np.where(ok, after - before, 0.0))
+
+    def _cpu_need(self, agg: _Aggregates, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows,) the CPU per GPU percent the node's free GPUs need: that of the shapes that can use them (a
+        model they allow, enough GPUs with room, enough memory; CPU is what is priced), by GPU demand, plus
+        the CPU-only pods' share; and the price of a percent they cannot feed: what FGD's measure charges for
+        a percent none of those shapes can use, the sum of their weights. Need 0 where no shape can use the
+        node or none needs CPU."""
+        if self.compiled:
+            uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, self._k, self._mem)
+        else:
+            uses = ((agg.fit_count[rows] >= self._k) & (agg.mem[rows][:, None] >= self._mem) & agg.access[rows]) * 1.0
+        # sums of integers, so exact in any order
+        cpu_of, gpu_of, price = uses @ self._need_cpu, uses @ self._need_gpu, uses @ self._w.astype(np.float64)
+        need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + self._cpu_only_per_core
+        return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
 
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
