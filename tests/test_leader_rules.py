@@ -8,6 +8,8 @@ import asyncio
 import copy
 import selectors
 
+import pytest
+
 from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.leader import LeaderElector
@@ -237,3 +239,19 @@ def test_a_renewal_begun_just_before_the_term_ends_is_cut_off_at_the_term_end_no
     assert lost == [10.0, 13.5]  # and when the election is stopped
     assert seen["10.5"] == (False, 0.0)
     assert a.term == 2
+
+
+def test_an_election_that_fails_on_its_own_thread_raises_its_error_to_the_caller():
+    """The elector's thread cannot open its own connection: run() raises that error where the controller awaits
+    it (so `fairgpu run` stops with it) instead of returning as if the election had been stopped."""
+
+    class Unreachable:
+        async def reconnect(self) -> None:
+            raise OSError("connection refused: apiserver unreachable")
+
+    async def go() -> None:
+        a = LeaderElector(Unreachable(), "fairgpu-system", "fairgpu", "A")  # type: ignore[arg-type]
+        await asyncio.wait_for(a.run(), 10)
+
+    with pytest.raises(OSError, match="apiserver unreachable"):
+        asyncio.run(go())
