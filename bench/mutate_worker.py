@@ -7,7 +7,8 @@ In a function numba compiles, the child replaces the module's compiled function 
 mutated code (callers reach it through the module, as `kernels.name`); the others were loaded once, before
 forking, from numba's on-disk cache (keyed by the source's content, so valid again once the file is restored),
 so a child compiles only the mutant.
-Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, spawn).
+Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, jit, spawn),
+and for a kill the test that failed (`killer`, from pytest's JUnit report).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 import types
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ from mutate import mutated_tree
 
 ROOT = Path.cwd()
 PYTEST_ARGS = ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts="]
+REPORT = ROOT / ".mutate-report.xml"  # each run's JUnit report: which test killed the mutant
 
 
 def _preimport() -> dict[tuple[str, str], list[types.FunctionType]]:
@@ -141,14 +144,14 @@ def _fork(
                 )
             for f in funcs:
                 f.__code__ = code
-            status = int(pytest.main([*PYTEST_ARGS, *tests]))
+            status = int(pytest.main([*PYTEST_ARGS, f"--junitxml={REPORT}", *tests]))
         finally:
             os._exit(status)
     return _wait(pid, timeout)
 
 
 def _spawn(tests: list[str], timeout: float) -> int | None:
-    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests]
+    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, f"--junitxml={REPORT}", *tests]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         return proc.wait(timeout=timeout)
@@ -156,6 +159,18 @@ def _spawn(tests: list[str], timeout: float) -> int | None:
         _kill_group(proc.pid)
         proc.wait()
         return None
+
+
+def _killer() -> str | None:
+    """The node id (parameters dropped, as the coverage map has it) of the test that failed in the last run."""
+    try:
+        root = ET.parse(REPORT).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            return f"tests/{case.get('classname', '').split('.')[-1]}.py::{case.get('name', '').split('[')[0]}"
+    return None
 
 
 def run(request: dict[str, object], index: dict[tuple[str, str], list[types.FunctionType]]) -> dict[str, object]:
@@ -169,13 +184,18 @@ def run(request: dict[str, object], index: dict[tuple[str, str], list[types.Func
     code = _code_named(compile(tree, str(path), "exec"), scope) if funcs or jit else None
     swappable = code is not None and all(len(f.__code__.co_freevars) == len(code.co_freevars) for f in funcs)
     began = time.monotonic()
+    REPORT.unlink(missing_ok=True)
     try:
         path.write_text(ast.unparse(tree))
         status = _fork(funcs, code, tests, timeout, jit) if swappable and code else _spawn(tests, timeout)
     finally:
         path.write_text(original)
     mode = ("jit" if jit else "fork") if swappable else "spawn"
-    return {"outcome": _outcome(status), "seconds": round(time.monotonic() - began, 2), "mode": mode}
+    seconds = round(time.monotonic() - began, 2)
+    answer: dict[str, object] = {"outcome": _outcome(status), "seconds": seconds, "mode": mode}
+    if answer["outcome"] == "killed":
+        answer["killer"] = _killer()
+    return answer
 
 
 def _compile_tests() -> None:
