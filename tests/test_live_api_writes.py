@@ -120,3 +120,38 @@ def test_events_are_counted_aggregated_and_rate_limited_like_client_go():
     now[0] += 300.0  # one token back after SPAM_EVERY
     asyncio.run(emit("spam", "waiting"))
     assert rec.dropped == 10
+
+
+def test_a_pending_pods_reason_survives_failed_condition_writes(fake_api, tmp_path):
+    """A loaded soak ended with a pending pod that carried no reason: its one PodScheduled=False write met an
+    injected 409 (which the client, unlike a 5xx, does not retry), and as its reason did not change, the
+    reporter (which posts a message once) never wrote it again. Now a failed write is tried again while it is
+    still the pod's latest reason: two refused writes, and the third lands, with no second explanation."""
+    fake_api.control("device-plugin")
+
+    async def go() -> dict:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2)
+        await port.create(PODS, chaos_pod("a", "fits", ONE), "a")
+        await port.create(PODS, chaos_pod("a", "big", {"nvidia.com/gpu": "8"}), "a")  # 8 of 2×4 vGPUs: never
+        fake_api.control("fault", code=409, count=2, verb="PATCH", path_contains="/pods/big/status")
+        ctl = Controller(port, load_profile("fairgpu"))
+        ctl.reporter.explain_every = 60.0  # no second explanation within the test: the retry alone must land it
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1, 10, "the pod that fits")
+            await until(lambda: _reason(pods_now(fake_api)["a/big"]), 10, "big's reason")
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await port.close()
+        return pods_now(fake_api)["a/big"]
+
+    big = asyncio.run(asyncio.wait_for(go(), 40))
+    assert fake_api.control("state")["injected"].get("before 409") == 2  # both faults hit big's writes
+    assert _reason(big) == "workload a/big: nvidia.com/gpu 8 is more than any node has", _reason(big)
+
+
+def _reason(pod: dict) -> str:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return next((c.get("message", "") for c in conds if c.get("type") == "PodScheduled" and c["status"] == "False"), "")

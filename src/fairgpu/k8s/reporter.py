@@ -20,6 +20,11 @@ from fairgpu.k8s.identity import USER_ANNOTATION
 from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
+# A condition write that failed is tried again this often, backing off, while its message is still the pod's
+# latest: unchanged messages are not posted again, so without this a pod whose one write met a 5xx or a
+# conflict kept no reason at all for as long as its reason stayed the same.
+CONDITION_TRIES = 5
+CONDITION_BACKOFF = 0.5  # seconds before the first retry, doubling
 
 
 def _now() -> str:
@@ -51,7 +56,7 @@ class Reporter:
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, uid, "FailedScheduling", message, "Warning"))
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        self._spawn(self._condition(ns, name, {**condition, "lastTransitionTime": _now()}))
+        self._spawn(self._condition(key, message, {**condition, "lastTransitionTime": _now()}))
 
     def unattributed(self, key: str, uid: str, owner: dict) -> None:
         """A pod made from its owner's template that carries no user (webhook.stamp): it waits, saying why and
@@ -179,12 +184,23 @@ class Reporter:
         async with self._slots:
             await self.events.write(*observed)
 
-    async def _condition(self, ns: str, name: str, condition: dict) -> None:
-        async with self._slots:
-            try:
-                await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
-            except KubeError as err:
-                log.info("condition for %s/%s not set: %s", ns, name, err)
+    async def _condition(self, key: str, message: str, condition: dict) -> None:
+        ns, name = key.split("/", 1)
+        for attempt in range(CONDITION_TRIES):
+            if self.last.get(key) != message:
+                return  # superseded (a newer reason, or the pod was scheduled): that write is what counts
+            async with self._slots:
+                try:
+                    body = {"status": {"conditions": [condition]}}
+                    await self.port.patch(PODS, name, body, ns, subresource="status")
+                    return
+                except KubeError as err:
+                    if err.code == 404:
+                        return  # the pod is gone
+                    log.info("condition for %s not set (attempt %d): %s", key, attempt + 1, err)
+            await asyncio.sleep(CONDITION_BACKOFF * 2**attempt)
+        if self.last.get(key) == message:
+            del self.last[key]  # posted again at the pod's next explanation
 
 
 def _vector(v: np.ndarray) -> dict[str, str]:
