@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -421,8 +422,25 @@ def summarize(results: list[dict[str, object]], total: int) -> dict[str, object]
     }
 
 
+# A forked child collects every test module it is given before its first test runs, which under load costs
+# seconds for a hundred tests; most mutants die in their first few. So a forked mutant runs its tests in
+# stages of these sizes (the same tests, in the same order): a kill in the first costs its modules alone.
+STAGES = (4, 16)
+
+
 def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
     """One mutant against these tests (fastest first, stopping at the first failure)."""
+    cuts = [0, *(c for c in STAGES if c < len(tests)), len(tests)] if m.scope else [0, len(tests)]
+    spent = 0.0
+    for a, b in itertools.pairwise(cuts):
+        answer = _run_stage(worker, m, tests[a:b], seconds, cap)
+        spent += float(answer["seconds"])  # type: ignore[arg-type]
+        if answer["outcome"] != "survived":
+            break
+    return {**answer, "seconds": round(spent, 2)}
+
+
+def _run_stage(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float], cap: float) -> dict[str, object]:
     # TIMEOUT_FACTOR times the tests' baseline (itself measured under tracing): a mutant that makes a loop
     # slower, or a machine under load, is not killed by the clock alone.
     wanted = TIMEOUT_FACTOR * sum(seconds.get(t, 60.0) for t in tests) + 15
@@ -432,6 +450,16 @@ def _run(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, float],
     if answer["outcome"] == "timeout" and wanted > cap:
         answer["outcome"] = "capped"  # stopped by --cap, not by its own tests' time: undecided
     return answer
+
+
+def _kills(results: Iterable[dict[str, object]]) -> dict[tuple[str, str], int]:
+    """(module, test) → how many of the module's mutants that test killed (the worker names the killer)."""
+    out: dict[tuple[str, str], int] = {}
+    for r in results:
+        if r.get("killer"):
+            key = (str(r["file"]), str(r["killer"]))
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _ran_upto(r: dict[str, object]) -> float:
@@ -483,6 +511,12 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once, each by its own worker and copy")
     ap.add_argument("--test", action="append", default=[], help="with --mutant: the test(s) to run (node ids)")
+    ap.add_argument(
+        "--settled",
+        type=Path,
+        help="a file whose lines begin with FILE:INDEX: mutants already decided outside the run (killed by a new "
+        "test, checked with --mutant, or argued equivalent), left out of the passes still to run",
+    )
     args = ap.parse_args()
     files = sorted(
         str(p.relative_to(REPO))
@@ -533,7 +567,17 @@ def main() -> None:
     for scratch in scratches:
         workers.put(Worker(scratch))
 
-    def run_one(m: Mutant, tests: list[str]) -> dict[str, object]:
+    def settled() -> set[str]:
+        """FILE:INDEX of the mutants --settled names, read again before each mutant: it grows during a run."""
+        if args.settled is None or not args.settled.exists():
+            return set()
+        return {line.split()[0] for line in args.settled.read_text().splitlines() if line.strip()}
+
+    def run_one(m: Mutant, tests: list[str]) -> dict[str, object] | None:
+        # decided outside the run after its first pass: its slower tests would only say whether the suite
+        # kills it too (it stays `pending` in the results)
+        if ran[m.key] >= 0 and f"{m.file}:{m.index}" in settled():
+            return None
         worker = workers.get()  # each worker (and its scratch copy) runs one mutant at a time
         try:
             return _run(worker, m, tests, seconds, args.cap)
@@ -544,11 +588,15 @@ def main() -> None:
         for bound in bounds:
             todo = [m for m in every if m.key in ran and ran[m.key] < bound]
             began = time.monotonic()
-            jobs: dict[Future[dict[str, object]], tuple[Mutant, list[str], list[str]]] = {}
+            jobs: dict[Future[dict[str, object] | None], tuple[Mutant, list[str], list[str]]] = {}
+            kills = _kills(done.values())
             for m in todo:
                 covered = covering(m, lines)
                 tests = sorted(infection.narrow(m, covered), key=lambda t: seconds.get(t, 60.0))
                 these = [t for t in tests if ran[m.key] < seconds.get(t, 60.0) <= bound]
+                # a survivor runs them all anyway; a mutant that dies, sooner by the tests that killed most
+                # mutants of its module so far, per second of their time
+                these.sort(key=lambda t: seconds.get(t, 60.0) / (1 + kills.get((m.file, t), 0)))
                 later = [t for t in tests if seconds.get(t, 60.0) > bound]
                 if covered and these:
                     job = pool.submit(run_one, m, these)
@@ -560,6 +608,8 @@ def main() -> None:
             for n, job in enumerate(as_completed(jobs), 1):
                 m, these, later = jobs[job]
                 answer = job.result()
+                if answer is None:
+                    continue
                 if answer["outcome"] == "survived" and later:
                     answer["outcome"] = "pending"  # so far: its slower tests run in a later pass
                     ran[m.key] = bound

@@ -3,7 +3,8 @@ once, then for each mutant (one JSON line on stdin) writes the mutated file (for
 a subprocess), forks, and in the child swaps the mutated function's code into every function object made
 from it before running the tests in-process with pytest.main. A mutant outside any function body (a module
 constant, a class attribute, a default) cannot be swapped in that way and runs in a fresh interpreter instead.
-Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, spawn).
+Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, spawn),
+and for a kill the test that failed (`killer`, from pytest's JUnit report).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 import types
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from mutate import mutated_tree
 
 ROOT = Path.cwd()
 PYTEST_ARGS = ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts="]
+REPORT = ROOT / ".mutate-report.xml"  # each run's JUnit report: which test killed the mutant
 
 
 def _preimport() -> dict[tuple[str, str], list[types.FunctionType]]:
@@ -101,14 +104,14 @@ def _fork(funcs: list[types.FunctionType], code: types.CodeType, tests: list[str
             os.dup2(null, 2)
             for f in funcs:
                 f.__code__ = code
-            status = int(pytest.main([*PYTEST_ARGS, *tests]))
+            status = int(pytest.main([*PYTEST_ARGS, f"--junitxml={REPORT}", *tests]))
         finally:
             os._exit(status)
     return _wait(pid, timeout)
 
 
 def _spawn(tests: list[str], timeout: float) -> int | None:
-    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests]
+    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, f"--junitxml={REPORT}", *tests]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         return proc.wait(timeout=timeout)
@@ -116,6 +119,18 @@ def _spawn(tests: list[str], timeout: float) -> int | None:
         _kill_group(proc.pid)
         proc.wait()
         return None
+
+
+def _killer() -> str | None:
+    """The node id (parameters dropped, as the coverage map has it) of the test that failed in the last run."""
+    try:
+        root = ET.parse(REPORT).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            return f"tests/{case.get('classname', '').split('.')[-1]}.py::{case.get('name', '').split('[')[0]}"
+    return None
 
 
 def run(request: dict[str, object], index: dict[tuple[str, str], list[types.FunctionType]]) -> dict[str, object]:
@@ -128,13 +143,18 @@ def run(request: dict[str, object], index: dict[tuple[str, str], list[types.Func
     code = _code_named(compile(tree, str(path), "exec"), scope) if funcs else None
     swappable = code is not None and all(len(f.__code__.co_freevars) == len(code.co_freevars) for f in funcs)
     began = time.monotonic()
+    REPORT.unlink(missing_ok=True)
     try:
         path.write_text(ast.unparse(tree))
         status = _fork(funcs, code, tests, timeout) if swappable and code else _spawn(tests, timeout)
     finally:
         path.write_text(original)
     mode = "fork" if swappable else "spawn"
-    return {"outcome": _outcome(status), "seconds": round(time.monotonic() - began, 2), "mode": mode}
+    seconds = round(time.monotonic() - began, 2)
+    answer: dict[str, object] = {"outcome": _outcome(status), "seconds": seconds, "mode": mode}
+    if answer["outcome"] == "killed":
+        answer["killer"] = _killer()
+    return answer
 
 
 def _compile_tests() -> None:

@@ -60,6 +60,12 @@ def main() -> None:
     ap.add_argument("--arrival", type=float, default=60.0, help="seconds over which the pods arrive")
     ap.add_argument("--limit", type=float, default=240.0, help="hard bound on one run, seconds")
     ap.add_argument("--hogs", type=int, default=0, help="busy loops run beside the soak")
+    ap.add_argument(
+        "--lease",
+        type=lambda v: tuple(float(x) for x in v.split(",")),
+        default=Chaos.lease,
+        help="DURATION,RENEW_DEADLINE,RETRY seconds (default the chaos run's short 3,2,0.25; deploy/'s is 15,10,2)",
+    )
     args = ap.parse_args()
     hogging = hogs(args.hogs, args.seeds * (args.limit + WATCHDOG_S + 120))
     try:
@@ -82,7 +88,9 @@ def run(args: argparse.Namespace) -> None:
         fake = FakeProcess().start()  # its own process: a starved soak process never makes it answer late
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                chaos = Chaos(seed=seed, nodes=args.nodes, pods=args.pods, arrival_s=args.arrival, limit_s=args.limit)
+                chaos = Chaos(
+                    seed, args.nodes, pods=args.pods, arrival_s=args.arrival, limit_s=args.limit, lease=args.lease
+                )
                 report = asyncio.run(run_chaos(fake, fake.kubeconfig(f"{tmp}/kc"), chaos))
         finally:
             fake.stop()

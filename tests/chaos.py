@@ -12,6 +12,7 @@ reported (stuck_replicas), never waited for.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -242,11 +243,33 @@ def has_namespace(api: FakeApi, ns: str) -> bool:
     return ("", "namespaces", "", ns) in api.store.objects
 
 
-def audit_run(api: FakeApi, limits: dict[str, float], cut_gangs: set[str], tenants: set[str]) -> tuple[Audit, int]:
-    """The auditor over the fake's history, request and admission logs; and the Bindings that succeeded."""
+def audit_run(
+    api: FakeApi, limits: dict[str, float], cut_gangs: set[str], tenants: set[str]
+) -> tuple[Audit, int, dict]:
+    """The auditor over the fake's history, request and admission logs; the Bindings that succeeded; and how
+    the lease fared (leadership, not a violation itself, explains a run that binds little)."""
     requests = api.state.faults.log
     result = audit(api.store, requests, limits, cut_gangs, (list(api.admission.calls), POD_WEBHOOKS, tenants))
-    return result, sum(1 for r in requests if r["path"].endswith("/binding") and r["code"] == 201)
+    return (
+        result,
+        sum(1 for r in requests if r["path"].endswith("/binding") and r["code"] == 201),
+        lease_story(requests),
+    )
+
+
+def lease_story(requests: list[dict]) -> dict:
+    """From the request log: lease writes that landed and failed, holders in turn, and the longest time
+    between two writes that landed (a leader renews every retry period; a gap past the lease duration is
+    time without a leader)."""
+    writes = sorted(
+        (r for r in requests if "/leases" in r["path"] and r["verb"] in ("PUT", "POST")), key=lambda r: r["t"]
+    )
+    landed = [r for r in writes if r["code"] < 300]
+    holders = [r["agent"] for r in landed]
+    terms = sum(1 for i, h in enumerate(holders) if i == 0 or h != holders[i - 1])
+    times = [r["t"] for r in landed]
+    gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    return {"writes": len(landed), "failed": len(writes) - len(landed), "terms": terms, "longest_gap_s": round(gap, 1)}
 
 
 class Run:
@@ -430,7 +453,7 @@ async def run_chaos(fake: FakeEndpoint, kubeconfig: str, c: Chaos) -> dict:
         await asyncio.to_thread(hook.stop)
         await port.close()
     state = fake.control("state")
-    result, binds = await on_fake(fake, audit_run, limits, run.cut_gangs, set(tenants), timeout=AUDIT_S)
+    result, binds, lease = await on_fake(fake, audit_run, limits, run.cut_gangs, set(tenants), timeout=AUDIT_S)
     result.stuck_replicas += run.stuck
     result.lost_pods += run.refused
     return {
@@ -442,4 +465,5 @@ async def run_chaos(fake: FakeEndpoint, kubeconfig: str, c: Chaos) -> dict:
         "examples": {k: v[:3] for k, v in result.__dict__.items() if v},
         "faults": {**state["injected"], **run.faults, "webhook_restarts": hook.restarts},
         "binds": binds,
+        "lease": lease,
     }

@@ -71,7 +71,14 @@ class Scheduler:
         self.reservations = Reservations(self.state.num_nodes, self.durations)
         self._growable: set[str] = set()  # running elastic workloads below their full size
         self.preempting = Preempting(
-            self.state, tree, self.profile, self.accounting, self.running, self.pending, self.reservations
+            self.state,
+            tree,
+            self.profile,
+            self.accounting,
+            self.running,
+            self.pending,
+            self.reservations,
+            self.running_ends,
         )
 
     # -- events from the driver ---------------------------------------------------------------------
@@ -427,11 +434,12 @@ class Scheduler:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
         self.preempting.placements_changed()
-        charge = sign * self.accounting.charge(pod)
+        pod_charge = self.accounting.charge(pod)
         backlog = self.backlogs[entry.queue]
         if backlog.by_user:  # only a queue fair among its users keeps what each holds
-            backlog.account(entry.user, self.accounting.dominant(charge))
-        self.view.add_usage(entry.queue, charge)
+            # the pod's dominant share, then signed: the max of a negated vector is its least share
+            backlog.account(entry.user, sign * self.accounting.dominant(pod_charge))
+        self.view.add_usage(entry.queue, sign * pod_charge)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload

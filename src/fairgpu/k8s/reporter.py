@@ -14,6 +14,7 @@ import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.errors import KubeError
+from fairgpu.framework.explain import queue_places
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.events import EventRecorder
 from fairgpu.k8s.identity import USER_ANNOTATION
@@ -38,6 +39,7 @@ class Reporter:
         self.explain_every = explain_every
         self.last: dict[str, str] = {}  # pod key → last message posted
         self.explained_at: dict[str, float] = {}
+        self.told: set[str] = set()  # pods given the quick first reason, their full explanation still to come
         self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self.events = EventRecorder(port, component)
@@ -82,6 +84,7 @@ class Reporter:
     def scheduled(self, key: str, uid: str, node: str) -> None:
         self.last.pop(key, None)
         self.explained_at.pop(key, None)
+        self.told.discard(key)
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, uid, "Scheduled", f"Successfully assigned {key} to {node}", "Normal"))
 
@@ -100,6 +103,13 @@ class Reporter:
             return
         self.last[f"node/{node}"] = message
         self._spawn(self._event("default", node, "", "GPUsNotScheduled", message, "Warning", "Node"))
+
+    def trust_news(self, configmap: tuple[str, str], problem: bool, message: str) -> None:
+        """A reload of the mounted trusted-identities list, as an Event on its ConfigMap (`kubectl describe
+        configmap`): a Warning naming the file and what is wrong with it, or whom it now trusts."""
+        ns, name = configmap
+        reason, kind = ("TrustedIdentitiesInvalid", "Warning") if problem else ("TrustedIdentitiesReloaded", "Normal")
+        self._spawn(self._event(ns, name, "", reason, message, kind, "ConfigMap"))
 
     async def queue_invalid(self, name: str, problem: str) -> None:
         condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
@@ -153,6 +163,7 @@ class Reporter:
         # Those never explained first: in plain submission order, the oldest were explained again whenever
         # due, and with more pending than a pass's budget covers, the newest never got a reason at all.
         names.sort(key=lambda name: any(k in self.explained_at for k in members(name)))
+        self._tell_places(engine, names, members, waiting, uid)
         for name in names:
             pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
             if not pending or not self.wants_explanation(pending[0], now):
@@ -163,6 +174,32 @@ class Reporter:
                 if pod_uid is not None:
                     self.unschedulable(key, pod_uid, message)
             yield
+
+    def _tell_places(
+        self,
+        engine: Scheduler,
+        names: list[str],
+        members: Callable[[str], tuple[str, ...]],
+        waiting: Callable[[str], bool],
+        uid: Callable[[str], str | None],
+    ) -> None:
+        """Pods never told anything get their queue and place in it at once: full explanations are rationed
+        (each replays the queue ahead), and on a starved CPU with hundreds waiting a pod could wait minutes
+        for its first one with no reason shown at all."""
+        new = [n for n in names if not any(k in self.explained_at or k in self.told for k in members(n))]
+        if not new:
+            return
+        places = queue_places(engine)
+        for name in new:
+            if name not in places:
+                continue
+            queue, at, of = places[name]
+            message = f"workload {name} (queue {queue}): pending, {at} of {of} in its queue; a full explanation follows"
+            for key in members(name):
+                pod_uid = uid(key)
+                if pod_uid is not None and waiting(key) and engine.state.placement(key) is None:
+                    self.told.add(key)
+                    self.unschedulable(key, pod_uid, message)
 
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""

@@ -1,0 +1,333 @@
+"""Tests added for mutants of framework/ that bench/mutate.py found surviving on main f0b25c5, or whose fast
+tests all passed (docs/testing.md, "Session 7"): each pins a behaviour that no fast test checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpu_node, whole
+from fairgpu.catalog import load_profile
+from fairgpu.framework.reconfigure import successor
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model import QueueSpec, QueueTree, Workload
+
+# -- framework/accounting.py: decayed past usage ------------------------------------------------------------------
+
+
+def _holding_half(half_life: float, start: float) -> Scheduler:
+    """Queue a holds 4 of n0's 8 GPUs from `start` on."""
+    s = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("a", usage_half_life=half_life)]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (whole(4),), submit_time=start))
+    s.cycle(start)
+    assert "run" in s.running
+    return s
+
+
+def _past_usage(s: Scheduler, now: float) -> str:
+    """What `fairgpu explain` says of queue a's share with its past usage and of its share ratio, for a 1-GPU
+    job submitted now."""
+    s.submit(Workload(f"new{now}", "a", (whole(1),), submit_time=now))
+    reason = s.explain(f"new{now}", now).reasons[0]
+    return reason[reason.index("(with past usage") :]
+
+
+@pytest.mark.parametrize(("half_life", "start"), [(1.0, 0.0), (3600.0, 1000.0), (0.25, 50.0)])
+def test_past_usage_grows_by_half_the_share_held_over_one_half_life_whatever_its_length_or_start(half_life, start):
+    """Holding 50 % for one half-life adds 25 % of past usage; for two, 37.5 %. A half-life of a second (or a
+    quarter of one) counts as one of an hour, and the clock starts at the first cycle, not at t = 0."""
+    s = _holding_half(half_life, start)
+    assert _past_usage(s, start + half_life) == "(with past usage 75.0%) against an entitlement of 62.5% (ratio 1.20)"
+    then = _past_usage(s, start + 2 * half_life)  # one more job: 6 GPUs of demand
+    assert then == "(with past usage 87.5%) against an entitlement of 75.0% (ratio 1.17)"
+
+
+def test_a_queue_given_a_half_life_starts_from_no_past_usage():
+    """Without a half-life only current usage counts, and nothing builds up behind it: a reconfiguration
+    that gives queue a a half-life of one minute after an hour at 50 % starts its past usage from zero."""
+    s = _holding_half(0.0, 0.0)
+    for t in (600.0, 1200.0, 3600.0):
+        s.cycle(t)
+    assert _past_usage(s, 3600.0) == "(with past usage 50.0%) against an entitlement of 62.5% (ratio 0.80)"
+    new = successor(s, [gpu_node("n0")], QueueTree([QueueSpec("a", usage_half_life=60.0)]), 3600.0)
+    new.adopt(Workload("run", "a", (whole(4),)), [s.running["run"].placed[0]], started=0.0)
+    assert _past_usage(new, 3600.0) == "(with past usage 50.0%) against an entitlement of 62.5% (ratio 0.80)"
+    assert _past_usage(new, 3660.0) == "(with past usage 75.0%) against an entitlement of 75.0% (ratio 1.00)"
+
+
+# -- framework/durations.py, status.py, profile.py ------------------------------------------------------------------
+
+
+def test_a_queues_run_time_estimate_counts_sub_second_runs_as_they_are_and_a_negative_one_as_zero():
+    """Eight runs of 0.5 s and one of -2 s (a clock that stepped back): the 90th percentile of (0.5 × 8, 0)
+    is 0.5 s, and the estimate 1.25 times that."""
+    from fairgpu.framework.durations import Durations
+
+    d = Durations(1)
+    for ran in (0.5,) * 7 + (-2.0,):
+        assert d.learned(0) is None
+        d.finished(0, ran)
+    assert d.learned(0) == pytest.approx(0.625)
+
+
+def test_a_workloads_status_says_running_once_it_started_and_pending_before():
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (whole(2),)))
+    s.submit(Workload("wait", "a", (whole(1),), submit_time=1))
+    s.cycle(2)
+    assert (s.status("run").state, s.status("run").started) == ("running", 2)
+    assert (s.status("wait").state, s.status("wait").started) == ("pending", None)
+
+
+def _fairgpu_doc() -> dict:
+    from importlib.resources import files
+
+    import yaml
+
+    return yaml.safe_load((files("fairgpu") / "profiles" / "fairgpu.yaml").read_text())
+
+
+@pytest.mark.parametrize("reserve", [True, None])
+def test_a_profile_that_does_not_ask_for_reservations_holds_no_nodes_for_a_starving_gang(reserve):
+    """The fairgpu profile holds nodes for a gang that starves (reserve: true); the same profile without the
+    key holds none: reservations are off unless asked for."""
+    from conftest import job
+    from fairgpu.catalog import profile_from_dict
+
+    doc = _fairgpu_doc()
+    if reserve is None:
+        del doc["reserve"]
+    queues = QueueTree([QueueSpec("stream"), QueueSpec("train", starvation_after=0)])
+    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, profile_from_dict(doc))
+    for i in range(4):
+        s.submit(job(f"s{i}", "stream", whole(1)))
+    s.cycle(0)
+    s.submit(job("gang", "train", whole(2), pods=2, t=1))
+    s.cycle(1)
+    assert list(s.reservations) == (["gang"] if reserve else [])
+
+
+def test_a_score_plugin_named_without_a_weight_counts_with_weight_one():
+    """BestFit, named as a bare string, sends a 1-GPU pod to n1, which has one GPU left, rather than to the
+    idle n0 (with weight 0 every node would score alike and the first would win)."""
+    from fairgpu.catalog import profile_from_dict
+    from fairgpu.framework.placement import place_pod
+
+    doc = {"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": ["BestFit"]}
+    profile = profile_from_dict(doc)
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("q")]), profile)
+    s.adopt(Workload("big", "q", (whole(7),)), [s.state.placement_for(whole(7), 1, tuple(range(7)))], started=0.0)
+    placed = place_pod(whole(1), s.view, profile)
+    assert placed is not None and (placed.node, placed.slots) == (1, (7,))
+
+
+# -- framework/reconfigure.py ---------------------------------------------------------------------------------------
+
+
+def test_an_elastic_workload_moves_over_a_reconfiguration_at_the_size_it_had_grown_to():
+    """e (2 pods, runs with 1) holds n0's only GPU. n0 is resized to 2 GPUs: e carries over running its one
+    pod, as a workload of that one pod, and does not grow into the new GPU; a newcomer takes it."""
+    from fairgpu.framework.reconfigure import carry_over
+
+    old = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    old.submit(Workload("e", "q", (whole(1),) * 2, min_pods=1))
+    assert old.cycle(0).started == ["e"]
+    new = successor(old, [gpu_node("n0", gpus=2)], QueueTree([QueueSpec("q")]), 10.0)
+    carried = carry_over(old, new, {})
+    assert not carried.displaced and not carried.pinned and not carried.orphaned
+    assert len(new.running["e"].workload.pods) == 1 and len(new.running["e"].placed) == 1
+    new.submit(Workload("next", "q", (whole(1),), submit_time=10))
+    result = new.cycle(10)
+    assert [b.workload for b in result.bound] == ["next"] and int(new.state.node_idle_gpus[0]) == 0
+
+
+# -- framework/idle.py ----------------------------------------------------------------------------------------------
+
+
+def _idle(s: Scheduler, now: float) -> dict[str, float]:
+    """Idle GPUs by cause, the causes with none left out; they add up to the idle GPUs."""
+    out = s.idle_gpus(now)
+    assert sum(out.values()) == pytest.approx(s.state.total_gpus - s.state.allocated_gpu_equivalents())
+    return {k: v for k, v in out.items() if v}
+
+
+def test_a_cluster_with_every_gpu_busy_has_no_idle_gpu_of_any_cause():
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    s.submit(Workload("all", "a", (whole(2),)))
+    s.submit(Workload("waits", "a", (whole(1),), submit_time=1))
+    s.cycle(1)
+    assert _idle(s, 1) == {}
+    assert set(s.idle_gpus(1).values()) == {0.0}
+
+
+@pytest.mark.parametrize(("profile", "pods"), [("fairgpu", 1), ("kube-default", 2)])
+def test_idle_gpus_an_admitted_pod_would_fit_are_other_not_gang_for_a_single_pod_or_without_gangs(profile, pods):
+    """Pending work that fits, submitted after the cycle: a 1-pod workload under a gang profile, or a 2-pod one
+    under a profile without gangs, is no gang waiting for members: its GPUs are idle for `other`."""
+    s = Scheduler([gpu_node("n0", gpus=4)], QueueTree([QueueSpec("a")]), load_profile(profile))
+    s.cycle(0)
+    s.submit(Workload("later", "a", (whole(1),) * pods, submit_time=1))
+    assert _idle(s, 1) == {"other": 4}
+
+
+def test_a_gpu_held_for_a_gang_is_idle_for_the_reservation_up_to_and_at_its_start_not_after():
+    """The gang holds both nodes from t=60, when the stream's jobs end; s0 ends early, at 30. Its GPU is
+    reserved until 60 inclusive; past 60 (no cycle since) the reservation no longer counts, and the GPU, one
+    of a node the gang's 2-GPU pods want, is fragmented."""
+    from conftest import starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    assert s.reservations["gang"].fit.at == 60
+    s.remove("s0", finished_at=30)
+    assert [_idle(s, t) for t in (30, 60, 61)] == [{"reserved": 1}, {"reserved": 1}, {"fragmented": 1}]
+
+
+def test_a_gang_its_queues_limit_refuses_leaves_gpus_idle_for_the_limit_not_for_the_gang():
+    """Queue b may hold 1 GPU and holds it; its 2-pod gang would fit on the 3 free GPUs, pod by pod, but the
+    limit refuses it: those GPUs are idle because of the limit (a gang waits for room, this one for quota)."""
+    import numpy as np
+
+    from fairgpu import resources as r
+
+    limit = np.full(len(r.FAIR_DIMS), np.inf)
+    limit[r.DIM_GPU] = 1
+    s = Scheduler([gpu_node("n0", gpus=4)], QueueTree([QueueSpec("b", limit=limit)]), load_profile("fairgpu"))
+    s.submit(Workload("first", "b", (whole(1),)))
+    s.submit(Workload("gang", "b", (whole(1),) * 2, submit_time=1))
+    s.cycle(1)
+    assert list(s.pending) == ["gang"]
+    assert _idle(s, 1) == {"limit": 3}
+
+
+def test_gpus_a_pending_pod_wants_exactly_all_of_are_fragmented_when_one_is_busy():
+    """n0's 2 GPUs are exactly what the pending pod asks (both, with all their memory); one is busy: the other
+    is idle because the pod cannot use a part of what it wants, not because nothing could use it."""
+    from fairgpu.model import GpuRequest, PodSpec
+
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    s.submit(Workload("one", "a", (whole(1),)))
+    s.submit(
+        Workload("both", "a", (PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(2, 100, 81920)),), submit_time=1)
+    )
+    s.cycle(1)
+    assert list(s.pending) == ["both"]
+    assert _idle(s, 1) == {"fragmented": 1}
+
+
+@pytest.mark.parametrize("exhausted", ["cpu_m", "memory_mib"])
+def test_free_gpus_on_a_node_with_no_cpu_or_memory_left_at_all_are_idle_for_cpu_memory(exhausted):
+    """n0's CPU (or memory) is booked to the last unit, its GPUs are free: a pending GPU pod's GPUs would fit
+    there, its CPU or memory does not."""
+    from fairgpu.model import PodSpec
+
+    node = gpu_node("n0", gpus=2, cpu_m=4000, memory_mib=8192)
+    s = Scheduler([node], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    hog = {"cpu_m": 1000, "memory_mib": 1024} | {exhausted: {"cpu_m": 4000, "memory_mib": 8192}[exhausted]}
+    s.submit(Workload("hog", "a", (PodSpec(**hog),)))
+    s.submit(Workload("gpu", "a", (whole(1),), submit_time=1))
+    s.cycle(1)
+    assert list(s.pending) == ["gpu"]
+    assert _idle(s, 1) == {"cpu_memory": 2}
+
+
+# -- framework/explain.py -------------------------------------------------------------------------------------------
+
+
+def test_the_cluster_position_is_given_for_ten_thousand_ahead_and_none_past_that():
+    """docs/dashboard.md: `position_in_cluster` is null past 10,000 ahead; the CLI prints ">10000"."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    for i in range(10_001):
+        s.submit(Workload(f"w{i}", "q", (whole(1),), submit_time=1 + i))
+    last, past = s.explain("w9999", 20_000), s.explain("w10000", 20_000)
+    assert (last.position_in_cluster, past.position_in_cluster) == (10_000, None)
+    assert "position in cluster order: 10000 of 10001" in last.lines()
+    assert "position in cluster order: >10000 of 10001" in past.lines()
+
+
+def test_a_running_workload_is_explained_with_no_place_in_any_order():
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "q", (whole(1),)))
+    s.cycle(0)
+    s.submit(Workload("wait", "q", (whole(1),), submit_time=1))
+    got = s.explain("run", 1).to_json()
+    assert (got["state"], got["started"], got["reasons"]) == ("running", 0.0, [])
+    assert [got[k] for k in ("position_in_queue", "queue_pending", "position_in_cluster", "cluster_pending")] == [
+        None,
+        0,
+        None,
+        0,
+    ]
+
+
+def test_a_workload_that_fits_once_the_reservation_it_would_avoid_has_lapsed_is_not_told_of_it():
+    """The gang's hold on both nodes starts at t=60; at t=61 it has lapsed (the gang did not start). A 1-GPU
+    job that fits in s0's freed GPU is told it waits for its queue's turn, not that the nodes are held; at
+    t=30, with the hold still ahead, it is told of the hold."""
+    from conftest import job, starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    s.remove("s0", finished_at=30)
+    s.submit(job("late", "stream", whole(1), t=30))
+    assert s.explain("late", 30).reasons == ["reserved for another workload: nodes held for gang until t=1m"]
+    assert s.explain("late", 61).reasons[0].startswith("fair share: waiting for its turn")
+
+
+def test_a_workload_its_quota_refuses_is_told_that_alone_not_also_of_nodes_held_for_others():
+    """Queue stream may hold 3 GPUs and holds them, one GPU is free; the gang holds both nodes from t=60. A
+    1-GPU stream job is refused by the quota: that is its reason, though it would also meet the hold."""
+    import numpy as np
+
+    from conftest import job
+    from fairgpu import resources as r
+
+    limit = np.full(len(r.FAIR_DIMS), np.inf)
+    limit[r.DIM_GPU] = 3
+    queues = QueueTree([QueueSpec("stream", limit=limit), QueueSpec("train", starvation_after=0)])
+    s = Scheduler([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], queues, load_profile("fairgpu"))
+    for i in range(3):
+        s.submit(job(f"s{i}", "stream", whole(1)))
+    s.cycle(0)
+    s.submit(job("gang", "train", whole(2), pods=2, t=1))
+    s.cycle(1)
+    assert s.reservations["gang"].fit.at == 60 and int(s.state.node_idle_gpus.sum()) == 1
+    s.submit(job("late", "stream", whole(1), t=2))
+    reasons = s.explain("late", 2).reasons
+    assert len(reasons) == 1 and reasons[0].startswith("quota: ")
+
+
+# -- framework/backlog.py: a queue fair among its users, in the cycle ------------------------------------------------
+
+
+def _lab(running: list[tuple[str, str]]) -> Scheduler:
+    """n0 has 2 GPUs; queue x holds one; lab (fair among its users) runs `running` (name, user), 1 GPU each."""
+    queues = QueueTree([QueueSpec("lab", fair_within="users"), QueueSpec("x")])
+    s = Scheduler([gpu_node("n0", gpus=2 + len(running))], queues, load_profile("fairgpu"))
+    s.submit(Workload("xx", "x", (whole(1),)))
+    for name, user in running:
+        s.submit(Workload(name, "lab", (whole(1),), user=user))
+    s.cycle(0)
+    assert sorted(s.running) == sorted(["xx", *(n for n, _ in running)])
+    return s
+
+
+def test_in_a_queue_fair_among_users_the_one_free_gpu_goes_to_the_user_holding_nothing():
+    """alice holds 1 GPU, bob nothing; of their two waiting jobs, alice's is older. One GPU is free: bob's
+    job takes it."""
+    s = _lab([("a0", "alice")])
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=1, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["b1"]
+
+
+def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again():
+    """alice's job ended: she holds nothing, as bob, who never ran anything; of their waiting jobs the older,
+    alice's, takes the one free GPU."""
+    s = _lab([("a0", "alice")])
+    s.remove("a0", finished_at=1)
+    s.submit(Workload("hold", "x", (whole(1),), submit_time=1))
+    s.cycle(1)
+    assert "hold" in s.running
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=2, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=3, user="bob"))
+    assert s.cycle(3).started == ["a1"]
