@@ -10,9 +10,6 @@ changes nothing here.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
 import numpy as np
 from numba import njit
 
@@ -236,34 +233,3 @@ def spread_slots(
             d = deltas[j] if free[r, g] >= least and j >= 0 else np.inf
             out[r, g] = d + starved[r]
     return out
-
-
-@cache
-def warm() -> None:
-    """Load every kernel for the argument types the plugin passes, once per process, when the plugin is
-    built: the first call of any numba function pays numba's start-up (0.3 s here) and each kernel its
-    load from the disk cache (~10 ms), which would otherwise fall on the first decisions. Types not listed
-    here (a configuration's own scalars) still load at their first call (tests/test_evaluations.py checks
-    that placements find these loaded)."""
-    i1, i2, b2, f1, f2, g2 = (
-        "int64[::1]",
-        "int64[:, ::1]",
-        "boolean[:, ::1]",
-        "float64[::1]",
-        "float64[:, ::1]",
-        "float32[:, ::1]",
-    )
-    n, x = "int64", "float64"
-    kernels: list[tuple[Any, list[str]]] = [
-        (refresh_rows, [i1, b2, "int32[:, ::1]", i1, i1, i1, i1, i1, i1, b2, i2, i1, i1, i2, g2, i1, f1, i1]),
-        (node_matrix, [i1, i2, g2, i1, i1, i1, i1, i1, b2, n, n, n, n]),
-        (slot_matrix, [i1, i1, i2, i2, g2, i1, i1, i1, i1, i1, i1, b2, n, n, n]),
-        (distinct_slots, [i2, n]),
-        (starved, [i1, i2, i1, x, n, n, x]),
-        (starved, [i1, i2, i1, x, n, n, n]),  # an integer cpu_balance, as the built-in profile has it
-        (weights, ["float32[::1]", i1, f1, n, n, n, "float32[::1]"]),
-        (best_gpu, [f2, i1, b2]),
-        (spread_slots, [i2, i1, i1, f1, i2, n, f1]),
-    ]
-    for kernel, args in kernels:
-        kernel.compile(f"({', '.join(args)},)")
