@@ -115,6 +115,7 @@ class QueueTree:
         # What each queue holds back for itself while idle: the part of its guarantee it does not lend.
         finite = np.isfinite(self.guaranteed)
         self.unlent = np.maximum(np.subtract(self.guaranteed, lendable, out=np.zeros_like(lendable), where=finite), 0.0)
+        self.holds_back = bool(self.unlent.any())  # some queue keeps idle guarantee to itself (admission asks)
         self.half_life = np.array([q.usage_half_life for q in order], dtype=np.float64)
         # paths[i]: queue ids from the root down to i, padded with i, for top-down fair ordering
         chains = []

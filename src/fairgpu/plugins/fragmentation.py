@@ -24,6 +24,7 @@ from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import fragmentation_kernels as kernels
+from fairgpu.plugins.kernel_warmup import exercise
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
@@ -31,6 +32,8 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 # pod keys already counted into the mix, least recently tried first: a pod tried again after this many
 # other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
 _REMEMBERED = 1 << 16
+_SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
+_WARMED: set[tuple[Any, ...]] = set()  # plugin settings whose kernels this process has loaded
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -139,6 +142,11 @@ class Fragmentation:
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
             raise ValueError("max_shapes must be at least 1")
+        if self.compiled:  # load the kernels now, not at the first decisions: once per process and settings
+            settings = {name: getattr(self, name) for name in _SETTINGS}
+            if tuple(settings.values()) not in _WARMED:
+                _WARMED.add(tuple(settings.values()))
+                exercise(Fragmentation(**settings))  # a fresh plugin: this one learns nothing from it
 
     # -- the workload mix ---------------------------------------------------------------------------
     def learn(self, key: str, pod: PodSpec) -> None:
@@ -402,9 +410,14 @@ class Fragmentation:
         return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
 
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
-        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
-        score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
-        return np.asarray(np.floor(score) if self.quantize else score)
+        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
+        # -50, 50))), in place on one array (np.clip and a new array per step cost more than a few rows' math)
+        x = np.divide(delta, GPU_CORES, dtype=np.float64)
+        np.minimum(np.maximum(x, -50.0, out=x), 50.0, out=x)
+        np.exp(x, out=x)
+        x += 1.0
+        np.divide(100.0, x, out=x)
+        return np.asarray(np.floor(x, out=x)) if self.quantize else x
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
