@@ -386,9 +386,13 @@ class Fragmentation:
         lowers the estimate."""
         if not self.cpu_balance:
             return np.zeros(len(rows))
+        taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+        if self.compiled:
+            return np.asarray(
+                kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, pod.cpu_m, self.cpu_balance)
+            )
         need, price = agg.need[rows], agg.price[rows]
         ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
-        taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
         free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
         before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
         after = np.maximum(0.0, free - taken - np.divide(cpu - pod.cpu_m, need, out=np.zeros(len(rows)), where=ok))

@@ -158,6 +158,34 @@ def distinct_slots(free: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray
 
 
 @njit(cache=True)
+def starved(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    need: np.ndarray,
+    price: np.ndarray,
+    taken: int,
+    cpu_m: int,
+    weight: float,
+) -> np.ndarray:
+    """Change in the price of the GPU capacity (percent) the node's free CPU could not feed at its `need` once a
+    pod took `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight` x `price` (0 where need is 0)."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if need[r] <= 0.0:
+            out[i] = 0.0
+            continue
+        f = 0
+        for g in range(free.shape[1]):
+            f += free[r, g]
+        before = f - cpu[r] / need[r]
+        after = (f - taken) - (cpu[r] - cpu_m) / need[r]
+        out[i] = weight * price[r] * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
+    return out
+
+
+@njit(cache=True)
 def uses(
     rows: np.ndarray, fit_count: np.ndarray, mem: np.ndarray, access: np.ndarray, k: np.ndarray, mem_t: np.ndarray
 ) -> np.ndarray:
