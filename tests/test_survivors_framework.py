@@ -331,3 +331,22 @@ def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again
     s.submit(Workload("a1", "lab", (whole(1),), submit_time=2, user="alice"))
     s.submit(Workload("b1", "lab", (whole(1),), submit_time=3, user="bob"))
     assert s.cycle(3).started == ["a1"]
+
+
+# -- framework/engine.py: the bounded backfill scan ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("longs", "short_starts"), [(100, True), (101, False)])
+def test_a_cycle_scans_a_hundred_workloads_for_backfill_behind_one_that_did_not_fit_then_stops(longs, short_starts):
+    """Both nodes are held for the starving gang from t=60; s0 left early, so one held GPU is free for work
+    that ends before 60. The stream queue's long jobs (1000 s) cannot backfill; the first fails, and the
+    cycle skips up to 100 more of that shape (Slurm's bounded backfill test). A short job (10 s) behind 99 of
+    them is still tried, and backfills; behind 100, the scan stopped before it (it waits for a later cycle)."""
+    from conftest import starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    s.remove("s0", finished_at=5)
+    for i in range(longs):
+        s.submit(Workload(f"long{i}", "stream", (whole(1),), submit_time=5, duration=1000))
+    s.submit(Workload("short", "stream", (whole(1),), submit_time=5, duration=10))
+    assert s.cycle(5).started == (["short"] if short_starts else [])
