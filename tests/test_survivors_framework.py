@@ -350,3 +350,36 @@ def test_a_cycle_scans_a_hundred_workloads_for_backfill_behind_one_that_did_not_
         s.submit(Workload(f"long{i}", "stream", (whole(1),), submit_time=5, duration=1000))
     s.submit(Workload("short", "stream", (whole(1),), submit_time=5, duration=10))
     assert s.cycle(5).started == (["short"] if short_starts else [])
+
+
+# -- framework/lookahead.py: the estimated start `fairgpu explain` gives ---------------------------------------------
+
+
+def _running(pod, duration: float, gpus: int = 2) -> Scheduler:
+    s = Scheduler([gpu_node("n0", gpus=gpus)], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (pod,), duration=duration))
+    s.cycle(0)
+    assert "run" in s.running
+    return s
+
+
+@pytest.mark.parametrize(("ahead", "expected"), [(50.0, 150.0), (None, None)])
+def test_the_estimated_start_waits_for_what_runs_and_for_what_goes_ahead_to_end(ahead, expected):
+    """run holds both GPUs until t=100; w1, ahead of w2 and as wide, runs 50 s after it: w2 would start at
+    150. With w1's length unknown, w2's start is unknown too (w1 itself would start at 100)."""
+    s = _running(whole(2), 100)
+    s.submit(Workload("w1", "a", (whole(2),), submit_time=1, duration=ahead))
+    s.submit(Workload("w2", "a", (whole(2),), submit_time=2))
+    assert (s.explain("w1", 10).estimated_start, s.explain("w2", 10).estimated_start) == (100, expected)
+
+
+def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
+    """half holds 50 cores of the only GPU (no GPU is wholly idle) until t=100; a CPU-only job and then a 30-core
+    share wait: both fit now, and are told so."""
+    from conftest import fraction
+    from fairgpu.model import PodSpec
+
+    s = _running(fraction(50, 1000), 100, gpus=1)
+    s.submit(Workload("cpu", "a", (PodSpec(cpu_m=1000, memory_mib=1024),), submit_time=1))
+    s.submit(Workload("share", "a", (fraction(30, 1000),), submit_time=2))
+    assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
