@@ -383,3 +383,22 @@ def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
     s.submit(Workload("cpu", "a", (PodSpec(cpu_m=1000, memory_mib=1024),), submit_time=1))
     s.submit(Workload("share", "a", (fraction(30, 1000),), submit_time=2))
     assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
+
+
+# -- framework/preempting.py ----------------------------------------------------------------------------------------
+
+
+def test_preemptors_whose_victims_are_still_leaving_evict_nobody_else():
+    """b evicts its own lower priorities, with a 30 s grace. u1 and u2 (urgent, one GPU each) evict the two
+    youngest, low1 and low2, at t=100; at t=110 both are still leaving, and neither preemptor takes low0 too."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=30))
+    s = Scheduler([gpu_node("n0", gpus=3)], QueueTree([b]), load_profile("fairgpu"))
+    for i in range(3):
+        w = Workload(f"low{i}", "b", (whole(1),), duration=36000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=float(i))
+    for i in (1, 2):
+        s.submit(Workload(f"u{i}", "b", (whole(1),), submit_time=100, priority=5, duration=36000.0))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["low1", "low2"]
+    assert s.cycle(110).evictions == []
