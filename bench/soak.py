@@ -1,6 +1,8 @@
 """The long chaos soak (issue 11, item 8): two replicas, ~2,000 pods, an unreliable API server, leader
 kills, node deletions and webhook restarts, audited from the fake's own history (tests/chaos.py,
-tests/audit.py). One JSON line per seed with the violation counts and the faults injected, then a summary.
+tests/audit.py), with the fake apiserver in a process of its own. One JSON line per seed with the violation
+counts, the faults injected, the run's wall time and the load average at its end, then a summary. `--hogs N`
+runs N busy loops beside it (CPU starvation), stopped when the soak ends.
 
 A seed that overruns its --limit by WATCHDOG_S (240 s) (something the run's own bounds did not catch) is killed:
 every thread's stack goes to stderr, a line {"seed": N, "hung": true} to stdout, and the exit code is 3.
@@ -16,15 +18,17 @@ import faulthandler
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from chaos import Chaos, run_chaos
-from fakeapi.server import FakeApiServer
+from fakeapi.process import FakeProcess
 
 WATCHDOG_S = 240.0  # past the limit: the driver's bound, settling, stopping, the audit's replay
 
@@ -41,6 +45,12 @@ def watchdog(seed: int, after: float) -> threading.Timer:
     return timer
 
 
+def hogs(n: int, bound: float) -> list[subprocess.Popen]:
+    """N busy loops, each ending by itself after `bound` seconds if this process dies without stopping it."""
+    loop = f"import time\nend = time.monotonic() + {bound}\nwhile time.monotonic() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(n)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
@@ -49,7 +59,24 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=40)
     ap.add_argument("--arrival", type=float, default=60.0, help="seconds over which the pods arrive")
     ap.add_argument("--limit", type=float, default=240.0, help="hard bound on one run, seconds")
+    ap.add_argument("--hogs", type=int, default=0, help="busy loops run beside the soak")
+    ap.add_argument(
+        "--lease",
+        type=lambda v: tuple(float(x) for x in v.split(",")),
+        default=Chaos.lease,
+        help="DURATION,RENEW_DEADLINE,RETRY seconds (default the chaos run's short 3,2,0.25; deploy/'s is 15,10,2)",
+    )
     args = ap.parse_args()
+    hogging = hogs(args.hogs, args.seeds * (args.limit + WATCHDOG_S + 120))
+    try:
+        run(args)
+    finally:
+        for h in hogging:
+            h.kill()
+            h.wait(10)
+
+
+def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.CRITICAL)
     totals: dict[str, int] = {}
     faults: dict[str, int] = {}
@@ -57,14 +84,18 @@ def main() -> None:
     seconds = 0.0
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         timer = watchdog(seed, args.limit + WATCHDOG_S)
-        fake = FakeApiServer().start()
+        began = time.monotonic()
+        fake = FakeProcess().start()  # its own process: a starved soak process never makes it answer late
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                chaos = Chaos(seed=seed, nodes=args.nodes, pods=args.pods, arrival_s=args.arrival, limit_s=args.limit)
+                chaos = Chaos(
+                    seed, args.nodes, pods=args.pods, arrival_s=args.arrival, limit_s=args.limit, lease=args.lease
+                )
                 report = asyncio.run(run_chaos(fake, fake.kubeconfig(f"{tmp}/kc"), chaos))
         finally:
             fake.stop()
             timer.cancel()
+        report |= {"wall_s": round(time.monotonic() - began, 1), "load": round(os.getloadavg()[0], 1)}
         print(json.dumps(report), flush=True)
         for k, v in report["violations"].items():
             totals[k] = totals.get(k, 0) + v

@@ -12,6 +12,7 @@ reported (stuck_replicas), never waited for.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from audit import GROUP, MIN, REGISTER, audit, end_state
+from audit import GROUP, MIN, REGISTER, Audit, audit, end_state
 from chaos_webhook import POD_WEBHOOKS, ChaosWebhook
 from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
@@ -29,7 +30,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
-from fakeapi.server import _BY_PATH, FakeApiServer
+from fakeapi.server import _BY_PATH, FakeApi, FakeEndpoint
 from fakeapi.store import clone
 
 T = TypeVar("T")
@@ -91,6 +92,7 @@ def workload(rng: random.Random, tenant: str, i: int) -> list[dict]:
 STOP_S = 5.0  # a cancelled replica has stopped within this long, or is reported stuck
 RETRY_S = 0.5  # a pod refused while the webhook is down is created again after this long
 SETTLE_S = 30.0  # after the run, without faults, the replicas finish what is under way for at most this long
+AUDIT_S = 600.0  # the auditor replays millions of writes after a long soak
 
 
 @dataclass
@@ -161,7 +163,7 @@ async def _stop(r: Replica, stuck: list[str]) -> None:
     await r.port.close()
 
 
-def _inject(fake: FakeApiServer, c: Chaos) -> None:
+def _inject(fake: FakeEndpoint, c: Chaos) -> None:
     """Faults for the replicas only (their user agent), at random with the run's seed."""
     many = 10**9
     fake.control("seed", seed=c.seed)
@@ -175,21 +177,106 @@ def _inject(fake: FakeApiServer, c: Chaos) -> None:
     fake.control("delay", seconds=0.0, jitter=0.02, agent_contains="fairgpu/")
 
 
-async def on_fake(fake: FakeApiServer, fn: Callable[[], T]) -> T:
-    """Run fn on the fake's own loop (its store is not thread-safe) without blocking this loop meanwhile."""
+async def on_fake(fake: FakeEndpoint, fn: Callable[..., T], *args: object, timeout: float = 10.0) -> T:
+    """fn(FakeApi, *args) on the fake's own loop (its store is not thread-safe), in the fake's process (a
+    module-level fn, then), without blocking this loop meanwhile."""
+    return await asyncio.to_thread(fake.apply, fn, *args, timeout=timeout)
 
-    async def call() -> T:
-        return fn()
 
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), fake.loop))
+# -- on the fake's loop, in its process -------------------------------------------------------------------
+def _pod(api: FakeApi, key: str) -> dict | None:
+    return api.store.objects.get(("", "pods", *key.split("/", 1)))
+
+
+def workload_states(api: FakeApi, workloads: list[list[str]]) -> list[tuple[int, bool]]:
+    """Per workload (its pod keys): how many of its pods are left, and whether all of those run."""
+    out = []
+    for keys in workloads:
+        live = [o for o in (_pod(api, k) for k in keys) if o is not None]
+        out.append((len(live), all((o.get("status") or {}).get("phase") == "Running" for o in live)))
+    return out
+
+
+def finish(api: FakeApi, workloads: list[list[str]]) -> None:
+    """These workloads' pods are deleted at once, as are pods an eviction or a rolled back gang marked for
+    deletion."""
+    store = api.store
+    for keys in workloads:
+        for o in [o for o in (_pod(api, k) for k in keys) if o is not None]:
+            store._write(POD_RES, "DELETED", clone(o), o)
+    marked = [o for o in store.objects.values() if o.get("kind") == "Pod" and o["metadata"].get("deletionTimestamp")]
+    for o in marked:
+        store._write(POD_RES, "DELETED", clone(o), o)
+
+
+def delete_node(api: FakeApi, name: str) -> list[str]:
+    """A node goes, and the pods bound to it with it (pod GC). The gangs cut that way."""
+    gone: list[str] = []
+    store = api.store
+    obj = store.objects.get(("", "nodes", "", name))
+    if obj is None:
+        return gone
+    store._write(NODE_RES, "DELETED", clone(obj), obj)
+    for o in [o for (g, p, *_), o in store.objects.items() if p == "pods" and o["spec"].get("nodeName") == name]:
+        labels = o["metadata"].get("labels") or {}
+        if GROUP in labels:
+            gone.append(f"{o['metadata']['namespace']}/{labels[GROUP]}")
+        store._write(POD_RES, "DELETED", clone(o), o)
+    return gone
+
+
+def idle(api: FakeApi) -> tuple[bool, bool]:
+    """(no pod bound, no pod left)."""
+    pods = [o for o in api.store.objects.values() if o.get("kind") == "Pod"]
+    return not any(o["spec"].get("nodeName") for o in pods), not pods
+
+
+def current_end_state(api: FakeApi, cut_gangs: set[str]) -> tuple[list[str], list[str]]:
+    return end_state(api.store, cut_gangs)
+
+
+def keep_history(api: FakeApi) -> None:
+    api.store.log = deque(api.store.log, maxlen=5_000_000)  # the auditor replays all of it
+
+
+def has_namespace(api: FakeApi, ns: str) -> bool:
+    return ("", "namespaces", "", ns) in api.store.objects
+
+
+def audit_run(
+    api: FakeApi, limits: dict[str, float], cut_gangs: set[str], tenants: set[str]
+) -> tuple[Audit, int, dict]:
+    """The auditor over the fake's history, request and admission logs; the Bindings that succeeded; and how
+    the lease fared (leadership, not a violation itself, explains a run that binds little)."""
+    requests = api.state.faults.log
+    result = audit(api.store, requests, limits, cut_gangs, (list(api.admission.calls), POD_WEBHOOKS, tenants))
+    return (
+        result,
+        sum(1 for r in requests if r["path"].endswith("/binding") and r["code"] == 201),
+        lease_story(requests),
+    )
+
+
+def lease_story(requests: list[dict]) -> dict:
+    """From the request log: lease writes that landed and failed, holders in turn, and the longest time
+    between two writes that landed (a leader renews every retry period; a gap past the lease duration is
+    time without a leader)."""
+    writes = sorted(
+        (r for r in requests if "/leases" in r["path"] and r["verb"] in ("PUT", "POST")), key=lambda r: r["t"]
+    )
+    landed = [r for r in writes if r["code"] < 300]
+    holders = [r["agent"] for r in landed]
+    terms = sum(1 for i, h in enumerate(holders) if i == 0 or h != holders[i - 1])
+    times = [r["t"] for r in landed]
+    gap = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    return {"writes": len(landed), "failed": len(writes) - len(landed), "terms": terms, "longest_gap_s": round(gap, 1)}
 
 
 class Run:
     """One chaos run: the driver's state and its faults."""
 
-    def __init__(self, fake: FakeApiServer, kubeconfig: str, c: Chaos, port: KubeClient, hook: ChaosWebhook) -> None:
+    def __init__(self, fake: FakeEndpoint, kubeconfig: str, c: Chaos, port: KubeClient, hook: ChaosWebhook) -> None:
         self.fake, self.kubeconfig, self.c, self.port, self.hook = fake, kubeconfig, c, port, hook
-        self.store = fake.api.store
         self.rng = random.Random(c.seed)
         self.tenants = [f"t{k}" for k in range(c.tenants)]
         self.replicas: list[Replica] = []
@@ -197,6 +284,7 @@ class Run:
         self.refused: list[str] = []  # pods the API refused for good (the webhook denied them)
         self.arriving: list[Arrival] = []
         self.workloads: list[list[str]] = []  # pod keys of each workload whose pods are all created
+        self.done: set[int] = set()  # workloads none of whose pods are left
         self.run_until: dict[int, float] = {}
         self.cut_gangs: set[str] = set()
         self.generated = self.created = self.workload_count = 0
@@ -235,38 +323,23 @@ class Run:
                 self.created += 1
         a.pods, a.retry_at = left, now + RETRY_S
 
-    def housekeeping(self) -> None:
-        """On the fake's loop. Workloads that have run long enough finish (all their pods deleted at once), as
-        do pods the eviction of a victim or a rolled back gang marked for deletion."""
-        t, pods, store = time.monotonic(), self.store.objects, self.store
-        for w, keys in enumerate(self.workloads):
-            objs = [pods.get(("", "pods", *k.split("/", 1))) for k in keys]
-            live = [o for o in objs if o is not None]
+    async def housekeeping(self) -> None:
+        """Workloads that have run long enough finish (all their pods deleted at once), as do pods the eviction
+        of a victim or a rolled back gang marked for deletion."""
+        open_ = [w for w in range(len(self.workloads)) if w not in self.done]
+        states = await on_fake(self.fake, workload_states, [self.workloads[w] for w in open_])
+        t, due = time.monotonic(), []
+        for w, (live, running) in zip(open_, states, strict=True):
             if not live:
+                self.done.add(w)
                 continue
             # A workload that lost a pod (its node went, or its gang was rolled back) fails as a Job would.
-            if len(live) < len(objs) or all((o.get("status") or {}).get("phase") == "Running" for o in live):
-                self.run_until.setdefault(w, t + (0.0 if len(live) < len(objs) else self.rng.uniform(*self.c.run_s)))
+            cut = live < len(self.workloads[w])
+            if cut or running:
+                self.run_until.setdefault(w, t + (0.0 if cut else self.rng.uniform(*self.c.run_s)))
             if self.run_until.get(w, float("inf")) <= t:
-                for o in live:
-                    store._write(POD_RES, "DELETED", clone(o), o)
-        for o in [o for o in list(pods.values()) if o.get("kind") == "Pod" and o["metadata"].get("deletionTimestamp")]:
-            store._write(POD_RES, "DELETED", clone(o), o)
-
-    def delete_node(self, name: str) -> list[str]:
-        """On the fake's loop: a node goes, and the pods bound to it with it (pod GC). The gangs cut that way."""
-        gone: list[str] = []
-        store = self.store
-        obj = store.objects.get(("", "nodes", "", name))
-        if obj is None:
-            return gone
-        store._write(NODE_RES, "DELETED", clone(obj), obj)
-        for o in [o for (g, p, *_), o in store.objects.items() if p == "pods" and o["spec"].get("nodeName") == name]:
-            labels = o["metadata"].get("labels") or {}
-            if GROUP in labels:
-                gone.append(f"{o['metadata']['namespace']}/{labels[GROUP]}")
-            store._write(POD_RES, "DELETED", clone(o), o)
-        return gone
+                due.append(self.workloads[w])
+        await on_fake(self.fake, finish, due)
 
     async def kill_leader(self) -> None:
         """The leader dies without a word; a fresh replica starts in its place."""
@@ -279,11 +352,6 @@ class Run:
         ident = f"r{len(self.replicas) + self.faults['leader_kills'] + 1}"
         self.replicas.append(await _start(self.kubeconfig, ident, self.c.lease))
 
-    def idle(self) -> tuple[bool, bool]:
-        """On the fake's loop: (no pod bound, no pod left)."""
-        pods = [o for o in self.store.objects.values() if o.get("kind") == "Pod"]
-        return not any(o["spec"].get("nodeName") for o in pods), not pods
-
     async def drive(self) -> float:
         """The run until everything finished or cannot run, or until limit_s; its length in seconds."""
         c, rng = self.c, self.rng
@@ -295,11 +363,11 @@ class Run:
         idle_since: float | None = None
         while (now := time.monotonic()) < started + c.limit_s:
             await self.arrivals(now, started)
-            await on_fake(self.fake, self.housekeeping)
+            await self.housekeeping()
             if node_times and now >= node_times[0]:
                 node_times.pop(0)
                 name = f"node-{rng.randrange(c.nodes):03d}"
-                self.cut_gangs.update(await on_fake(self.fake, lambda name=name: self.delete_node(name)))
+                self.cut_gangs.update(await on_fake(self.fake, delete_node, name))
                 self.faults["node_deletions"] += 1
             if hook_times and now >= hook_times[0] and (self.restarting is None or self.restarting.done()):
                 hook_times.pop(0)
@@ -313,7 +381,7 @@ class Run:
             # Done: every pod created, and either none left or none bound for QUIET_S (longer than a leader's
             # take-over and a waiting workload's retry), so what still waits cannot run.
             if self.generated >= c.pods and not self.arriving and now > started + c.arrival_s:
-                nothing_bound, nothing_left = await on_fake(self.fake, self.idle)
+                nothing_bound, nothing_left = await on_fake(self.fake, idle)
                 if not nothing_bound:
                     idle_since = None
                 elif nothing_left:
@@ -332,7 +400,7 @@ class Run:
         self.fake.control("clear-faults")
         end = time.monotonic() + SETTLE_S
         while time.monotonic() < end:
-            lost, partial = await on_fake(self.fake, lambda: end_state(self.store, self.cut_gangs))
+            lost, partial = await on_fake(self.fake, current_end_state, self.cut_gangs)
             if not lost and not partial:
                 return
             await asyncio.sleep(0.5)
@@ -344,8 +412,10 @@ class Run:
             await asyncio.wait({self.restarting}, timeout=STOP_S + 10)
 
 
-async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
-    fake.api.store.log = deque(fake.api.store.log, maxlen=5_000_000)  # the auditor replays all of it
+async def run_chaos(fake: FakeEndpoint, kubeconfig: str, c: Chaos) -> dict:
+    """One run against `fake`: best a FakeProcess, so that a starved driver process cannot make the fake
+    answer late (the run measures the scheduler)."""
+    await on_fake(fake, keep_history)
     fake.control("device-plugin")
     port = await KubeClient.connect(kubeconfig)  # the driver's own client: no faults
     port.api.user_agent = "chaos-driver"
@@ -355,7 +425,7 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
     # The fake, like a real apiserver, creates nothing in a namespace that does not exist: the tenants' and the
     # Lease's namespaces come first (a fake started by the tests' fixture has some of them already).
     for ns in (*tenants, LEASE_NAMESPACE):
-        if not await on_fake(fake, lambda ns=ns: ("", "namespaces", "", ns) in fake.api.store.objects):
+        if not await on_fake(fake, has_namespace, ns):
             await port.create(NAMESPACE, {"metadata": {"name": ns}})
     limits = {tenants[0]: float(c.gpus * 2)}  # one tenant is capped
     queues: dict[str, tuple[str, ...]] = {}
@@ -382,10 +452,8 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
         await run.teardown()
         await asyncio.to_thread(hook.stop)
         await port.close()
-    requests = fake.control("requests")["requests"]
     state = fake.control("state")
-    calls = await on_fake(fake, lambda: list(fake.api.admission.calls))
-    result = audit(run.store, requests, limits, run.cut_gangs, (calls, POD_WEBHOOKS, set(tenants)))
+    result, binds, lease = await on_fake(fake, audit_run, limits, run.cut_gangs, set(tenants), timeout=AUDIT_S)
     result.stuck_replicas += run.stuck
     result.lost_pods += run.refused
     return {
@@ -396,5 +464,6 @@ async def run_chaos(fake: FakeApiServer, kubeconfig: str, c: Chaos) -> dict:
         "violations": result.counts(),
         "examples": {k: v[:3] for k, v in result.__dict__.items() if v},
         "faults": {**state["injected"], **run.faults, "webhook_restarts": hook.restarts},
-        "binds": sum(1 for r in requests if r["path"].endswith("/binding") and r["code"] == 201),
+        "binds": binds,
+        "lease": lease,
     }

@@ -20,7 +20,7 @@ from fairgpu.k8s.identity import Trust
 from fairgpu.k8s.port import Kind, KubePort
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
-from fakeapi.server import FakeApiServer
+from fakeapi.server import FakeEndpoint
 from test_webhook import make_cert
 
 WEBHOOKS = Path(__file__).resolve().parent.parent / "deploy" / "webhooks.yaml"
@@ -40,7 +40,7 @@ class ChaosWebhook:
         self.port = self.server.port
         self.restarts = 0
 
-    async def register(self, fake: FakeApiServer, port: KubePort, policy: str | None = None) -> None:
+    async def register(self, fake: FakeEndpoint, port: KubePort, policy: str | None = None) -> None:
         """deploy/webhooks.yaml with the CA injected (cert-manager's part), its Service resolved to the server;
         `policy` overrides every failurePolicy (a test's deliberate mistake)."""
         ca = base64.b64encode(self.cert.read_bytes()).decode()

@@ -50,6 +50,17 @@ def fake_api():
     server.stop()
 
 
+@pytest.fixture
+def fake_process():
+    """The same fake in a process of its own, for tests that measure the scheduler's timing across it: in this
+    process a test's busy loop would slow the fake's answers too (tests/fakeapi/process.py)."""
+    from fakeapi.process import FakeProcess
+
+    server = FakeProcess(namespaces=TENANTS).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def tls(tmp_path_factory) -> tuple[str, str]:
     """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1."""

@@ -179,3 +179,31 @@ def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start(
     s.cycle(80)
     s.remove("b")
     assert s.cycle(100).started == ["gang"]
+
+
+def test_a_preemptor_whose_victims_left_starts_in_its_own_room_not_on_a_starving_gangs_nodes():
+    """As above, but without backfill on n0: from 20 s half of n0, held for the starving gang from 100 s,
+    is free. x (an hour long) evicts `d` on n1, room planned around the hold. Once `d` is gone, x must start
+    in that room: packing it onto n0's fuller node instead (untracked as backfill) ran past the gang's start,
+    the gang did not fit when due, lost its hold and planned its drain over (Philly: 32-GPU gangs waited 75 h)."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    fair = PreemptionPolicy(fair_share=True)
+    queues = QueueTree(
+        [QueueSpec("stream"), QueueSpec("training", starvation_after=0), QueueSpec("x", preemption=fair)]
+    )
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    running = (("a", 0, range(4), 20, 0.0), ("b", 0, range(4, 8), 100, 0.0), ("c", 1, range(2), 1000, 0.0))
+    for name, node, slots, duration, start in (*running, ("d", 1, range(2, 8), 1000, 25.0)):
+        w = wl(name, "stream", len(slots), duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=start)
+    s.submit(wl("gang", "training", 8, 3600))
+    s.cycle(0)
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    s.remove("a", finished_at=20)
+    s.submit(wl("x1", "x", 4, 3600, t=30))
+    assert [e.workload for e in s.cycle(30).evictions] == ["d"]  # the least work lost
+    s.remove("d")
+    assert s.cycle(30).started == ["x1"] and s.status("x1").placements[0].node == 1
+    s.remove("b", finished_at=100)
+    assert s.cycle(100).started == ["gang"]

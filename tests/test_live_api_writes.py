@@ -15,6 +15,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.events import AGGREGATE_MAX, COMBINED, SPAM_BURST, EventRecorder
 from fairgpu.k8s.port import NODES, PODS
+from fairgpu.k8s.reporter import Reporter
 from live_setup import ONE, pods_now, setup
 from test_live_scheduling import until
 
@@ -120,3 +121,70 @@ def test_events_are_counted_aggregated_and_rate_limited_like_client_go():
     now[0] += 300.0  # one token back after SPAM_EVERY
     asyncio.run(emit("spam", "waiting"))
     assert rec.dropped == 10
+
+
+def test_a_pending_pods_reason_survives_failed_condition_writes(fake_api, tmp_path):
+    """A loaded soak ended with a pending pod that carried no reason: its one PodScheduled=False write met an
+    injected 409 (which the client, unlike a 5xx, does not retry), and as its reason did not change, the
+    reporter (which posts a message once) never wrote it again. Now a failed write is tried again while it is
+    still the pod's latest reason: two refused writes, and the third lands, with no second explanation."""
+    fake_api.control("device-plugin")
+
+    async def go() -> dict:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2)
+        await port.create(PODS, chaos_pod("a", "fits", ONE), "a")
+        await port.create(PODS, chaos_pod("a", "big", {"nvidia.com/gpu": "8"}), "a")  # 8 of 2×4 vGPUs: never
+        fake_api.control("fault", code=409, count=2, verb="PATCH", path_contains="/pods/big/status")
+        ctl = Controller(port, load_profile("fairgpu"))
+        ctl.reporter.explain_every = 60.0  # no second explanation within the test: the retry alone must land it
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1, 10, "the pod that fits")
+            await until(lambda: _reason(pods_now(fake_api)["a/big"]), 10, "big's reason")
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await port.close()
+        return pods_now(fake_api)["a/big"]
+
+    big = asyncio.run(asyncio.wait_for(go(), 40))
+    assert fake_api.control("state")["injected"].get("before 409") == 2  # both faults hit big's writes
+    assert _reason(big) == "workload a/big: nvidia.com/gpu 8 is more than any node has", _reason(big)
+
+
+def _reason(pod: dict) -> str:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return next((c.get("message", "") for c in conds if c.get("type") == "PodScheduled" and c["status"] == "False"), "")
+
+
+def test_every_waiting_pod_is_told_its_place_before_its_full_explanation(fake_api, tmp_path, monkeypatch):
+    """Full explanations are rationed (each replays the queue ahead): a starved soak ended with pods that had
+    waited through the whole settling time without a first one, so with no reason at all. Now a pod never
+    told anything gets its queue and place at the first pass that leaves it waiting. Here no full
+    explanation is ever due, and each of the five pods that do not fit still says where it stands."""
+    monkeypatch.setattr(Reporter, "wants_explanation", lambda self, key, now: False)
+    whole2 = {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "100"}  # two whole cards: one pod fills the node
+
+    async def go() -> dict[str, dict]:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2)
+        for i in range(6):
+            await port.create(PODS, chaos_pod("a", f"p{i}", whole2), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1, 10, "the pod that fits")
+            await until(lambda: sum(bool(_reason(p)) for p in pods_now(fake_api).values()) == 5, 10, "5 reasons")
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await port.close()
+        return pods_now(fake_api)
+
+    pods = asyncio.run(asyncio.wait_for(go(), 40))
+    waiting = {k: _reason(p) for k, p in pods.items() if not p["spec"].get("nodeName")}
+    assert len(waiting) == 5, waiting
+    places = sorted(int(m.split(", ")[1].split(" of ")[0]) for m in waiting.values())
+    assert places == [1, 2, 3, 4, 5], waiting
+    assert all(f"workload {k} (queue q-a): pending, " in m and " of 5 in its queue" in m for k, m in waiting.items())

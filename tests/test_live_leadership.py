@@ -119,20 +119,21 @@ def busy(seconds: float) -> None:
         pass
 
 
-def test_a_long_synchronous_step_does_not_cost_the_lease(fake_api, tmp_path, monkeypatch):
+def test_a_long_synchronous_step_does_not_cost_the_lease(fake_process, tmp_path, monkeypatch):
     """The soak under CPU starvation: a pass of the controller held the event loop past the renew deadline
     (2 s here), the lease could not be renewed meanwhile, the leader stepped down, and each new term's
     rebuild was long again, so leadership flapped and nothing was bound. Now the lease is renewed on a thread
     of its own: a pass made 3 s long (more than the lease duration) costs nothing, the lease is renewed
-    during it, and the pod that arrived meanwhile is bound in the same term."""
-    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
-    fake_api.control("device-plugin")
+    during it, and the pod that arrived meanwhile is bound in the same term. The fake runs in a process of its
+    own, so the busy pass slows this process alone."""
+    kubeconfig = fake_process.kubeconfig(str(tmp_path / "kc"))
+    fake_process.control("device-plugin")
     reconcile = Controller._reconcile
     blocked: list[tuple[float, float]] = []
 
     def slow(self: Controller, now: float) -> None:
         if "a/slow" in self.pods.cache and not blocked:
-            start = time.monotonic()  # the fake's request log's clock (same process)
+            start = time.monotonic()  # the fake's request log's clock (CLOCK_MONOTONIC: one for all processes)
             busy(3.0)
             blocked.append((start, time.monotonic()))
         reconcile(self, now)
@@ -164,7 +165,9 @@ def test_a_long_synchronous_step_does_not_cost_the_lease(fake_api, tmp_path, mon
     assert lost == [] and ctl.stats.rebuilds == 1, (lost, ctl.stats.rebuilds)  # one term, never stepped down
     assert lease["spec"]["holderIdentity"] == "r1" and lease["spec"]["leaseTransitions"] == 0
     start, end = blocked[0]
-    puts = [r["t"] for r in fake_api.control("requests")["requests"] if r["verb"] == "PUT" and "/leases/" in r["path"]]
+    puts = [
+        r["t"] for r in fake_process.control("requests")["requests"] if r["verb"] == "PUT" and "/leases/" in r["path"]
+    ]
     assert [t for t in puts if start < t < end], "no renewal was written while the loop was busy"
 
 

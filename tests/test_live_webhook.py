@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 from test_run_command import _free_port, _request
-from test_webhook import gpu_pod, patched, review
+from test_webhook import gpu_pod, kubelet_update, patched, review, stamped
 
 
 def test_run_serves_the_webhook_over_tls_from_its_live_queue_cache(fake_api, tmp_path, tls):
@@ -72,3 +72,80 @@ def test_run_serves_the_webhook_over_tls_from_its_live_queue_cache(fake_api, tmp
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_broken_trusted_identities_edit_is_an_event_on_its_configmap(fake_api, tmp_path, tls):
+    """`fairgpu run --trusted-identities`: an edit of the mounted ConfigMap that leaves a file with two names
+    keeps the last good list whole (the webhook still refuses the name it adds) and is told as a Warning
+    Event on the ConfigMap naming the file and the problem; the fix is told as a Normal Event naming whom
+    it trusts now. Checked over HTTP: the webhook's answers and the fake's Events."""
+    hami, ops, eve = "system:serviceaccount:kube-system:hami-device-plugin", "ops@example.com", "eve@example.com"
+    mounted = tmp_path / "trusted"
+    mounted.mkdir()
+    kubelet_update(mounted, {"hami": hami}, 1)
+    hook = _free_port()
+    cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
+    cmd += ["--health-port", str(_free_port()), "--identity", "t", "--lease-namespace", "x", "--health-host"]
+    cmd += ["127.0.0.1", "--webhook-port", str(hook), "--tls-cert", tls[0], "--tls-key", tls[1]]
+    cmd += ["--trusted-identities", str(mounted)]  # the ConfigMap deploy/ mounts there, by default
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    context = ssl.create_default_context(cafile=tls[0])
+    labels, annotations = stamped("alice@example.com")
+    old = gpu_pod({"nvidia.com/gpu": "1"}, labels=labels, name="p", annotations=annotations)
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"]["fairgpu.io/user-name"] = "carol@example.com"
+
+    def allowed(user: str) -> bool | None:
+        """Whether the webhook lets `user` rewrite the pod's user; None while it is not listening yet."""
+        doc = review(new, user=user, operation="UPDATE", old=old)
+        req = urllib.request.Request(
+            f"https://127.0.0.1:{hook}/validate", json.dumps(doc).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=context) as resp:
+                return json.loads(resp.read())["response"]["allowed"]
+        except OSError:
+            return None
+
+    def events() -> list[dict]:
+        return _request(f"{fake_api.url}/api/v1/namespaces/fairgpu-system/events")["items"]  # type: ignore[index]
+
+    def until(cond, what: str):
+        deadline = time.monotonic() + 20
+        while not (got := cond()):
+            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+        return got
+
+    def reason(name: str) -> list[dict]:
+        return [e for e in events() if e["reason"] == name]
+
+    try:
+        until(lambda: allowed(hami), "the webhook")
+        assert allowed(ops) is False and events() == []  # nothing to tell at start
+        kubelet_update(mounted, {"hami": hami, "ops": f"{ops}\n{eve}", "eve": eve}, 2)
+        [warning] = until(lambda: reason("TrustedIdentitiesInvalid"), "the Warning")
+        assert warning["type"] == "Warning" and warning["source"]["component"] == "fairgpu"
+        configmap = {"namespace": "fairgpu-system", "name": "fairgpu-trusted-identities", "uid": ""}
+        assert warning["involvedObject"] == {"apiVersion": "v1", "kind": "ConfigMap", **configmap}
+        assert f"{mounted}/ops: one identity per file, found 2 lines" in warning["message"], warning["message"]
+        assert "the last good list stays" in warning["message"]
+        time.sleep(0.5)  # reloads meanwhile: the same problem is told once, and trust is the last good list
+        assert len(reason("TrustedIdentitiesInvalid")) == 1 and not reason("TrustedIdentitiesReloaded")
+        assert allowed(hami) and allowed(eve) is False and allowed(ops) is False
+        kubelet_update(mounted, {"hami": hami, "eve": eve}, 3)
+        [fixed] = until(lambda: reason("TrustedIdentitiesReloaded"), "the Normal event")
+        assert fixed["type"] == "Normal" and eve in fixed["message"] and ops not in fixed["message"]
+        assert allowed(eve) and allowed(ops) is False
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_run_refuses_a_malformed_trusted_identities_configmap(fake_api, tmp_path):
+    cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
+    cmd += ["--trusted-identities", str(tmp_path), "--trusted-identities-configmap", "trusted"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert "--trusted-identities-configmap: expected NAMESPACE/NAME, got 'trusted'" in done.stderr, done.stderr

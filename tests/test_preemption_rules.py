@@ -232,3 +232,18 @@ def test_fair_share_max_runtime_does_not_bound_reclaim():
     sched.cycle(0.0)
     run(sched, "a", 4, 1000.0)
     assert len(evicted(sched.cycle(1000.0))) == 4
+
+
+def test_fair_share_evicts_only_when_the_wait_it_saves_outweighs_the_work_it_throws_away():
+    """c's eight 1-GPU jobs started at 0 s; a (fair share, no reclaim) wants 4 GPUs at 1000 s. Each victim
+    has run 1000 GPU-seconds. If c's jobs end at 1500 s anyway, evicting one would save a's job 500 s less
+    the grace: less than it throws away, so nothing is evicted and a starts at 1500 s. If they end at
+    36,000 s, or nobody knows when, a's share is evicted for it."""
+    for duration, expect in ((1500.0, 0), (36000.0, 4), (None, 4)):
+        sched = engine([QueueSpec("a", preemption=PreemptionPolicy(reclaim=False, fair_share=True)), QueueSpec("c")])
+        for i in range(8):
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=0.0, duration=duration))
+        sched.cycle(0.0)
+        run(sched, "a", 4, 1000.0)
+        gone = evicted(sched.cycle(1000.0))
+        assert len(gone) == expect and all(v.startswith("c") for v in gone), (duration, gone)

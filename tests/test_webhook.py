@@ -474,3 +474,25 @@ def test_the_trusted_identities_follow_the_mounted_configmap_without_a_restart(t
         assert until(lambda: allowed(eve)) and not allowed(ops) and identities.problem is None
     finally:
         server.stop()
+
+
+def test_a_failing_listener_never_stops_the_trusted_identities_reloads(tmp_path):
+    """`on_news` (the Events of `fairgpu run`) is told from the webhook's reloader, which also renews the serving
+    certificate: a listener that raises must cost neither the reloads nor the last good list."""
+    mounted = tmp_path / "trusted"
+    mounted.mkdir()
+    kubelet_update(mounted, {"hami": "hami"}, 1)
+    identities = TrustedIdentities(str(mounted), Trust.of(FAIRGPU_SA))
+    told: list[bool] = []
+
+    def listener(problem: bool, message: str) -> None:
+        told.append(problem)
+        raise RuntimeError("the reporter's loop is gone")
+
+    identities.on_news = listener
+    kubelet_update(mounted, {"hami": "hami", "ops": "ops\neve"}, 2)
+    assert identities.check() is False and "ops: one identity per file" in (identities.problem or "")
+    assert identities.check() is False and told == [True]  # the same problem is told once
+    assert identities().trusted == {"hami"}
+    kubelet_update(mounted, {"hami": "hami", "eve": "eve"}, 3)
+    assert identities.check() is True and identities().trusted == {"hami", "eve"} and told == [True, False]

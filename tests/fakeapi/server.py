@@ -708,7 +708,64 @@ def _patch_rv(content_type: str, raw: bytes) -> str | None:
     return None
 
 
-class FakeApiServer:
+class FakeEndpoint:
+    """What a test or driver needs to talk to a fake wherever it runs: its URL, its controls over HTTP, tokens and
+    kubeconfigs. `apply(fn, *args)` runs fn(FakeApi, *args) on the fake's own loop (its store is not
+    thread-safe), in whichever process holds the fake."""
+
+    tls: tuple[str, str] | None = None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def apply(self, fn, *args, timeout: float = 10.0):
+        raise NotImplementedError
+
+    def control(self, op: str, **body: object) -> dict:
+        req = urllib.request.Request(
+            f"{self.url}/_fake/{op}",
+            data=json.dumps(body).encode(),
+            headers={CONTROL_HEADER: "yes", "Content-Type": JSON},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10, context=self.client_tls()) as resp:
+            return json.loads(resp.read())
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
+
+    def _cluster(self) -> dict:
+        cluster: dict = {"server": self.url}
+        if self.tls is not None:
+            with open(self.tls[0], "rb") as f:
+                cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
+        return cluster
+
+    def token(self, token: str, service_account: str | None = None, **user: object) -> str:
+        """Register a bearer token: for `namespace/name` of a service account, or a user (username, groups)."""
+        if service_account is not None:
+            self.control("token", token=token, service_account=service_account)
+        else:
+            self.control("token", token=token, **user)
+        return token
+
+    def kubeconfig(self, path: str, token: str | None = None) -> str:
+        """A kubeconfig for this server; without a token its requests are the administrator's."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": self._cluster()}],
+            "users": [{"name": "u", "user": {"token": token} if token else {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+            "current-context": "fake",
+        }
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+
+
+class FakeApiServer(FakeEndpoint):
     """The fake on its own thread and event loop, so sync tests, subprocesses (kubectl) and async clients
     can all use it."""
 
@@ -758,49 +815,10 @@ class FakeApiServer:
         self.thread.join(5)
 
     def call(self, fn, *args):
+        return self.apply(lambda _api: fn(*args))
+
+    def apply(self, fn, *args, timeout: float = 10.0):
         async def run():
-            return fn(*args)
+            return fn(self.api, *args)
 
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
-
-    def control(self, op: str, **body: object) -> dict:
-        req = urllib.request.Request(
-            f"{self.url}/_fake/{op}",
-            data=json.dumps(body).encode(),
-            headers={CONTROL_HEADER: "yes", "Content-Type": JSON},
-            method="POST",
-        )
-        with urllib.request.urlopen(req, timeout=10, context=self.client_tls()) as resp:
-            return json.loads(resp.read())
-
-    def client_tls(self) -> ssl.SSLContext | None:
-        return ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
-
-    def _cluster(self) -> dict:
-        cluster: dict = {"server": self.url}
-        if self.tls is not None:
-            with open(self.tls[0], "rb") as f:
-                cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
-        return cluster
-
-    def token(self, token: str, service_account: str | None = None, **user: object) -> str:
-        """Register a bearer token: for `namespace/name` of a service account, or a user (username, groups)."""
-        if service_account is not None:
-            self.control("token", token=token, service_account=service_account)
-        else:
-            self.control("token", token=token, **user)
-        return token
-
-    def kubeconfig(self, path: str, token: str | None = None) -> str:
-        """A kubeconfig for this server; without a token its requests are the administrator's."""
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": self._cluster()}],
-            "users": [{"name": "u", "user": {"token": token} if token else {}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
-            "current-context": "fake",
-        }
-        with open(path, "w") as f:
-            json.dump(doc, f)
-        return path
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)

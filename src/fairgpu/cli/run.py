@@ -10,7 +10,7 @@ import typer
 from fairgpu.catalog import load_profile
 from fairgpu.cli.base import app
 from fairgpu.errors import FairgpuError, InputError
-from fairgpu.k8s.identity import FAIRGPU_SA
+from fairgpu.k8s.identity import FAIRGPU_SA, TRUSTED_CONFIGMAP
 from fairgpu.terminal import fail
 from fairgpu.twin.writer import TraceWriter
 
@@ -55,6 +55,13 @@ def run_cmd(
             help="A directory of trusted identities, one per file: the ConfigMap the API server's policy reads."
         ),
     ] = None,
+    trusted_identities_configmap: Annotated[
+        str,
+        typer.Option(
+            help="NAMESPACE/NAME of the ConfigMap mounted at --trusted-identities: reloads and broken edits of it"
+            " are Events on it."
+        ),
+    ] = "/".join(TRUSTED_CONFIGMAP),
     pod_controller: Annotated[
         list[str] | None,
         typer.Option(help="A user that makes pods from templates, whose pods keep the template's user; repeatable."),
@@ -75,7 +82,7 @@ def run_cmd(
     import socket
 
     from fairgpu.k8s import app as live
-    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, TrustedIdentities
+    from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, TrustedIdentities, configmap_ref
     from fairgpu.k8s.kubeconfig import check_kubeconfig
 
     try:
@@ -107,6 +114,7 @@ def run_cmd(
     fixed = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
     try:  # the mounted list is followed as the kubelet updates it
         trust = TrustedIdentities(trusted_identities, fixed) if trusted_identities else fixed
+        trust_configmap = configmap_ref(trusted_identities_configmap)
     except InputError as err:
         raise fail(str(err)) from err
     try:
@@ -116,7 +124,7 @@ def run_cmd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, listen, tls, trust, hami, writer))
+        asyncio.run(live.run(*args, listen, tls, trust, hami, writer, trust_configmap))
     except KeyboardInterrupt:
         pass
     except Exception as err:

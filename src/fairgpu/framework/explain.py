@@ -76,6 +76,17 @@ def explain(sched: Engine, name: str, now: float) -> Explanation:
     return exp
 
 
+def queue_places(sched: Engine) -> dict[str, tuple[str, int, int]]:
+    """Each pending workload's queue, its place there (1 = next) and the queue's length, without the replays
+    `explain` makes: what a waiting pod can be told at once, before its full explanation."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for backlog in sched.backlogs:
+        order = backlog.ordered()
+        for i, entry in enumerate(order):
+            out[entry.workload.name] = (entry.workload.queue, i + 1, len(order))
+    return out
+
+
 def _reasons(sched: Engine, entry: Entry, now: float) -> list[str]:
     wl, view, profile = entry.workload, sched.view, sched.profile
     out = []

@@ -6,6 +6,7 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -285,6 +286,8 @@ class PreemptContext:
     profile: Profile  # for dry-run placement
     usage: np.ndarray  # (Q, R) as it will be once evictions already under way complete
     exclude: np.ndarray | None = None  # (N,) nodes held for other workloads, which it may not use
+    # when the pods would start with no eviction, as running work ends when expected (inf: never, or unknown)
+    unaided_start: Callable[[], float] = lambda: math.inf
 
     _victims: VictimTable | None = None
 

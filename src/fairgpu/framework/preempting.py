@@ -9,7 +9,8 @@ planned with, so two never count on the same free GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -20,10 +21,12 @@ from fairgpu.framework import victims
 from fairgpu.framework.accounting import ShareAccounting
 from fairgpu.framework.engine import CycleResult, Entry
 from fairgpu.framework.interfaces import EngineView, Evict, PreemptContext, Profile, VictimTable
-from fairgpu.framework.lookahead import StartPlan
+from fairgpu.framework.lookahead import Planned, StartPlan, replay
 from fairgpu.framework.reservations import Reservations
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, scratch_key
+
+_AHEAD_MAX = 64  # queue-mates a preemptor's unaided start is replayed behind: bounds the replay's cost
 
 
 class Preempting:
@@ -36,8 +39,10 @@ class Preempting:
         running: dict[str, Entry],
         pending: dict[str, Entry],
         reservations: Reservations,
+        ends: Callable[[], list[tuple[float, list[str]]]],
     ) -> None:
         self.state, self.tree, self.profile, self.accounting = state, tree, profile, accounting
+        self.ends = ends  # (expected end, pod keys) of running work: Scheduler.running_ends
         self.view = accounting.view
         self.running, self.pending, self.reservations = running, pending, reservations
         self.leaving = np.zeros((len(tree), len(r.FAIR_DIMS)))  # what evictions under way take from each queue
@@ -98,13 +103,42 @@ class Preempting:
         usage = self._committed_usage()
         exclude = self.reservations.nodes_to_avoid(wl, entry.queue, now, now + self.max_grace, preempting=True)
         with self._planned_view(entry) as view:
-            ctx = PreemptContext(wl, entry.queue, charge, rest, view, now, self.victims, self.profile, usage, exclude)
+
+            def unaided() -> float:
+                order = [*self._ahead(entry, usage), Planned(rest, None)]
+                fit = replay(order, view, self.profile, now, self.ends(), exclude)
+                return math.inf if fit is None else fit.at
+
+            ctx = PreemptContext(
+                wl, entry.queue, charge, rest, view, now, self.victims, self.profile, usage, exclude, unaided
+            )
             for plugin in self.profile.preempt:
                 chosen = plugin.preempt(ctx)
                 if chosen is not None and len(chosen):
                     self._hold(entry, ctx, chosen, result)
                     return True
         return False
+
+    def _ahead(self, entry: Entry, usage: np.ndarray) -> list[Planned]:
+        """Its queue's pending work ahead of it with no room held, as far as the queue's fair share reaches:
+        without eviction those start first, so its own wait (when a fair-share eviction is worth it) is the
+        wait behind them. Judged alone, every job of a queue far below its share would see only the wait for
+        the next GPU to free, and none would ever be worth an eviction."""
+        q, gpu = entry.queue, r.DIM_GPU
+        room = self.view.entitled_dom[q] * self.view.capacity[gpu] - usage[q, gpu] - entry.charge[gpu]
+        ahead = sorted(
+            (e for e in self.pending.values() if e.queue == q and e.order < entry.order and not e.placed),
+            key=lambda e: e.order,
+        )
+        out: list[Planned] = []
+        for e in ahead:
+            if e.workload.name in self.reservations:
+                continue
+            room -= e.charge[gpu]
+            if room < 0 or len(out) >= _AHEAD_MAX:
+                break
+            out.append(Planned(e.rest, self.reservations.durations.of(e.workload, q)))
+        return out
 
     def _hold(self, entry: Entry, ctx: PreemptContext, chosen: np.ndarray, result: CycleResult) -> None:
         """Evict the chosen victims for the workload, and hold the room they make for it."""

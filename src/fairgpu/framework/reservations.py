@@ -67,14 +67,15 @@ class Reservations(dict[str, Reservation]):
         holding = own is not None and not own.starving
         exclude = None
         for name, res in list(self.items()):
-            if _exempt(wl.name, queue, preempting or holding, holding, name, res):
+            if _exempt(wl.name, queue, preempting or holding, name, res):
                 continue
             if now > res.fit.at:
                 del self[name]
                 continue
             d = self.durations.of(wl, queue)
             if d is None or (now if start is None else start) + d > res.fit.at:
-                exclude = res.exclude if exclude is None else exclude | res.exclude
+                held = _held(res, own if holding else None)
+                exclude = held if exclude is None else exclude | held
         return exclude
 
     def entered(self, wl: Workload, queue: int, nodes: list[int]) -> frozenset[str]:
@@ -85,7 +86,7 @@ class Reservations(dict[str, Reservation]):
         return frozenset(
             name
             for name, res in self.items()
-            if not _exempt(wl.name, queue, holding, holding, name, res) and res.exclude[nodes].any()
+            if not _exempt(wl.name, queue, holding, name, res) and _held(res, own if holding else None)[nodes].any()
         )
 
     def due(self, now: float) -> list[Reservation]:
@@ -93,10 +94,20 @@ class Reservations(dict[str, Reservation]):
         return [res for res in self.values() if res.fit.at <= now]
 
 
-def _exempt(wl: str, queue: int, preempting: bool, holding: bool, holder: str, res: Reservation) -> bool:
-    """Whether a workload may use a reservation's nodes whatever its duration: its own; for a preemptor,
-    room its queue made by preemption; and for one holding room (its victims are leaving), a starving
-    holder's too: it keeps the room it planned with, even if a starving gang came later. One choosing
-    victims now plans around a starving holder's nodes like any other work: evicting the backfill there
-    for work that runs past the holder's start would delay the holder beyond its bound."""
-    return holder == wl or (preempting and res.queue == queue and not res.starving) or (holding and res.starving)
+def _exempt(wl: str, queue: int, preempting: bool, holder: str, res: Reservation) -> bool:
+    """Whether a workload may use a reservation's nodes whatever its duration: its own, and for a preemptor,
+    room its queue made by preemption. One choosing victims now plans around a starving holder's nodes like
+    any other work: evicting the backfill there for work that runs past the holder's start would delay the
+    holder beyond its bound."""
+    return holder == wl or (preempting and res.queue == queue and not res.starving)
+
+
+def _held(res: Reservation, own: Reservation | None) -> np.ndarray:
+    """(N,) the nodes a reservation holds from a workload. A preemptor holding room (`own`, its victims are
+    leaving) keeps the room it planned with even if a starving holder came later and counts on it; the
+    starving holder's other nodes it may use only as backfill, like anyone (once its victims left, packing
+    it there instead ran past the holder's start, and the holder lost its turn and drained all over)."""
+    if own is None or not res.starving:
+        return res.exclude
+    held: np.ndarray = res.exclude & ~own.exclude
+    return held

@@ -71,7 +71,14 @@ class Scheduler:
         self.reservations = Reservations(self.state.num_nodes, self.durations)
         self._growable: set[str] = set()  # running elastic workloads below their full size
         self.preempting = Preempting(
-            self.state, tree, self.profile, self.accounting, self.running, self.pending, self.reservations
+            self.state,
+            tree,
+            self.profile,
+            self.accounting,
+            self.running,
+            self.pending,
+            self.reservations,
+            self.running_ends,
         )
 
     # -- events from the driver ---------------------------------------------------------------------

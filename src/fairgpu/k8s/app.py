@@ -9,6 +9,7 @@ its own (webhook_server.py), off the scheduling path."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -27,10 +28,11 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.identity import Trust, TrustedIdentities
+from fairgpu.k8s.identity import TRUSTED_CONFIGMAP, Trust, TrustedIdentities
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.recording import PodTimes
+from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
 from fairgpu.observe.metrics import SchedulingMetrics
@@ -141,11 +143,14 @@ async def run(
     trust: Trust | TrustedIdentities | None = None,
     hami: HamiConfig = DEFAULT_HAMI,
     record: TraceWriter | None = None,
+    trust_configmap: tuple[str, str] = TRUSTED_CONFIGMAP,
 ) -> None:
     listen.check()
     port = await KubeClient.connect(kubeconfig)
     elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
+    if isinstance(trust, TrustedIdentities):
+        report_trust(trust, controller.reporter, trust_configmap)
     recorder: tuple[EngineRecorder, ...] = ()
     if record is not None:
         times = PodTimes(controller.clock, scheduler_name)
@@ -192,6 +197,18 @@ async def run(
         if record is not None:
             record.close()
         await port.close()
+
+
+def report_trust(trust: TrustedIdentities, reporter: Reporter, configmap: tuple[str, str]) -> None:
+    """Reloads of the mounted list, which the webhook's thread checks, become Events on its ConfigMap, written
+    from this loop (the reporter's client belongs to it)."""
+    loop = asyncio.get_running_loop()
+
+    def news(problem: bool, message: str) -> None:
+        with contextlib.suppress(RuntimeError):  # this loop has closed: the process is stopping
+            loop.call_soon_threadsafe(reporter.trust_news, configmap, problem, message)
+
+    trust.on_news = news
 
 
 def queue_namespaces(controller: Controller, name: str) -> tuple[str, ...] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +93,17 @@ class Trust:
         return self.full(user) or user not in self.controllers
 
 
+TRUSTED_CONFIGMAP = ("fairgpu-system", "fairgpu-trusted-identities")  # deploy/trusted-identities.yaml
+
+
+def configmap_ref(value: str) -> tuple[str, str]:
+    """NAMESPACE/NAME of a ConfigMap; InputError naming the option otherwise."""
+    ns, sep, name = value.partition("/")
+    if not (sep and ns and name) or "/" in name:
+        raise InputError(f"--trusted-identities-configmap: expected NAMESPACE/NAME, got {value!r}")
+    return ns, name
+
+
 def read_trusted(directory: str) -> list[str]:
     """The identities in a mounted ConfigMap (deploy/trusted-identities.yaml): one per file, any name; the
     volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap. InputError
@@ -119,12 +130,15 @@ def read_trusted(directory: str) -> list[str]:
 class TrustedIdentities:
     """Whom the webhook trusts, following the mounted ConfigMap: read again when its files change (the kubelet
     swaps the volume's `..data` symlink), so an edit takes effect without a restart. A list that cannot be
-    read keeps the last good one (an edit gone wrong never widens trust) and is logged, naming the problem.
+    read keeps the last good one (an edit gone wrong never widens trust) and is logged, naming the problem;
+    `on_news(problem, message)` hears of each new problem (True) and of each change of whom it trusts (False),
+    from the thread that calls `check()` (app.report_trust makes them Events on the ConfigMap).
     Call it for the Trust in force; `check()` from one thread at a time."""
 
     def __init__(self, directory: str, base: Trust) -> None:
         self.directory, self.base = directory, base  # base.trusted: the --trusted-identity users, always kept
         self.problem: str | None = None
+        self.on_news: Callable[[bool, str], None] | None = None
         self._seen = self._stamp()
         self._trust = self._with(read_trusted(directory))  # at start a broken list is the caller's error
 
@@ -151,16 +165,29 @@ class TrustedIdentities:
         try:
             trust = self._with(read_trusted(self.directory))
         except InputError as err:
-            if str(err) != self.problem:
-                log.error("trusted identities not reloaded, the last good list stays: %s", err)
-            self.problem = str(err)
+            known, self.problem = self.problem, str(err)
+            if str(err) != known:
+                message = f"trusted identities not reloaded, the last good list stays: {err}"
+                log.error("%s", message)
+                self._tell(True, message)
             return False
         self.problem = None
         if trust == self._trust:
             return False
         self._trust = trust
-        log.info("trusted identities reloaded from %s: %s", self.directory, ", ".join(sorted(trust.trusted)) or "none")
+        message = f"trusted identities reloaded from {self.directory}: {', '.join(sorted(trust.trusted)) or 'none'}"
+        log.info("%s", message)
+        self._tell(False, message)
         return True
+
+    def _tell(self, problem: bool, message: str) -> None:
+        """Best effort: a listener that fails must not stop the caller's reloads (the webhook's reloader also
+        renews its serving certificate)."""
+        if self.on_news is not None:
+            try:
+                self.on_news(problem, message)
+            except Exception:
+                log.exception("trusted identities: telling of %r failed", message)
 
 
 def owner_of(meta: dict) -> str:

@@ -14,12 +14,18 @@ import numpy as np
 
 from fairgpu import resources as r
 from fairgpu.errors import KubeError
+from fairgpu.framework.explain import queue_places
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.events import EventRecorder
 from fairgpu.k8s.identity import USER_ANNOTATION
 from fairgpu.k8s.port import PODS, QUEUES, KubePort
 
 log = logging.getLogger(__name__)
+# A condition write that failed is tried again this often, backing off, while its message is still the pod's
+# latest: unchanged messages are not posted again, so without this a pod whose one write met a 5xx or a
+# conflict kept no reason at all for as long as its reason stayed the same.
+CONDITION_TRIES = 5
+CONDITION_BACKOFF = 0.5  # seconds before the first retry, doubling
 
 
 def _now() -> str:
@@ -33,6 +39,7 @@ class Reporter:
         self.explain_every = explain_every
         self.last: dict[str, str] = {}  # pod key → last message posted
         self.explained_at: dict[str, float] = {}
+        self.told: set[str] = set()  # pods given the quick first reason, their full explanation still to come
         self.queue_last: dict[str, dict] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self.events = EventRecorder(port, component)
@@ -51,7 +58,7 @@ class Reporter:
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, uid, "FailedScheduling", message, "Warning"))
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        self._spawn(self._condition(ns, name, {**condition, "lastTransitionTime": _now()}))
+        self._spawn(self._condition(key, message, {**condition, "lastTransitionTime": _now()}))
 
     def unattributed(self, key: str, uid: str, owner: dict) -> None:
         """A pod made from its owner's template that carries no user (webhook.stamp): it waits, saying why and
@@ -77,6 +84,7 @@ class Reporter:
     def scheduled(self, key: str, uid: str, node: str) -> None:
         self.last.pop(key, None)
         self.explained_at.pop(key, None)
+        self.told.discard(key)
         ns, name = key.split("/", 1)
         self._spawn(self._event(ns, name, uid, "Scheduled", f"Successfully assigned {key} to {node}", "Normal"))
 
@@ -95,6 +103,13 @@ class Reporter:
             return
         self.last[f"node/{node}"] = message
         self._spawn(self._event("default", node, "", "GPUsNotScheduled", message, "Warning", "Node"))
+
+    def trust_news(self, configmap: tuple[str, str], problem: bool, message: str) -> None:
+        """A reload of the mounted trusted-identities list, as an Event on its ConfigMap (`kubectl describe
+        configmap`): a Warning naming the file and what is wrong with it, or whom it now trusts."""
+        ns, name = configmap
+        reason, kind = ("TrustedIdentitiesInvalid", "Warning") if problem else ("TrustedIdentitiesReloaded", "Normal")
+        self._spawn(self._event(ns, name, "", reason, message, kind, "ConfigMap"))
 
     async def queue_invalid(self, name: str, problem: str) -> None:
         condition = {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": problem}
@@ -148,6 +163,7 @@ class Reporter:
         # Those never explained first: in plain submission order, the oldest were explained again whenever
         # due, and with more pending than a pass's budget covers, the newest never got a reason at all.
         names.sort(key=lambda name: any(k in self.explained_at for k in members(name)))
+        self._tell_places(engine, names, members, waiting, uid)
         for name in names:
             pending = [k for k in members(name) if waiting(k) and engine.state.placement(k) is None]
             if not pending or not self.wants_explanation(pending[0], now):
@@ -158,6 +174,32 @@ class Reporter:
                 if pod_uid is not None:
                     self.unschedulable(key, pod_uid, message)
             yield
+
+    def _tell_places(
+        self,
+        engine: Scheduler,
+        names: list[str],
+        members: Callable[[str], tuple[str, ...]],
+        waiting: Callable[[str], bool],
+        uid: Callable[[str], str | None],
+    ) -> None:
+        """Pods never told anything get their queue and place in it at once: full explanations are rationed
+        (each replays the queue ahead), and on a starved CPU with hundreds waiting a pod could wait minutes
+        for its first one with no reason shown at all."""
+        new = [n for n in names if not any(k in self.explained_at or k in self.told for k in members(n))]
+        if not new:
+            return
+        places = queue_places(engine)
+        for name in new:
+            if name not in places:
+                continue
+            queue, at, of = places[name]
+            message = f"workload {name} (queue {queue}): pending, {at} of {of} in its queue; a full explanation follows"
+            for key in members(name):
+                pod_uid = uid(key)
+                if pod_uid is not None and waiting(key) and engine.state.placement(key) is None:
+                    self.told.add(key)
+                    self.unschedulable(key, pod_uid, message)
 
     async def close(self) -> None:
         """Drop the writes still queued: they are best effort, and the client is about to close."""
@@ -179,12 +221,23 @@ class Reporter:
         async with self._slots:
             await self.events.write(*observed)
 
-    async def _condition(self, ns: str, name: str, condition: dict) -> None:
-        async with self._slots:
-            try:
-                await self.port.patch(PODS, name, {"status": {"conditions": [condition]}}, ns, subresource="status")
-            except KubeError as err:
-                log.info("condition for %s/%s not set: %s", ns, name, err)
+    async def _condition(self, key: str, message: str, condition: dict) -> None:
+        ns, name = key.split("/", 1)
+        for attempt in range(CONDITION_TRIES):
+            if self.last.get(key) != message:
+                return  # superseded (a newer reason, or the pod was scheduled): that write is what counts
+            async with self._slots:
+                try:
+                    body = {"status": {"conditions": [condition]}}
+                    await self.port.patch(PODS, name, body, ns, subresource="status")
+                    return
+                except KubeError as err:
+                    if err.code == 404:
+                        return  # the pod is gone
+                    log.info("condition for %s not set (attempt %d): %s", key, attempt + 1, err)
+            await asyncio.sleep(CONDITION_BACKOFF * 2**attempt)
+        if self.last.get(key) == message:
+            del self.last[key]  # posted again at the pod's next explanation
 
 
 def _vector(v: np.ndarray) -> dict[str, str]:

@@ -9,6 +9,8 @@ Rules (queue policies, design/ARCHITECTURE.md "Tenants: queues"):
 - protected: workloads younger than their queue's min_runtime, and `preemptible: false` workloads of a
   queue within its guarantee; from fair share (not from reclaim), workloads that have run at least their
   queue's fair_share_max_runtime, which bounds the work such an eviction loses;
+- worth it: an eviction for fair share only (not reclaim, not priority) is made only if it brings the
+  preemptor's start forward by more GPU-time than its victims have run (`_worth_it`);
 - no ping-pong: afterwards the preemptor's share ratio (usage over entitlement) must be no higher than
   each victim queue's, so every eviction strictly reduces unfairness and preemption terminates. Reclaim
   is held to it too: a victim larger than the need frees room that the preemptor's queue would borrow
@@ -24,6 +26,7 @@ dry-run placement before anything is evicted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from fairgpu.fairness import dominant_shares, share_ratio
 from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.placement import feasible, place_all, place_pod
 from fairgpu.model.pod import PodSpec
+from fairgpu.resources import DIM_GPU
 from fairgpu.state import scratch_key
 
 _TOL = 1e-9
@@ -50,17 +54,20 @@ class Preemption:
         if not policy.enabled:
             return None
         after_p = _ratio(view, p, ctx.usage[p] + ctx.charge)
-        eligible = self._eligible(ctx, after_p)
+        eligible, fair_only = self._eligible(ctx, after_p)
         if not eligible.any():
             return None
         chosen = self._choose(ctx, eligible)
         if chosen is None or not _no_ping_pong(ctx, after_p, chosen):
             return None
+        if (chosen & fair_only).any() and not _worth_it(ctx, chosen):
+            return None
         return np.flatnonzero(chosen)
 
     @staticmethod
-    def _eligible(ctx: PreemptContext, after_p: float) -> np.ndarray:
-        """(U,) which victim units this workload's queue may evict, by both queues' policies."""
+    def _eligible(ctx: PreemptContext, after_p: float) -> tuple[np.ndarray, np.ndarray]:
+        """(U,) which victim units this workload's queue may evict, by both queues' policies; and (U,) those
+        it may evict only for fair share (not to reclaim a guarantee, nor for priority in its own queue)."""
         view, tree, p = ctx.view, ctx.view.tree, ctx.queue
         policy = tree.queues[p].preemption
         usage = ctx.usage
@@ -71,18 +78,20 @@ class Preemption:
             fair = _ratios(view, usage) > 1.0 + _TOL
         reclaim[p] = fair[p] = False
         if not (reclaim | fair).any() and policy.within_queue != "LowerPriority":
-            return np.zeros(0, dtype=bool)  # no queue it may take from: no need to look at running work
+            none = np.zeros(0, dtype=bool)  # no queue it may take from: no need to look at running work
+            return none, none
         t = ctx.victims
         ran = ctx.now - t.started
         max_runtime = np.array([q.preemption.fair_share_max_runtime for q in tree.queues])
-        ok = reclaim[t.queue] | (fair[t.queue] & (ran < max_runtime[t.queue]))
+        other = reclaim[t.queue]
         if policy.within_queue == "LowerPriority":
-            ok |= (t.queue == p) & (t.priority < ctx.workload.priority)
+            other |= (t.queue == p) & (t.priority < ctx.workload.priority)
+        ok = other | (fair[t.queue] & (ran < max_runtime[t.queue]))
         min_runtime = np.array([q.preemption.min_runtime for q in tree.queues])
         ok &= ran >= min_runtime[t.queue]
         ok &= ~(t.whole & ~t.preemptible & within[t.queue])  # preemptible: false holds within the guarantee
         eligible: np.ndarray = ok & t.alive
-        return eligible
+        return eligible, eligible & ~other
 
     def _choose(self, ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray | None:
         """Pod by pod: the node where the cheapest eligible GPUs make room, the workload's earlier pods
@@ -181,6 +190,20 @@ def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
     tier = (queue_rank[t.queue] * 2 + t.whole) * levels + prio_rank
     cost: np.ndarray = tier * scale + lost
     return cost
+
+
+def _worth_it(ctx: PreemptContext, chosen: np.ndarray) -> bool:
+    """Whether evicting for fair share brings the preemptor's GPUs forward by more GPU-time than its victims
+    have run, which the eviction throws away: (GPUs it asks) x (when it would start unaided, as running work
+    ends when expected, minus when it starts once the victims' grace has passed) > Σ victim GPUs x run so far.
+    Both are GPU-seconds, so the rule holds for any workload: no eviction to spare a wait shorter than the
+    work it destroys (a new job waiting seconds for the next GPU to free), and work of unknown length, or a
+    wait with no end in sight, is worth any eviction the other rules allow."""
+    t, tree = ctx.victims, ctx.view.tree
+    lost = float((t.charge[chosen, DIM_GPU] * np.maximum(ctx.now - t.started[chosen], 0.0)).sum())
+    grace = max(tree.queues[int(q)].preemption.grace_period for q in np.unique(t.queue[chosen]))
+    wait = ctx.unaided_start() - ctx.now - grace
+    return wait > 0 and (math.isinf(wait) or float(ctx.charge[DIM_GPU]) * wait >= lost)
 
 
 def _reclaimable(ctx: PreemptContext) -> np.ndarray:
