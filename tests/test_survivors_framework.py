@@ -402,3 +402,21 @@ def test_preemptors_whose_victims_are_still_leaving_evict_nobody_else():
         s.submit(Workload(f"u{i}", "b", (whole(1),), submit_time=100, priority=5, duration=36000.0))
     assert sorted(e.workload for e in s.cycle(100).evictions) == ["low1", "low2"]
     assert s.cycle(110).evictions == []
+
+
+def test_a_queues_run_time_estimate_follows_its_last_64_runs():
+    """64 runs of 1000 s, then 64 of 10 s: the estimate has forgotten the long ones (1.25 × 10 s); one run
+    earlier, one long run was still among the last 64, below the 90th percentile."""
+    from fairgpu.framework.durations import Durations
+
+    d = Durations(1)
+    for ran in (1000.0,) * 64 + (10.0,) * 63:
+        d.finished(0, ran)
+    assert d.learned(0) == pytest.approx(12.5)
+    d = Durations(1)
+    for ran in (1000.0,) * 64 + (10.0,) * 6:
+        d.finished(0, ran)
+    assert d.learned(0) == pytest.approx(1250.0)
+    for _ in range(58):
+        d.finished(0, 10.0)
+    assert d.learned(0) == pytest.approx(12.5)
