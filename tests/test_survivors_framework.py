@@ -10,6 +10,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
+from fairgpu.spec import format_duration
 
 # -- framework/accounting.py: decayed past usage ------------------------------------------------------------------
 
@@ -420,3 +421,44 @@ def test_a_queues_run_time_estimate_follows_its_last_64_runs():
     for _ in range(58):
         d.finished(0, 10.0)
     assert d.learned(0) == pytest.approx(12.5)
+
+
+# -- framework/backfill.py ------------------------------------------------------------------------------------------
+
+
+def test_backfill_evicted_when_the_reservation_came_due_is_not_evicted_again_while_it_leaves():
+    """n0 is held for the gang from t=1000; 'short' backfilled beside it and overran. At 1000 it is evicted
+    with a 30 s grace; at 1010, and at 1030 when its grace is over but the cluster has not removed it yet, it
+    is still leaving: no second eviction is decided for it, and the gang waits for it, not for a new grace."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=30))
+    queues = QueueTree([stream, QueueSpec("training", starvation_after=0)])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    for name, node, gpus, end in (("long", 0, 7, 1000.0), ("other", 1, 8, 5000.0)):
+        w = Workload(name, "training" if name == "other" else "stream", (whole(gpus),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(gpus))], started=0.0)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    s.submit(Workload("short", "stream", (whole(1),), submit_time=500, duration=50))
+    assert s.cycle(500).started == ["short"]
+    s.remove("long", finished_at=1000)
+    assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("short", 1030.0)]
+    assert s.cycle(1010).evictions == [] and s.cycle(1030).evictions == []
+    assert s.reservations["gang"].fit.at == 1030
+    s.cycle(1040)  # nothing else drains there: the hold still dates from 1030, not renewed to now
+    assert s.explain("gang", 1040).reasons == [
+        "no fit: 0/2 nodes: 2 too few idle GPUs",
+        "starving: 1 node(s) reserved for it from t=17m10s",
+    ]
+
+
+def test_a_starving_gang_keeps_its_nodes_for_as_long_as_the_work_it_waits_for_overruns():
+    """The gang holds both nodes from t=60, when the stream's jobs were to end; they overrun. Each cycle it
+    keeps holding them (its hold renewed to now), not just the first after 60: the drain is not started over."""
+    from conftest import starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    for t in (60, 70, 80):
+        s.cycle(t)
+        assert s.explain("gang", t).reasons[-1] == f"starving: 2 node(s) reserved for it from t={format_duration(t)}"
