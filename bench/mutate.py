@@ -101,6 +101,7 @@ class Mutant:
     # something is defined, where that is used (_definition_reach)
     lines: tuple[str, ...]
     digest: str  # of the file's source: a result is valid for this text only
+    jit: bool = False  # in a function numba compiles (scope names it): the worker compiles the mutated one
 
     @property
     def key(self) -> str:
@@ -245,15 +246,15 @@ def mutants(files: list[str], root: Path = REPO) -> list[Mutant]:
             scope = scopes.get(id(node), "")
             if scope in jitted:
                 # numba compiles it from the source, unseen by coverage and by a code swap: the tests that
-                # run the lines calling it, in a fresh interpreter (which compiles the mutated source)
-                scope, lines = "", tuple(sorted(uses.get(scope, ())))
+                # run the lines calling it, with the mutated function compiled anew in the worker's child
+                lines = tuple(sorted(uses.get(scope, ())))
             elif scope:
                 end = getattr(node, "end_lineno", None) or node.lineno
                 own = {starts.get(id(node), node.lineno), *range(node.lineno, end + 1)}
                 lines = tuple(f"{rel}:{ln}" for ln in sorted(own))
             else:
                 lines = reach.get(id(node), ())
-            out.append(Mutant(rel, node.lineno, i, what, scope, lines, digest))
+            out.append(Mutant(rel, node.lineno, i, what, scope, lines, digest, scope in jitted))
     return out
 
 
@@ -273,7 +274,8 @@ def scratch_copy(root: Path, n: int | str = 0) -> Path:
     shutil.copytree(
         root,
         dest,
-        ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", ".hypothesis", "*.egg-info", "out"),
+        # numba's on-disk cache (*.nbi, *.nbc in __pycache__) is kept: it is keyed by the source's content
+        ignore=shutil.ignore_patterns(".venv", ".git", "*.pyc", ".hypothesis", "*.egg-info", "out"),
     )
     return dest
 
@@ -374,7 +376,7 @@ def covering(m: Mutant, lines: dict[str, list[str]]) -> set[str]:
     for a mutant outside any function (run once, at import, so under no test), those that run any line of
     its module."""
     tests = {t for key in m.lines for t in lines.get(key, ())}
-    if tests or m.scope:
+    if tests or (m.scope and not m.jit):
         return tests
     return {t for key, ids in lines.items() if key.rpartition(":")[0] == m.file for t in ids}
 
@@ -394,7 +396,7 @@ class Worker:
 
     def run(self, m: Mutant, tests: list[str], timeout: float) -> dict[str, object]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        request = {"file": m.file, "index": m.index, "scope": m.scope, "tests": tests, "timeout": timeout}
+        request = {"file": m.file, "index": m.index, "scope": m.scope, "jit": m.jit, "tests": tests, "timeout": timeout}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         return dict(json.loads(self.proc.stdout.readline()))
@@ -444,7 +446,7 @@ def _run_stage(worker: Worker, m: Mutant, tests: list[str], seconds: dict[str, f
     # TIMEOUT_FACTOR times the tests' baseline (itself measured under tracing): a mutant that makes a loop
     # slower, or a machine under load, is not killed by the clock alone.
     wanted = TIMEOUT_FACTOR * sum(seconds.get(t, 60.0) for t in tests) + 15
-    if not m.scope:  # a fresh interpreter imports everything (and numba compiles its kernels) first
+    if not m.scope or m.jit:  # a fresh interpreter imports everything first, or numba compiles the mutant
         wanted += SPAWN_START
     answer = worker.run(m, tests, min(wanted, cap))
     if answer["outcome"] == "timeout" and wanted > cap:

@@ -3,7 +3,11 @@ once, then for each mutant (one JSON line on stdin) writes the mutated file (for
 a subprocess), forks, and in the child swaps the mutated function's code into every function object made
 from it before running the tests in-process with pytest.main. A mutant outside any function body (a module
 constant, a class attribute, a default) cannot be swapped in that way and runs in a fresh interpreter instead.
-Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, spawn),
+In a function numba compiles, the child replaces the module's compiled function by one numba compiles from the
+mutated code (callers reach it through the module, as `kernels.name`); the others were loaded once, before
+forking, from numba's on-disk cache (keyed by the source's content, so valid again once the file is restored),
+so a child compiles only the mutant.
+Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, jit, spawn),
 and for a kill the test that failed (`killer`, from pytest's JUnit report).
 """
 
@@ -55,6 +59,29 @@ def _preimport() -> dict[tuple[str, str], list[types.FunctionType]]:
     return index
 
 
+def _load_compiled() -> None:
+    """Load every compiled signature in numba's on-disk cache of fairgpu's compiled functions into this process,
+    so forked children inherit them instead of compiling each again (the mutated file on disk at that time
+    makes the cache miss). Best effort, through numba's private cache API: what is not loaded is compiled in
+    the child, the same code more slowly."""
+    try:
+        from numba.core.dispatcher import Dispatcher
+    except ImportError:
+        return
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("fairgpu."):
+            continue
+        for obj in list(vars(module).values()):
+            if isinstance(obj, Dispatcher) and obj._cache is not None:
+                with contextlib.suppress(Exception):
+                    for key in obj._cache._cache_file._load_index():
+                        obj.compile(key[0])
+
+
+def _module_of(path: Path) -> types.ModuleType | None:
+    return next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path)), None)
+
+
 def _code_named(code: types.CodeType, qualname: str) -> types.CodeType | None:
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -93,7 +120,13 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _fork(funcs: list[types.FunctionType], code: types.CodeType, tests: list[str], timeout: float) -> int | None:
+def _fork(
+    funcs: list[types.FunctionType],
+    code: types.CodeType,
+    tests: list[str],
+    timeout: float,
+    jit: types.ModuleType | None,
+) -> int | None:
     pid = os.fork()
     if pid == 0:  # the child: never returns
         status = 3
@@ -102,6 +135,13 @@ def _fork(funcs: list[types.FunctionType], code: types.CodeType, tests: list[str
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
+            if jit is not None:  # numba compiles the mutated function (not cached: the cache is the original's)
+                from numba import njit
+
+                name = code.co_name
+                setattr(
+                    jit, name, njit(types.FunctionType(code, vars(jit), name, getattr(jit, name).py_func.__defaults__))
+                )
             for f in funcs:
                 f.__code__ = code
             status = int(pytest.main([*PYTEST_ARGS, f"--junitxml={REPORT}", *tests]))
@@ -139,17 +179,18 @@ def run(request: dict[str, object], index: dict[tuple[str, str], list[types.Func
     path = ROOT / file
     original = path.read_text()
     tree = mutated_tree(ROOT, file, int(request["index"]))  # type: ignore[call-overload]
-    funcs = index.get((str(path), scope), []) if scope else []
-    code = _code_named(compile(tree, str(path), "exec"), scope) if funcs else None
+    jit = _module_of(path) if request.get("jit") else None
+    funcs = index.get((str(path), scope), []) if scope and jit is None else []
+    code = _code_named(compile(tree, str(path), "exec"), scope) if funcs or jit else None
     swappable = code is not None and all(len(f.__code__.co_freevars) == len(code.co_freevars) for f in funcs)
     began = time.monotonic()
     REPORT.unlink(missing_ok=True)
     try:
         path.write_text(ast.unparse(tree))
-        status = _fork(funcs, code, tests, timeout) if swappable and code else _spawn(tests, timeout)
+        status = _fork(funcs, code, tests, timeout, jit) if swappable and code else _spawn(tests, timeout)
     finally:
         path.write_text(original)
-    mode = "fork" if swappable else "spawn"
+    mode = ("jit" if jit else "fork") if swappable else "spawn"
     seconds = round(time.monotonic() - began, 2)
     answer: dict[str, object] = {"outcome": _outcome(status), "seconds": seconds, "mode": mode}
     if answer["outcome"] == "killed":
@@ -174,6 +215,7 @@ def main() -> None:
     index = _preimport()
     # What is imported now is never freed: out of the collector's sight, each child's pytest (which collects
     # twice at exit) no longer walks all of it, and the children share its pages instead of copying them.
+    _load_compiled()
     gc.freeze()
     for line in sys.stdin:
         print(json.dumps(run(json.loads(line), index)), flush=True)

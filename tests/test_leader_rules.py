@@ -5,7 +5,12 @@ a leader that cannot renew steps down before any standby may take over, so two n
 from __future__ import annotations
 
 import asyncio
+import copy
+import selectors
 
+import pytest
+
+from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import LEASES
@@ -89,7 +94,7 @@ def test_a_leader_cut_off_steps_down_before_the_standby_takes_over(fake_api, tmp
             for _ in range(500):
                 if link.attempts >= seen[0] + 2 and other.attempts >= seen[1] + 2:
                     return
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(1 / 64)
             raise AssertionError("the replicas stopped trying")
 
         task_a = asyncio.create_task(a.run())
@@ -123,3 +128,130 @@ def test_a_leader_cut_off_steps_down_before_the_standby_takes_over(fake_api, tmp
             await p.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on a clock of its own, which jumps to the next timer whenever nothing is ready: timeouts,
+    sleeps and the elector's step-down timer all run on it, to the microsecond and in no real time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        loop = self
+
+        class Selector(selectors.DefaultSelector):
+            def select(self, timeout: float | None = None):
+                ready = super().select(0)
+                if not ready and timeout is None:
+                    raise RuntimeError("the virtual clock has nothing left to wait for")
+                if not ready:
+                    loop.now += timeout or 0.0
+                return ready
+
+        super().__init__(Selector())
+
+    def time(self) -> float:
+        return self.now
+
+
+class SlowLeases:
+    """An apiserver's lease store in memory, on the loop's clock: each request is answered `latency(t)` seconds
+    after it was sent at t (an error when `failing(t)`), and only then applied."""
+
+    def __init__(self, loop: VirtualLoop, latency, failing) -> None:
+        self.loop, self.latency, self.failing = loop, latency, failing
+        self.leases: dict[str, dict] = {}
+        self.version = 0
+
+    async def reconnect(self) -> SlowLeases:
+        return self
+
+    async def close(self) -> None:
+        pass
+
+    async def _answer(self) -> None:
+        sent = self.loop.time()
+        await asyncio.sleep(self.latency(sent))
+        if self.failing(sent):
+            raise KubeError(500, "InternalError", "etcdserver: request timed out")
+
+    def _store(self, name: str, body: dict) -> dict:
+        self.version += 1
+        self.leases[name] = {"metadata": {"name": name, "resourceVersion": str(self.version)}, "spec": body["spec"]}
+        return copy.deepcopy(self.leases[name])
+
+    async def get(self, kind, name: str, namespace: str | None = None) -> dict:
+        await self._answer()
+        if name not in self.leases:
+            raise KubeError(404, "NotFound", name)
+        return copy.deepcopy(self.leases[name])
+
+    async def create(self, kind, body: dict, namespace: str | None = None) -> dict:
+        await self._answer()
+        if body["metadata"]["name"] in self.leases:
+            raise KubeError(409, "AlreadyExists", body["metadata"]["name"])
+        return self._store(body["metadata"]["name"], body)
+
+    async def replace(self, kind, name: str, body: dict, namespace: str | None = None) -> dict:
+        await self._answer()
+        if body["metadata"]["resourceVersion"] != self.leases[name]["metadata"]["resourceVersion"]:
+            raise KubeError(409, "Conflict", name)
+        return self._store(name, body)
+
+
+def test_a_renewal_begun_just_before_the_term_ends_is_cut_off_at_the_term_end_not_answered_late():
+    """On a clock the test controls (times are binary fractions, exact in floating point). Renew deadline 10 s,
+    an attempt every 2 s. From t = 1 the apiserver fails each request after 0.5 s, so the term won at 0 is never
+    renewed and the attempts drift to 2.5, 5, 7.5 and 9.5; from t = 9 it answers again, 0.375 s per request.
+    The attempt begun at 9.5, with half a second of the term left, is given up at 10 (its write, due at 10.25,
+    never lands) and the replica stops leading then, until its next attempt at 12 wins a new term at 12.75. Let
+    run past the term's end, that renewal would land at 10.25 and make the replica leader again at once, on a
+    term it had already stepped down from."""
+    loop = VirtualLoop()
+    apiserver = SlowLeases(loop, lambda t: 0.0 if t < 1 else (0.5 if t < 9 else 0.375), lambda t: 1 <= t < 9)
+    a = LeaderElector(apiserver, "fairgpu-system", "fairgpu", "A", 15.0, 2.0, renew_deadline=10.0, monotonic=loop.time)  # type: ignore[arg-type]
+    a._caller = loop  # the election's news comes to this same loop (run() would give it a thread of its own)
+    began: list[float] = []
+    lost: list[float] = []
+    a.on_lost.append(lambda: lost.append(loop.time()))
+    seen: dict[str, tuple[bool, float]] = {}
+
+    async def watch() -> None:
+        while True:
+            await a.leading.wait()
+            began.append(loop.time())
+            while a.leading.is_set():
+                await asyncio.sleep(1 / 64)
+
+    async def go() -> None:
+        election, watcher = asyncio.ensure_future(a._elect()), asyncio.ensure_future(watch())
+        await asyncio.sleep(10.5)
+        seen["10.5"] = (a.leading.is_set(), a.remaining())
+        await asyncio.sleep(3.0)
+        election.cancel()
+        watcher.cancel()
+        await asyncio.gather(election, watcher, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert began == [0.0, 12.75]
+    assert lost == [10.0, 13.5]  # and when the election is stopped
+    assert seen["10.5"] == (False, 0.0)
+    assert a.term == 2
+
+
+def test_an_election_that_fails_on_its_own_thread_raises_its_error_to_the_caller():
+    """The elector's thread cannot open its own connection: run() raises that error where the controller awaits
+    it (so `fairgpu run` stops with it) instead of returning as if the election had been stopped."""
+
+    class Unreachable:
+        async def reconnect(self) -> None:
+            raise OSError("connection refused: apiserver unreachable")
+
+    async def go() -> None:
+        a = LeaderElector(Unreachable(), "fairgpu-system", "fairgpu", "A")  # type: ignore[arg-type]
+        await asyncio.wait_for(a.run(), 10)
+
+    with pytest.raises(OSError, match="apiserver unreachable"):
+        asyncio.run(go())

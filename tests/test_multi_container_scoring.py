@@ -72,3 +72,31 @@ def test_preemption_for_two_gpu_containers_counts_every_card() -> None:
     res = sched.cycle(101.0)
     assert res.started == ["a0"] and res.bound[0].placement.node == 1
     assert sorted(res.bound[0].placement.slots) == [0, 1] and res.bound[0].placement.segments == (1, 1)
+
+
+def test_preemption_for_containers_sharing_a_card_evicts_the_pod_that_lost_least_work() -> None:
+    """Three 2-GPU nodes. Queue c, within its guarantee, holds half of each card of n0 and all of n1's second
+    card; queue b (no guarantee) a half-card pod on n0 started 6 s ago, a whole-card pod on n1 started 2.5 s ago
+    and both of n2's cards since long before. Queue a (guaranteed 2 GPUs) waits with two workloads, so b is
+    well above its share. a's first, a pod of two half-card containers, reclaims: on n0 its containers would
+    take a card each, on n1 they share the first. The whole-card pod lost 2.5 GPU-s of work, the half-card one
+    3: the whole-card pod is evicted for it, although on its node the pod takes one card and on n0 two (a node
+    is ranked by the victims on the cards the pod takes, not by how many cards those are)."""
+    half = GpuRequest(1, 50, 0, 50)
+    gpus = {n: r.quota_vector({"nvidia.com/gpu": n}, default=np.inf) for n in (2, 3)}
+    queues = QueueTree([QueueSpec("a", guaranteed=gpus[2]), QueueSpec("b"), QueueSpec("c", guaranteed=gpus[3])])
+    sched = Scheduler([gpu_node(f"n{i}", 2) for i in range(3)], queues, load_profile("fairgpu"))
+    shared = PodSpec(cpu_m=1000, memory_mib=1024, gpu=half)
+    for name, queue, pod, node, slots, started in (
+        ("x", "c", shared, 0, (0,), 0.0),
+        ("y", "c", shared, 0, (1,), 0.0),
+        ("z", "c", whole(1), 1, (1,), 0.0),
+        ("half-old", "b", shared, 0, (0,), 94.0),
+        ("whole-young", "b", whole(1), 1, (0,), 97.5),
+        ("two-old", "b", whole(2), 2, (0, 1), 0.0),
+    ):
+        sched.adopt(Workload(name, queue, (pod,)), [sched.state.placement_for(pod, node, slots)], started)
+    sched.submit(Workload("a0", "a", (PodSpec(cpu_m=1000, memory_mib=1024, gpu=half, more_gpus=(half,)),)))
+    sched.submit(Workload("a1", "a", (whole(2),), submit_time=1.0))
+    evicted = sched.cycle(100.0).evictions
+    assert [e.workload for e in evicted if e.reason.endswith(" a0")] == ["whole-young"]
