@@ -6,6 +6,10 @@ over a run of placements and releases on a mixed cluster whose memory, CPU and G
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 from tests.conftest import gpu_node
@@ -146,3 +150,27 @@ def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(
 
     churn(300, 11, before=act, dry_runs=True)
     assert checked[0] > 150
+
+
+_WARM = """
+import json
+from fairgpu.catalog import load_profile
+from fairgpu.plugins import fragmentation_kernels as kernels
+from tests.test_evaluations import churn
+kernels_ = [k for k in vars(kernels).values() if hasattr(k, "signatures") and hasattr(k, "py_func")]
+load_profile("fairgpu")
+built = {k.py_func.__name__: len(k.signatures) for k in kernels_}
+churn(150, 5)
+print(json.dumps([built, {k.py_func.__name__: len(k.signatures) for k in kernels_}]))
+"""
+
+
+def test_building_the_plugin_loads_every_kernel_the_placements_then_call():
+    """The profile's plugin loads its kernels when built (numba's start-up and each cache load, ~0.4 s in
+    all), for the very argument types placements pass: a type the warm-up missed would load, or compile,
+    again during the first decisions. In a fresh process, so that no earlier test loaded them."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _WARM], cwd=root, capture_output=True, text=True, check=True)
+    built, after = json.loads(out.stdout)
+    assert len(built) >= 8 and all(built.values()), built
+    assert after == built  # whole, several and shared GPUs, CPU-only pods, releases: nothing new loaded

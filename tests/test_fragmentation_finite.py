@@ -53,7 +53,7 @@ def finite(f: Fragmentation) -> None:
     assert agg is not None and agg.usable is not None
     for name, a in (("usable", agg.usable), ("fit_free", agg.fit_free), ("room", agg.room), ("_w", f._w), ("_p", f._p)):
         assert np.isfinite(a).all(), (name, a)
-    assert np.isfinite(f._per_core)
+    assert np.isfinite(f._cpu_only_per_core) and np.isfinite(f._need_cpu).all() and np.isfinite(f._need_gpu).all()
 
 
 def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():

@@ -347,3 +347,40 @@ def test_running_pods_whose_queue_is_gone_keep_their_room(fake_api, tmp_path):
             await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_with_no_queue_yet_pods_are_told_why_and_run_once_one_exists(fake_api, tmp_path):
+    """A fresh install has pods before any Queue: the controller must still tell each pod why it waits, run it
+    once a queue serves its namespace, and keep its GPUs taken when the LAST queue is deleted. An empty queue
+    tree used to fail to build (a numpy reshape of nothing), so the controller skipped every pass: no reason,
+    and the deleted queue's engine kept running."""
+    fake_api.control("device-plugin")
+
+    async def go() -> None:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await port.create(NODES, node(0))
+        await port.create(PODS, pod("a", "p0", {"nvidia.com/gpu": "2"}), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+
+            async def reason() -> str:
+                conds = ((await port.get(PODS, "p0", "a")).get("status") or {}).get("conditions") or []
+                return next((c["message"] for c in conds if c["type"] == "PodScheduled" and c["status"] == "False"), "")
+
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            while "no queue serves namespace a" not in (why := await reason()):
+                assert loop.time() < end, f"the queueless pod's reason is {why!r}"
+                await asyncio.sleep(0.1)
+            await port.create(QUEUES, {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}})
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 20, "the pod to be bound")
+            await port.delete(QUEUES, "q")
+            await until(lambda: len(ctl.fixed) == 1, 20, "the rebuilt engine to pin the pod")
+            assert int(ctl.engine.state.node_idle_gpus[0]) == GPUS - 2
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await port.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))

@@ -330,19 +330,38 @@ def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
     """g2: 8 GPUs, 96 cores, 4 of them taken; t4: 2 GPUs, 128 cores. The mix so far: a CPU-only pod asking 10
     cores, then a 1-GPU pod asking 10 (seen, not placed): 20 cores per GPU, CPU-only pods included. A
     CPU-only 10-core pod on g2 leaves 82 cores for 8 GPUs that need 160: GPU capacity its CPU cannot feed
-    goes from 800 - 92,000 / 200 = 340 to 390 (% of a GPU), x cpu_balance 4 = +200; t4 keeps 118 cores for 2
-    GPUs needing 40: 0. The GPU shape fits both nodes before and after, so FGD's own measure is 0 on both.
-    Counting GPU pods' CPU alone (10 per GPU), g2's 82 cores still feed its 8 GPUs, both score 0 and
-    Binpack's tie-break takes g2, the fuller."""
+    goes from 800 - 92,000 / 200 = 340 to 390 (% of a GPU), priced at the weight of the shape that can use it
+    (1 x 8, scarce: 16 / 2 hosts) = +400; t4 keeps 118 cores for 2 GPUs needing 40: 0. The GPU shape fits
+    both nodes before and after, so FGD's own measure is 0 on both. Counting GPU pods' CPU alone (10 per
+    GPU), g2's 82 cores still feed its 8 GPUs, both score 0 and Binpack's tie-break takes g2, the fuller."""
     nodes = [gpu_node("g2", gpus=8, cpu_m=96_000), gpu_node("t4", gpus=2, model="T4", cpu_m=128_000)]
     view, prof = view_of(nodes)
     view.state.assign("busy", view.state.placement_for(PodSpec(cpu_m=4000, memory_mib=1024), 0, ()))
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     for pod in (PodSpec(cpu_m=10_000, memory_mib=1024), whole(cpu_m=10_000)):  # seen, not placed
         place(pod, view, prof)
-    assert frag._per_core == pytest.approx(200.0)  # millicores per GPU percent
+    assert frag._cpu_only_per_core == pytest.approx(100.0)  # millicores per GPU percent, beside the shape's 100
+    np.testing.assert_allclose(frag._w, [8.0])
     p = place(PodSpec(cpu_m=10_000, memory_mib=1024), view, prof)
     assert p is not None and view.state.node_names[p.node] == "t4"
+
+
+def test_cpu_a_node_keeps_is_priced_at_the_need_of_the_shapes_that_can_use_its_gpus() -> None:
+    """h: 8 idle GPUs, 128 cores; l: 8 GPUs, 2 taken, 48 cores left. The mix so far (seen, not placed, by GPU
+    demand): A, 8 GPUs and 120 cores (15 per GPU), weight 1/2; C, 1 GPU and 2 cores, eight of them, 1/2.
+    A CPU-only pod asking 40 cores. On h it leaves 88 < 120 cores: A loses its only host, FGD's own measure
+    +1/2 x 800 = +400 (h's 88 cores still feed its 8 GPUs at A's and C's 136 / 16 = 8.5 per GPU). On l only
+    C can use the 6 free GPUs (A needs 8), at 2 cores per GPU: 48 cores feed them all, the 8 left feed 4, so
+    2 GPUs starve, priced at C's weight: +1/2 x 200 = +100; C still fits, so FGD's measure is 0. The pod goes
+    to l. Priced at the mix's average need instead (8.5 per GPU) and weight 1, l went from 6 - 48 / 8.5 =
+    0.35 to 6 - 8 / 8.5 = 5.06 starved GPUs, +471, and the pod broke h."""
+    prof = scored([{"name": "Fragmentation", "args": {"by_demand": True, "cpu_balance": 1.0}}])
+    view = Scheduler([gpu_node("h"), gpu_node("l", cpu_m=96_000)], QueueTree([QueueSpec("q")]), prof).view
+    view.state.assign("busy", view.state.placement_for(whole(2, cpu_m=48_000), 1, (0, 1)))
+    for pod in [whole(8, cpu_m=120_000)] + [whole(cpu_m=2000)] * 8:  # seen, not placed
+        place(pod, view, prof)
+    p = place(PodSpec(cpu_m=40_000, memory_mib=1024), view, prof)
+    assert p is not None and view.state.node_names[p.node] == "l"
 
 
 def test_unplaced_cause_names_what_rules_out_every_node() -> None:

@@ -15,6 +15,8 @@ from fairgpu.model.pod import PodSpec
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState
 
+_BY_ID = 1 << 14  # pod objects remembered by identity (then forgotten all at once; `_charges` stays)
+
 
 class ShareAccounting:
     def __init__(self, state: ClusterState, tree: QueueTree) -> None:
@@ -33,16 +35,25 @@ class ShareAccounting:
         )
         self._mean_mem = state.mean_gpu_memory_mib()
         self._charges: dict[PodSpec, np.ndarray] = {}
+        self._by_id: dict[int, tuple[PodSpec, np.ndarray]] = {}
         # Decayed usage: integral of past usage (resource-seconds) with each queue's half-life.
         self._decay_rate = np.where(tree.half_life > 0, math.log(2) / np.maximum(tree.half_life, 1e-9), 0.0)
         self._history = np.zeros((q, dims))
         self._history_t: float | None = None
 
     def charge(self, pod: PodSpec) -> np.ndarray:
-        """The pod's fair vector (cached per pod shape: the same spec is charged the same)."""
+        """The pod's fair vector (cached per pod shape: the same spec is charged the same). Looked up by the
+        object first: hashing and comparing a PodSpec's every field cost more than the lookup is worth, and
+        one workload's pods are one object, charged at each admission and placement."""
+        hit = self._by_id.get(id(pod))
+        if hit is not None and hit[0] is pod:
+            return hit[1]
         c = self._charges.get(pod)
         if c is None:
             c = self._charges[pod] = pod.charge(self._mean_mem)
+        if len(self._by_id) >= _BY_ID:
+            self._by_id.clear()
+        self._by_id[id(pod)] = (pod, c)  # the entry holds the pod: its id cannot go to another object
         return c
 
     def charge_of(self, pods: Iterable[PodSpec]) -> np.ndarray:

@@ -40,11 +40,11 @@ class EngineView:
     def add_usage(self, queue: int, charge: np.ndarray) -> None:
         """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
         q = queue
-        usable = self.capacity > 0
-        cap, some = self.capacity[usable], bool(usable.any())
-        while q >= 0:  # a few levels up the tree: scalar steps beat fancy indexing here
-            self.usage[q] += charge
-            dom = float((self.usage[q, usable] / cap).max()) if some else 0.0
+        cap = self.capacity.tolist()
+        while q >= 0:  # a few levels up the tree and four dimensions: Python floats beat array calls here
+            row = self.usage[q]
+            row += charge
+            dom = max([u / c for u, c in zip(row.tolist(), cap, strict=True) if c > 0], default=0.0)
             self.usage_dom[q] = dom
             self.share_ratio[q] = share_ratio(dom + self.history_dom[q], self.entitled_dom[q])
             q = int(self.tree.parent[q])

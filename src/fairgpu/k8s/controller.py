@@ -30,7 +30,7 @@ from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
-from fairgpu.k8s.queues import QueueEntry, queue_entries
+from fairgpu.k8s.queues import QueueEntry, queue_entries, queue_map
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo
 from fairgpu.k8s.workloads import Batch, pending_batches, submit
@@ -69,7 +69,7 @@ class Controller:
         self.nodes = Informer(port, NODES, self._node_event)
         self.pods = Informer(port, PODS, self._pod_event)
         self.queues = Informer(port, QUEUES, self._queue_event)
-        self.namespaces: dict[str, tuple[str, ...]] = {}  # valid queue → namespaces that may use it
+        self.queue_map = queue_map(())  # which valid queue serves a pod
         self.engine: Scheduler | None = None
         self.book: Holdings | None = None  # what the engine holds, pod by pod; one per engine
         self._built_from: tuple | None = None
@@ -289,6 +289,9 @@ class Controller:
         self.queue_errors = errors
         return entries
 
+    def _queue_uid(self, name: str) -> str:
+        return (self.queues.cache.get(f"/{name}") or {"metadata": {}})["metadata"].get("uid", "")
+
     def _reconcile(self, now: float) -> None:
         if self._inputs_changed:
             node_specs = self._nodes.read(self.nodes.cache)
@@ -298,7 +301,8 @@ class Controller:
             except ValueError as err:
                 log.error("queues: %s", err)
                 return
-            self.namespaces = {e.spec.name: e.namespaces for e in entries}
+            self.queue_map = queue_map(entries)
+            self.reporter.queues_shadowed(self.queue_map, self._queue_uid)
             shape = (tuple(node_specs), repr(tree.queues))
             if shape != self._built_from:
                 if not self.carry.quiet():
@@ -357,7 +361,7 @@ class Controller:
         self._built_from = shape
         self.book = Holdings(
             self.engine,
-            lambda: self.namespaces,
+            lambda: self.queue_map,
             self.carry.is_bound,
             self._changed,
             lambda key: self._dirty.add(key),
@@ -393,7 +397,7 @@ class Controller:
     def _submit(self, batch: Batch) -> None:
         engine, book = self.engine, self.book
         assert engine is not None and book is not None
-        why = submit(engine, batch, self.namespaces)
+        why = submit(engine, batch, self.queue_map)
         if why is not None:
             for m in batch.members:
                 self.reporter.unschedulable(m.key, m.uid, why)

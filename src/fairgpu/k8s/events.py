@@ -25,6 +25,7 @@ SPAM_BURST = 25
 SPAM_EVERY = 300.0
 CACHE_SIZE = 4096  # objects and event kinds remembered (least recently used forgotten), as client-go
 COMBINED = "(combined from similar events): "
+CLUSTER_SCOPED = ("Node", "Queue")  # involved kinds without a namespace (their events go to "default")
 
 
 @dataclass(slots=True)
@@ -127,7 +128,7 @@ class EventRecorder:
                             raise
                 api, _, kind_of = involved.rpartition("/")  # "Pod", "Node", or "batch/v1/Job" for other groups
                 obj = {"apiVersion": api or "v1", "kind": kind_of, "name": name, "uid": uid}
-                if kind_of != "Node":
+                if kind_of not in CLUSTER_SCOPED:
                     obj["namespace"] = ns
                 body = {
                     "apiVersion": "v1",

@@ -10,6 +10,7 @@ from collections.abc import Set as AbstractSet
 
 from fairgpu.errors import RequestError, StateError
 from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s.queues import QueueMap
 from fairgpu.k8s.records import hold, holdings
 from fairgpu.k8s.translate import PodInfo
 from fairgpu.k8s.workloads import Batch, queue_for, workload_of
@@ -22,14 +23,14 @@ class Holdings:
     def __init__(
         self,
         engine: Scheduler,
-        namespaces: Callable[[], dict[str, tuple[str, ...]]],
+        queues: Callable[[], QueueMap],
         is_bound: Callable[[str], bool],
         changed: Callable[[], None],
         recheck: Callable[[str], None],
         unreadable: Callable[[str, str, str], None] = lambda key, uid, message: None,
     ) -> None:
         self.engine = engine
-        self.namespaces = namespaces  # valid queue → namespaces that may use it
+        self.queues = queues  # which queue serves a pod
         self.is_bound = is_bound  # the pod runs, or our bind of it landed (even if the cache lags)
         self.changed = changed  # the engine's inputs changed: cycle again
         self.recheck = recheck  # look at this pod again at the next pass
@@ -107,7 +108,7 @@ class Holdings:
                 return
         if name in self.members:
             name = f"{name}/{members[0].name}"
-        queue, _ = queue_for(members[0], self.namespaces())
+        queue, _ = queue_for(members[0], self.queues())
         wl = workload_of(name, queue or "", members)
         try:
             engine.adopt(wl, placements, started=min(m.started for m in members))

@@ -25,6 +25,7 @@ from fairgpu.k8s import hami
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.kubeconfig import check_kubeconfig, resolve_kubeconfig
 from fairgpu.k8s.port import NODES, PODS, QUEUES
+from fairgpu.k8s.queues import EXCLUSIVE, queue_entries, queue_map
 from fairgpu.k8s.translate import QUEUE_LABEL
 from fairgpu.terminal import fail
 
@@ -113,7 +114,9 @@ def queue_rows(queues: list[dict]) -> list[dict[str, Any]]:
         guarantee, usage = _gpus(spec.get("guaranteed")), _gpus(status.get("usage"))
         lendable = _gpus(spec.get("lendable"))
         lendable = guarantee if lendable is None else lendable
-        valid: dict[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == "Valid"), {})
+        conditions = {c.get("type"): c for c in status.get("conditions", [])}
+        valid: dict[str, Any] = conditions.get("Valid", {})
+        shadowed = conditions.get(EXCLUSIVE, {})
         rows.append({
             "name": "  " * depth + q["metadata"]["name"],
             "weight": float(spec.get("weight", 1.0)),
@@ -126,7 +129,7 @@ def queue_rows(queues: list[dict]) -> list[dict[str, Any]]:
             "pending": status.get("pending"),
             "admitted": status.get("admitted"),
             "valid": valid.get("status"),
-            "message": valid.get("message") or None,
+            "message": valid.get("message") or (shadowed.get("status") == "False" and shadowed.get("message")) or None,
             "namespaces": ",".join(spec.get("namespaces", [])) or None,
         })  # fmt: skip
         for child in sorted(by_parent.get(q["metadata"]["name"], []), key=lambda c: c["metadata"]["name"]):
@@ -156,7 +159,7 @@ def _scheduled_condition(pod: dict) -> dict:
 
 
 def workload_rows(pods: list[dict], queues: list[dict], queue: str | None, scheduler: str) -> list[dict[str, Any]]:
-    by_namespace = {ns: q["metadata"]["name"] for q in queues for ns in q.get("spec", {}).get("namespaces", [])}
+    by_namespace = queue_map(queue_entries(queues)[0]).serving  # the controller's rule, not the last listed
     rows = []
     for pod in pods:
         spec, meta = pod.get("spec", {}), pod["metadata"]

@@ -18,7 +18,7 @@ from fairgpu.framework.interfaces import Evict
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.parsed import ParsedNodes
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
-from fairgpu.k8s.queues import queue_entries
+from fairgpu.k8s.queues import queue_entries, queue_map
 from fairgpu.k8s.translate import TERMINAL, PodInfo, pod_info
 from fairgpu.k8s.workloads import queue_for, workload_of
 from fairgpu.model import NodeSpec, QueueSpec, Workload
@@ -113,7 +113,7 @@ class Watcher:
         self._parsed_nodes = ParsedNodes()
         self._node_specs: list[NodeSpec] = []
         self._queue_specs: list[QueueSpec] = []
-        self._namespaces: dict[str, tuple[str, ...]] = {}
+        self._queue_map = queue_map(())
         self._stale = True  # nodes or queues changed since they were last read
         self._leaving: set[str] = set()  # workloads whose eviction is recorded
         self._running: dict[str, list[tuple[str, str]]] = {}  # running workload → its pods (key, uid), last look
@@ -145,7 +145,7 @@ class Watcher:
             queues = [e.spec for e in entries]
             if [queue_doc(q) for q in queues] != [queue_doc(q) for q in self._queue_specs]:
                 self._queue_specs = queues
-            self._namespaces = {e.spec.name: e.namespaces for e in entries}
+            self._queue_map = queue_map(entries)
             self._stale = False
         members: dict[str, list[PodInfo]] = {}
         for obj in self.pods.cache.values():
@@ -160,7 +160,7 @@ class Watcher:
         workloads: dict[str, Workload] = {}
         running, evictions = [], []
         for name, pods in members.items():
-            queue, _ = queue_for(pods[0], self._namespaces)
+            queue, _ = queue_for(pods[0], self._queue_map)
             bound = any(m.node for m in pods)
             if queue is None or (not bound and len(pods) < max(m.min_members for m in pods)):
                 continue  # no queue, or a gang not whole yet: the controller waits for it too

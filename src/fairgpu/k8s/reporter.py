@@ -19,6 +19,7 @@ from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s.events import EventRecorder
 from fairgpu.k8s.identity import USER_ANNOTATION
 from fairgpu.k8s.port import PODS, QUEUES, KubePort
+from fairgpu.k8s.queues import EXCLUSIVE, SHADOWED, QueueMap
 
 log = logging.getLogger(__name__)
 # A condition write that failed is tried again this often, backing off, while its message is still the pod's
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 # conflict kept no reason at all for as long as its reason stayed the same.
 CONDITION_TRIES = 5
 CONDITION_BACKOFF = 0.5  # seconds before the first retry, doubling
+QUEUE_KIND = f"{QUEUES.group}/{QUEUES.version}/Queue"  # an Event's involved object
 
 
 def _now() -> str:
@@ -41,6 +43,7 @@ class Reporter:
         self.explained_at: dict[str, float] = {}
         self.told: set[str] = set()  # pods given the quick first reason, their full explanation still to come
         self.queue_last: dict[str, dict] = {}
+        self.shadowed: dict[str, str] = {}  # queue → why an older queue serves some of its namespaces
         self._slots = asyncio.Semaphore(concurrency)
         self.events = EventRecorder(port, component)
         self._tasks: set[asyncio.Task] = set()
@@ -118,6 +121,20 @@ class Reporter:
         except KubeError as err:
             log.warning("queue %s is invalid (%s) and its status could not be set: %s", name, problem, err)
 
+    def queues_shadowed(self, queues: QueueMap, uid: Callable[[str], str]) -> None:
+        """Queues some of whose namespaces an older queue serves (queues.queue_map): a Warning Event on each,
+        and a NamespacesExclusive=False condition in its status for as long as the conflict lasts. Written at
+        once when that changes: a change of namespaces alone makes no cycle, so no status write."""
+        shadowed = queues.shadowed
+        before, self.shadowed = self.shadowed, dict(shadowed)
+        for name in before.keys() | shadowed.keys():
+            message = shadowed.get(name)
+            if before.get(name) == message or name not in queues.allowed:
+                continue  # unchanged, or gone or invalid (queue_invalid writes its conditions)
+            if message is not None:
+                self._spawn(self._event("default", name, uid(name), SHADOWED, message, "Warning", QUEUE_KIND))
+            self._spawn(self._queue_status(name, {"conditions": self._queue_conditions(name)}))
+
     def queue_status(self, name: str, status: dict) -> None:
         """Publish a queue's usage, fair share and counts; unchanged status is not written again."""
         if self.queue_last.get(name) == status:
@@ -144,9 +161,16 @@ class Reporter:
                     "fairShare": _vector(view.entitled[q]),
                     "pending": int(pending[q]),
                     "admitted": int(admitted[q]),
-                    "conditions": [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}],
+                    "conditions": self._queue_conditions(spec.name),
                 },
             )
+
+    def _queue_conditions(self, name: str) -> list[dict]:
+        """All of a valid queue's conditions: a status write replaces the list whole."""
+        out = [{"type": "Valid", "status": "True", "reason": "Accepted", "message": ""}]
+        if name in self.shadowed:
+            out.append({"type": EXCLUSIVE, "status": "False", "reason": SHADOWED, "message": self.shadowed[name]})
+        return out
 
     def report_pending(
         self,

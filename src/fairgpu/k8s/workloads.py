@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fairgpu.errors import RequestError
 from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s.queues import QueueMap
 from fairgpu.k8s.translate import PodInfo
 from fairgpu.model import Workload
 
@@ -23,18 +24,18 @@ class Batch:
     min_pods: int | None = None  # fewer than all: the rest are elastic
 
 
-def queue_for(p: PodInfo, namespaces: dict[str, tuple[str, ...]]) -> tuple[str | None, str]:
+def queue_for(p: PodInfo, queues: QueueMap) -> tuple[str | None, str]:
     """The queue a pod belongs to (its label, else the queue serving its namespace), or None and why not."""
     if p.queue_label is not None:
-        allowed = namespaces.get(p.queue_label)
+        allowed = queues.allowed.get(p.queue_label)
         if allowed is None:
             return None, f"queue {p.queue_label!r} does not exist"
         if allowed and p.namespace not in allowed:
             return None, f"namespace {p.namespace} may not use queue {p.queue_label!r}"
         return p.queue_label, ""
-    for name, allowed in namespaces.items():
-        if p.namespace in allowed:
-            return name, ""
+    served = queues.serving.get(p.namespace)
+    if served is not None:
+        return served, ""
     return None, f"no queue serves namespace {p.namespace}; label the pod fairgpu.io/queue"
 
 
@@ -102,9 +103,9 @@ def pending_batches(
     return out
 
 
-def submit(engine: Scheduler, batch: Batch, namespaces: dict[str, tuple[str, ...]]) -> str | None:
+def submit(engine: Scheduler, batch: Batch, queues: QueueMap) -> str | None:
     """Queue a batch in the engine as one workload; why it cannot be queued, or None."""
-    queue, why = queue_for(batch.members[0], namespaces)
+    queue, why = queue_for(batch.members[0], queues)
     if queue is None:
         return why
     try:

@@ -100,8 +100,9 @@ class QueueTree:
         self.leaves = [i for i in range(len(order)) if not self.children[i]]
         self.is_leaf = np.array([not c for c in self.children], dtype=bool)
         self.weight = np.array([q.weight for q in order], dtype=np.float64)
-        self.guaranteed = np.array([q.guaranteed for q in order], dtype=np.float64).reshape(len(order), -1)
-        self.limit = np.array([q.limit for q in order], dtype=np.float64).reshape(len(order), -1)
+        dims = len(r.FAIR_DIMS)  # named, not -1: a tree with no queues yet (a fresh install) has shape (0, dims)
+        self.guaranteed = np.array([q.guaranteed for q in order], dtype=np.float64).reshape(len(order), dims)
+        self.limit = np.array([q.limit for q in order], dtype=np.float64).reshape(len(order), dims)
         static = np.array([q.allocation == "static" for q in order], dtype=bool)
         # A static queue is a partition: never above its guarantee (inf in a dimension it does not name).
         self.limit[static] = np.minimum(self.limit[static], self.guaranteed[static])
@@ -109,11 +110,12 @@ class QueueTree:
         lendable = np.array(
             [q.guaranteed if q.lendable is None else np.minimum(q.lendable, q.guaranteed) for q in order],
             dtype=np.float64,
-        ).reshape(len(order), -1)
+        ).reshape(len(order), dims)
         lendable[static] = 0.0
         # What each queue holds back for itself while idle: the part of its guarantee it does not lend.
         finite = np.isfinite(self.guaranteed)
         self.unlent = np.maximum(np.subtract(self.guaranteed, lendable, out=np.zeros_like(lendable), where=finite), 0.0)
+        self.holds_back = bool(self.unlent.any())  # some queue keeps idle guarantee to itself (admission asks)
         self.half_life = np.array([q.usage_half_life for q in order], dtype=np.float64)
         # paths[i]: queue ids from the root down to i, padded with i, for top-down fair ordering
         chains = []

@@ -38,7 +38,7 @@ class NodeAffinity:
             out.append(("node selector does not match", ~self._cached(st, ("sel", pod.node_selector), _selector)))
         if pod.affinity:
             out.append(("node affinity does not match", ~self._cached(st, ("aff", pod.affinity), _affinity)))
-        if self._cached(st, ("tainted", None), _tainted).any():
+        if self._cached(st, ("any tainted", None), _any_tainted):
             out.append(("untolerated taint", self._cached(st, ("tol", pod.tolerations), _untolerated)))
         return out
 
@@ -64,6 +64,10 @@ def _affinity(state: ClusterState, terms: tuple[tuple[MatchExpression, ...], ...
 
 def _tainted(state: ClusterState, _: object) -> np.ndarray:
     return np.array([any(t.effect in BLOCKING_EFFECTS for t in nd.taints) for nd in state.nodes], dtype=bool)
+
+
+def _any_tainted(state: ClusterState, _: object) -> np.ndarray:
+    return np.asarray(_tainted(state, None).any())  # asked for every pod: one bool per state
 
 
 def _untolerated(state: ClusterState, tolerations: tuple[Any, ...]) -> np.ndarray:

@@ -24,6 +24,7 @@ from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import fragmentation_kernels as kernels
+from fairgpu.plugins.kernel_warmup import exercise
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
@@ -31,6 +32,8 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 # pod keys already counted into the mix, least recently tried first: a pod tried again after this many
 # other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
 _REMEMBERED = 1 << 16
+_SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
+_WARMED: set[tuple[Any, ...]] = set()  # plugin settings whose kernels this process has loaded
 
 
 def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -55,6 +58,10 @@ class _Aggregates:
     free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
     at: int  # the state's version when last brought up to date
     usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
+    # (N,) cpu_balance's CPU per GPU percent that each node's free GPUs need, and the price of one starved
+    # percent there, valid with `usable`
+    need: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    price: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
     # repeat, and between two placements only the nodes that changed need scoring again
     deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
@@ -75,12 +82,14 @@ class Fragmentation:
     # square of the GPUs, used before, kept whole nodes for 8-GPU pods even while hundreds were whole, and so
     # sent small pods to the models that GPU-constrained pods needed.)
     by_demand: bool = False
-    # weight of a second, CPU-side measure: GPU capacity a node cannot use for want of CPU, at the CPU per
-    # GPU of the mix so far. FGD sees CPU only once a node falls below a whole shape's need; this sees CPU
-    # draining from GPU-rich nodes before that (0 = FGD's measure alone). The mix's CPU per GPU is every
-    # pod's CPU over the GPU pods' GPUs: CPU-only pods arrive in proportion to the GPU pods and take CPU
-    # from the same nodes, so a node's free GPUs stay usable only while its free CPU covers their share of
-    # all of it (with none, this is GPU pods' CPU over their GPUs).
+    # weight of a second, CPU-side measure: GPU capacity a node's free CPU cannot feed at the CPU its free GPUs
+    # are expected to need. FGD sees CPU only once a node falls below a whole shape's need; this sees CPU
+    # draining from GPU-rich nodes before that (0 = FGD's measure alone). A node's need per GPU is that of the
+    # pods that can use its free GPUs: the learned shapes with a model it has, enough GPUs with room and
+    # enough memory there, by their GPU demand (their CPU over their GPUs), plus the CPU-only pods' CPU per
+    # GPU of the whole mix (they arrive in proportion to the GPU pods and may take CPU from any node). So a
+    # 128-core node whose free GPUs only a CPU-heavy 8-GPU shape can use keeps its cores for it, and 36 cores
+    # beside 4 GPUs that only light shapes can use are priced at those shapes' need, not at the mix's.
     cpu_balance: float = 0.0
     # a shape that fits on fewer than this many nodes weighs more (×2 each time its hosts halve, up to this
     # factor): FGD's measure is node-local and cannot see that breaking one of the last few nodes able to
@@ -109,13 +118,22 @@ class Fragmentation:
     _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _pods: list[PodSpec] = field(default_factory=list)
     _learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    _cpu_per_gpu: list[float] = field(default_factory=lambda: [0.0, 0.0])  # CPU of all pods, GPUs of GPU pods
+    # CPU (millicores) of CPU-only pods and GPU capacity (percent) of GPU pods, and per shape its pods' CPU and
+    # GPU capacity: integers summed in float64, so exact in any order (the kernels sum them in a loop)
+    _cpu_only: float = 0.0
+    _gpu_pct: float = 0.0
+    _shape_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _shape_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
     # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
     _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     _w: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # _p with scarcity boosts
     _p_total: float = 0.0
-    _per_core: float = 0.0  # CPU millicores per GPU percent of the mix, refreshed with _p
+    # cpu_balance's sums, refreshed with _p: per shape its pods' CPU and GPU capacity, and CPU-only pods'
+    # millicores per GPU percent of all GPU pods
+    _need_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _need_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _cpu_only_per_core: float = 0.0
     _agg: _Aggregates | None = None
     # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
     # rescores every node, else only nodes whose state changed
@@ -124,6 +142,11 @@ class Fragmentation:
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
             raise ValueError("max_shapes must be at least 1")
+        if self.compiled:  # load the kernels now, not at the first decisions: once per process and settings
+            settings = {name: getattr(self, name) for name in _SETTINGS}
+            if tuple(settings.values()) not in _WARMED:
+                _WARMED.add(tuple(settings.values()))
+                exercise(Fragmentation(**settings))  # a fresh plugin: this one learns nothing from it
 
     # -- the workload mix ---------------------------------------------------------------------------
     def learn(self, key: str, pod: PodSpec) -> None:
@@ -141,10 +164,11 @@ class Fragmentation:
         self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
 
     def _learn(self, pod: PodSpec) -> None:
-        self._cpu_per_gpu[0] += pod.cpu_m  # CPU-only pods' too: see cpu_balance
         if pod.gpu is None:
+            self._cpu_only += pod.cpu_m  # see cpu_balance
             return  # CPU-only pods leave every node's GPU fragmentation as it is
-        self._cpu_per_gpu[1] += pod.gpu.gpu_equivalents()
+        gpu_pct = pod.gpu.count * pod.gpu.cores
+        self._gpu_pct += gpu_pct
         key = _shape(pod, self.memory)
         t = self._keys.get(key)
         if t is None:
@@ -157,14 +181,19 @@ class Fragmentation:
             self._k = np.append(self._k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self._need = np.append(self._need, max(pod.gpu.cores, 1))
+            self._shape_cpu = np.append(self._shape_cpu, 0.0)
+            self._shape_gpu = np.append(self._shape_gpu, 0.0)
             self._pods.append(pod)  # the aggregates gain its column when next brought up to date
             self._generation += 1
         self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
+        self._shape_cpu[t] += pod.cpu_m
+        self._shape_gpu[t] += gpu_pct
         total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
         if self._agg is None or len(self._p) < len(self._count) or total > self._p_total * (1 + 1 / 4):
             self._p = (self._count / total).astype(np.float32)
             self._p_total = total
-            self._per_core = self._cpu_per_gpu[0] / max(self._cpu_per_gpu[1], 1e-9) / GPU_CORES
+            self._need_cpu, self._need_gpu = self._shape_cpu.copy(), self._shape_gpu.copy()
+            self._cpu_only_per_core = self._cpu_only / max(self._gpu_pct, 1.0)
             self._generation += 1
             if self._agg is not None:
                 self._agg.usable = None
@@ -209,8 +238,12 @@ class Fragmentation:
             self._reweigh(agg)
         if agg.usable is not None and rows.size:
             agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
+            if self.cpu_balance:
+                agg.need[rows], agg.price[rows] = self._cpu_need(agg, rows)
         if agg.usable is None:
-            agg.usable = self._after(agg, np.arange(state.num_nodes), 0, 0, 0, 0)
+            every = np.arange(state.num_nodes)
+            agg.usable = self._after(agg, every, 0, 0, 0, 0)
+            agg.need, agg.price = self._cpu_need(agg, every) if self.cpu_balance else (every * 0.0, every * 0.0)
         agg.at = state.version
         return agg
 
@@ -348,22 +381,43 @@ class Fragmentation:
         return pod.memory_mib if self.memory else 0
 
     def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
-        """Change in GPU capacity (percent) that the node's free CPU could not feed, at the mix's CPU/GPU."""
-        if not self.cpu_balance or not self._per_core:
+        """Change in the price of the GPU capacity the node's free CPU could not feed (cpu_balance) once the pod
+        took its GPU capacity and CPU, at the node's need and price as it is (`_cpu_need`): taking CPU never
+        lowers the estimate."""
+        if not self.cpu_balance:
             return np.zeros(len(rows))
-        per_core = self._per_core
+        need, price = agg.need[rows], agg.price[rows]
+        ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-        if self.compiled:
-            return np.asarray(kernels.starved(rows, agg.free, agg.cpu, per_core, taken, pod.cpu_m, self.cpu_balance))
         free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
-        before = np.maximum(0.0, free - cpu / per_core)
-        after = np.maximum(0.0, free - taken - (cpu - pod.cpu_m) / per_core)
-        return np.asarray(self.cpu_balance * (after - before))
+        before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
+        after = np.maximum(0.0, free - taken - np.divide(cpu - pod.cpu_m, need, out=np.zeros(len(rows)), where=ok))
+        return np.asarray(self.cpu_balance * price * np.where(ok, after - before, 0.0))
+
+    def _cpu_need(self, agg: _Aggregates, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows,) the CPU per GPU percent the node's free GPUs need: that of the shapes that can use them (a
+        model they allow, enough GPUs with room, enough memory; CPU is what is priced), by GPU demand, plus
+        the CPU-only pods' share; and the price of a percent they cannot feed: what FGD's measure charges for
+        a percent none of those shapes can use, the sum of their weights. Need 0 where no shape can use the
+        node or none needs CPU."""
+        if self.compiled:
+            uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, self._k, self._mem)
+        else:
+            uses = ((agg.fit_count[rows] >= self._k) & (agg.mem[rows][:, None] >= self._mem) & agg.access[rows]) * 1.0
+        # sums of integers, so exact in any order
+        cpu_of, gpu_of, price = uses @ self._need_cpu, uses @ self._need_gpu, uses @ self._w.astype(np.float64)
+        need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + self._cpu_only_per_core
+        return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
 
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
-        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100
-        score = 100.0 / (1.0 + np.exp(np.clip(delta / GPU_CORES, -50, 50)))
-        return np.asarray(np.floor(score) if self.quantize else score)
+        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
+        # -50, 50))), in place on one array (np.clip and a new array per step cost more than a few rows' math)
+        x = np.divide(delta, GPU_CORES, dtype=np.float64)
+        np.minimum(np.maximum(x, -50.0, out=x), 50.0, out=x)
+        np.exp(x, out=x)
+        x += 1.0
+        np.divide(100.0, x, out=x)
+        return np.asarray(np.floor(x, out=x)) if self.quantize else x
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:

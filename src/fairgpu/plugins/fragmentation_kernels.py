@@ -158,20 +158,17 @@ def distinct_slots(free: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray
 
 
 @njit(cache=True)
-def starved(
-    rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, per_core: float, taken: int, cpu_m: int, weight: float
+def uses(
+    rows: np.ndarray, fit_count: np.ndarray, mem: np.ndarray, access: np.ndarray, k: np.ndarray, mem_t: np.ndarray
 ) -> np.ndarray:
-    """Change in GPU capacity (percent) the node's free CPU could not feed at `per_core` once a pod took
-    `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight`."""
-    out = np.empty(rows.shape[0], dtype=np.float64)
+    """(rows, T) float64 0/1: each shape can use the node's free GPUs (a model it allows, enough GPUs with
+    room, enough memory)."""
+    out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
-        f = 0
-        for g in range(free.shape[1]):
-            f += free[r, g]
-        before = f - cpu[r] / per_core
-        after = (f - taken) - (cpu[r] - cpu_m) / per_core
-        out[i] = weight * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
+        for t in range(k.shape[0]):
+            if fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
+                out[i, t] = 1.0
     return out
 
 

@@ -22,14 +22,15 @@ class Quota:
     def admit(self, workload: Workload, queue: int, charge: np.ndarray, view: EngineView) -> str | None:
         tree = view.tree
         path = tree.paths_of[queue]
-        for q in path[::-1]:
-            over = view.usage[q] + charge > tree.limit[q] + 1e-9
-            if over.any():
-                dim = r.FAIR_DIMS[int(np.argmax(over))]
-                what = "guarantee (static allocation)" if tree.static[q] else "limit"
-                return f"queue {tree.queues[q].name} would exceed its {dim} {what}"
+        over = view.usage[path] + charge > tree.limit[path] + 1e-9  # (the path root → queue, dims): one check
+        if over.any():
+            for q, row in zip(path[::-1].tolist(), over[::-1], strict=True):  # the nearest queue over says why
+                if row.any():
+                    dim = r.FAIR_DIMS[int(np.argmax(row))]
+                    what = "guarantee (static allocation)" if tree.static[q] else "limit"
+                    return f"queue {tree.queues[q].name} would exceed its {dim} {what}"
         # Other queues' idle guarantee that they do not lend (all of it, for static queues) stays free.
-        if not tree.unlent.any():
+        if not tree.holds_back:
             return None  # nobody holds back idle guarantee (the usual case): nothing more to check
         held_back = np.zeros(len(tree), dtype=bool)
         held_back[tree.leaves] = True

@@ -1,0 +1,50 @@
+"""Load a score plugin's compiled kernels before the first decision, by running a copy of it through a tiny
+cluster: the first call of any numba function pays numba's start-up (0.3 s here) and each kernel its load
+from the disk cache (~10 ms), which would otherwise fall on the first placements. Running the plugin's own
+code on ClusterState's own arrays, with the plugin's own settings, reaches every kernel with the argument
+types real placements pass, whatever kernels the plugin has (tests/test_evaluations.py checks that
+placements then load none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fairgpu.framework.interfaces import EngineView, FitMask
+from fairgpu.model.node import GpuDevice, NodeSpec
+from fairgpu.model.pod import GpuRequest, PodSpec
+from fairgpu.model.queue import QueueSpec, QueueTree
+from fairgpu.state import ClusterState
+
+_GPUS = 4
+# a whole GPU, two whole GPUs, a shared GPU, CPU only: every kind of pod the plugin scores differently
+_PODS = (
+    PodSpec(cpu_m=4000, memory_mib=4096, gpu=GpuRequest(1, 100, 0, 100)),
+    PodSpec(cpu_m=8000, memory_mib=8192, gpu=GpuRequest(2, 100, 0, 100)),
+    PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048)),
+    PodSpec(cpu_m=1000, memory_mib=1024),
+)
+
+
+def exercise(plugin: Any) -> None:
+    """Learn, score and order GPUs with `plugin` (a fresh copy: it keeps what it learns) on two small
+    nodes, before and after a placement changes one of them."""
+    nodes = [
+        NodeSpec(f"warm-{i}", 64_000, 262_144, tuple(GpuDevice("warm", 40_960, f"warm-{i}-{g}") for g in range(_GPUS)))
+        for i in range(2)
+    ]
+    state = ClusterState(nodes)
+    tree = QueueTree([QueueSpec("warm")])
+    zeros = np.zeros((1, 4))
+    view = EngineView(state, tree, np.ones(4), zeros, zeros, zeros, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1))
+    for step in range(2):
+        for i, pod in enumerate(_PODS):
+            plugin.learn(f"warm-{i}", pod)
+            mask = FitMask(np.ones(2, dtype=bool), np.ones((2, _GPUS), dtype=bool) if pod.gpu else None)
+            plugin.generation(pod, view)
+            plugin.score(pod, view, mask)
+            if pod.gpu is not None:
+                plugin.gpu_order(pod, view, 0, np.arange(_GPUS))
+        if step == 0:  # the second round refreshes the changed node only
+            state.assign("warm", state.placement_for(_PODS[2], 0, [1]))
