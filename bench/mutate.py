@@ -588,7 +588,9 @@ def main() -> None:
 
     with log.open("a") as out, ThreadPoolExecutor(args.jobs) as pool:
         for bound in bounds:
-            todo = [m for m in every if m.key in ran and ran[m.key] < bound]
+            # smaller modules first: a pass cut short leaves whole modules decided rather than parts of all
+            size = {f: sum(m.file == f for m in every) for f in files}
+            todo = sorted((m for m in every if m.key in ran and ran[m.key] < bound), key=lambda m: size[m.file])
             began = time.monotonic()
             jobs: dict[Future[dict[str, object] | None], tuple[Mutant, list[str], list[str]]] = {}
             kills = _kills(done.values())

@@ -255,3 +255,32 @@ def test_an_election_that_fails_on_its_own_thread_raises_its_error_to_the_caller
 
     with pytest.raises(OSError, match="apiserver unreachable"):
         asyncio.run(go())
+
+
+def test_a_replica_that_loses_the_race_for_the_lease_does_not_lead():
+    """Another replica writes the lease between this one's read and its write: the create or the update is
+    answered 409 Conflict, which means the other one won. The attempt answers False (not leading, not an
+    error), whether it was taking the lease or renewing its own."""
+    loop = VirtualLoop()
+
+    class Raced(SlowLeases):
+        def _b_writes(self, name: str) -> None:
+            self._store(name, {"spec": {"holderIdentity": "B", "leaseDurationSeconds": 15}})
+
+        async def create(self, kind, body: dict, namespace: str | None = None) -> dict:
+            self._b_writes(body["metadata"]["name"])
+            return await super().create(kind, body, namespace)
+
+        async def replace(self, kind, name: str, body: dict, namespace: str | None = None) -> dict:
+            self._b_writes(name)
+            return await super().replace(kind, name, body, namespace)
+
+    apiserver = Raced(loop, lambda t: 0.0, lambda t: False)
+    a = LeaderElector(apiserver, "fairgpu-system", "fairgpu", "A", monotonic=loop.time)  # type: ignore[arg-type]
+    try:
+        assert loop.run_until_complete(a.try_acquire_or_renew()) is False  # taking it: the create lost
+        apiserver._store("fairgpu", {"spec": {"holderIdentity": "A", "leaseDurationSeconds": 15}})
+        assert loop.run_until_complete(a.try_acquire_or_renew()) is False  # renewing its own: the update lost
+    finally:
+        loop.close()
+    assert apiserver.leases["fairgpu"]["spec"]["holderIdentity"] == "B"

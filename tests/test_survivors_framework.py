@@ -10,6 +10,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
+from fairgpu.spec import format_duration
 
 # -- framework/accounting.py: decayed past usage ------------------------------------------------------------------
 
@@ -331,3 +332,133 @@ def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again
     s.submit(Workload("a1", "lab", (whole(1),), submit_time=2, user="alice"))
     s.submit(Workload("b1", "lab", (whole(1),), submit_time=3, user="bob"))
     assert s.cycle(3).started == ["a1"]
+
+
+# -- framework/engine.py: the bounded backfill scan ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("longs", "short_starts"), [(100, True), (101, False)])
+def test_a_cycle_scans_a_hundred_workloads_for_backfill_behind_one_that_did_not_fit_then_stops(longs, short_starts):
+    """Both nodes are held for the starving gang from t=60; s0 left early, so one held GPU is free for work
+    that ends before 60. The stream queue's long jobs (1000 s) cannot backfill; the first fails, and the
+    cycle skips up to 100 more of that shape (Slurm's bounded backfill test). A short job (10 s) behind 99 of
+    them is still tried, and backfills; behind 100, the scan stopped before it (it waits for a later cycle)."""
+    from conftest import starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    s.remove("s0", finished_at=5)
+    for i in range(longs):
+        s.submit(Workload(f"long{i}", "stream", (whole(1),), submit_time=5, duration=1000))
+    s.submit(Workload("short", "stream", (whole(1),), submit_time=5, duration=10))
+    assert s.cycle(5).started == (["short"] if short_starts else [])
+
+
+# -- framework/lookahead.py: the estimated start `fairgpu explain` gives ---------------------------------------------
+
+
+def _running(pod, duration: float, gpus: int = 2) -> Scheduler:
+    s = Scheduler([gpu_node("n0", gpus=gpus)], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (pod,), duration=duration))
+    s.cycle(0)
+    assert "run" in s.running
+    return s
+
+
+@pytest.mark.parametrize(("ahead", "expected"), [(50.0, 150.0), (None, None)])
+def test_the_estimated_start_waits_for_what_runs_and_for_what_goes_ahead_to_end(ahead, expected):
+    """run holds both GPUs until t=100; w1, ahead of w2 and as wide, runs 50 s after it: w2 would start at
+    150. With w1's length unknown, w2's start is unknown too (w1 itself would start at 100)."""
+    s = _running(whole(2), 100)
+    s.submit(Workload("w1", "a", (whole(2),), submit_time=1, duration=ahead))
+    s.submit(Workload("w2", "a", (whole(2),), submit_time=2))
+    assert (s.explain("w1", 10).estimated_start, s.explain("w2", 10).estimated_start) == (100, expected)
+
+
+def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
+    """half holds 50 cores of the only GPU (no GPU is wholly idle) until t=100; a CPU-only job and then a 30-core
+    share wait: both fit now, and are told so."""
+    from conftest import fraction
+    from fairgpu.model import PodSpec
+
+    s = _running(fraction(50, 1000), 100, gpus=1)
+    s.submit(Workload("cpu", "a", (PodSpec(cpu_m=1000, memory_mib=1024),), submit_time=1))
+    s.submit(Workload("share", "a", (fraction(30, 1000),), submit_time=2))
+    assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
+
+
+# -- framework/preempting.py ----------------------------------------------------------------------------------------
+
+
+def test_preemptors_whose_victims_are_still_leaving_evict_nobody_else():
+    """b evicts its own lower priorities, with a 30 s grace. u1 and u2 (urgent, one GPU each) evict the two
+    youngest, low1 and low2, at t=100; at t=110 both are still leaving, and neither preemptor takes low0 too."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=30))
+    s = Scheduler([gpu_node("n0", gpus=3)], QueueTree([b]), load_profile("fairgpu"))
+    for i in range(3):
+        w = Workload(f"low{i}", "b", (whole(1),), duration=36000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=float(i))
+    for i in (1, 2):
+        s.submit(Workload(f"u{i}", "b", (whole(1),), submit_time=100, priority=5, duration=36000.0))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["low1", "low2"]
+    assert s.cycle(110).evictions == []
+
+
+def test_a_queues_run_time_estimate_follows_its_last_64_runs():
+    """64 runs of 1000 s, then 64 of 10 s: the estimate has forgotten the long ones (1.25 × 10 s); one run
+    earlier, one long run was still among the last 64, below the 90th percentile."""
+    from fairgpu.framework.durations import Durations
+
+    d = Durations(1)
+    for ran in (1000.0,) * 64 + (10.0,) * 63:
+        d.finished(0, ran)
+    assert d.learned(0) == pytest.approx(12.5)
+    d = Durations(1)
+    for ran in (1000.0,) * 64 + (10.0,) * 6:
+        d.finished(0, ran)
+    assert d.learned(0) == pytest.approx(1250.0)
+    for _ in range(58):
+        d.finished(0, 10.0)
+    assert d.learned(0) == pytest.approx(12.5)
+
+
+# -- framework/backfill.py ------------------------------------------------------------------------------------------
+
+
+def test_backfill_evicted_when_the_reservation_came_due_is_not_evicted_again_while_it_leaves():
+    """n0 is held for the gang from t=1000; 'short' backfilled beside it and overran. At 1000 it is evicted
+    with a 30 s grace; at 1010, and at 1030 when its grace is over but the cluster has not removed it yet, it
+    is still leaving: no second eviction is decided for it, and the gang waits for it, not for a new grace."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=30))
+    queues = QueueTree([stream, QueueSpec("training", starvation_after=0)])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    for name, node, gpus, end in (("long", 0, 7, 1000.0), ("other", 1, 8, 5000.0)):
+        w = Workload(name, "training" if name == "other" else "stream", (whole(gpus),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(gpus))], started=0.0)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    s.submit(Workload("short", "stream", (whole(1),), submit_time=500, duration=50))
+    assert s.cycle(500).started == ["short"]
+    s.remove("long", finished_at=1000)
+    assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("short", 1030.0)]
+    assert s.cycle(1010).evictions == [] and s.cycle(1030).evictions == []
+    assert s.reservations["gang"].fit.at == 1030
+    s.cycle(1040)  # nothing else drains there: the hold still dates from 1030, not renewed to now
+    assert s.explain("gang", 1040).reasons == [
+        "no fit: 0/2 nodes: 2 too few idle GPUs",
+        "starving: 1 node(s) reserved for it from t=17m10s",
+    ]
+
+
+def test_a_starving_gang_keeps_its_nodes_for_as_long_as_the_work_it_waits_for_overruns():
+    """The gang holds both nodes from t=60, when the stream's jobs were to end; they overrun. Each cycle it
+    keeps holding them (its hold renewed to now), not just the first after 60: the drain is not started over."""
+    from conftest import starving_gang_beside_a_stream
+
+    s = starving_gang_beside_a_stream()
+    for t in (60, 70, 80):
+        s.cycle(t)
+        assert s.explain("gang", t).reasons[-1] == f"starving: 2 node(s) reserved for it from t={format_duration(t)}"

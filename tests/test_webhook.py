@@ -496,3 +496,25 @@ def test_a_failing_listener_never_stops_the_trusted_identities_reloads(tmp_path)
     assert identities().trusted == {"hami"}
     kubelet_update(mounted, {"hami": "hami", "eve": "eve"}, 3)
     assert identities.check() is True and identities().trusted == {"hami", "eve"} and told == [True, False]
+
+
+def test_a_job_whose_template_has_no_metadata_is_stamped_at_create_and_left_alone_at_update():
+    """A Job's pod template without metadata: at CREATE the webhook adds it, carrying the creator; at an UPDATE
+    of a Job whose template carried no user before either, there is nothing to keep, and the patch is empty
+    (no metadata added for nothing)."""
+    from fairgpu.k8s.identity import USER_ANNOTATION
+    from fairgpu.k8s.webhook import AdmissionRequest, mutate_workload
+
+    job = {"metadata": {"name": "train"}, "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}
+    kind = {"group": "batch", "version": "v1", "kind": "Job"}
+
+    def patch(operation: str) -> list[dict]:
+        req = AdmissionRequest(uid="1", kind=kind, operation=operation, userInfo={"username": "alice"}, object=job)
+        req.old_object = job if operation == "UPDATE" else None
+        return mutate_workload(req, Trust())
+
+    created = patch("CREATE")
+    assert created[0] == {"op": "add", "path": "/spec/template/metadata", "value": {}}
+    assert {"op": "add", "path": f"/spec/template/metadata/annotations/{USER_ANNOTATION.replace('/', '~1')}",
+            "value": "alice"} in created  # fmt: skip
+    assert patch("UPDATE") == []

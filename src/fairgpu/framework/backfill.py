@@ -46,4 +46,4 @@ def settle_due(
         if res.starving and draining:
             until = max(until, now)
         if until > res.fit.at:
-            res.fit = StartPlan(until, res.fit.nodes)
+            res.fit = StartPlan(until, res.fit.nodes, res.fit.waits_for)  # still waiting for the same work
