@@ -241,14 +241,19 @@ def compare(argv: list[str], args: argparse.Namespace) -> dict[str, object]:
 MEDIANS = ("decision_p50_ms", "decision_p99_ms", "peak_rss_mib", "pods_placed")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_args(p: argparse.ArgumentParser) -> None:
+    """The cluster, pod mix and queue tree, shared with bench/slow_decisions.py so both time the same work."""
     p.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs each (default 1000)")
     p.add_argument("--pods", type=int, default=50_000, help="pending pods, gangs included (default 50000)")
     p.add_argument("--profile", default="fairgpu", help="built-in profile or YAML path (default fairgpu)")
     p.add_argument("--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
     p.add_argument("--queues", type=int, default=20, help="tenant (leaf) queues (default 20)")
     p.add_argument("--depth", type=int, default=1, help="levels of the queue tree (default 1: flat, equal weights)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    workload_args(p)
     p.add_argument("--baseline", default="kube-default", help="profile run beside it, same load (none: skip)")
     p.add_argument("--runs", type=int, default=1, help="rounds of profile + baseline; figures are medians")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)  # one run, in this process

@@ -73,7 +73,7 @@ def _observe() -> None:
 def run(args: argparse.Namespace) -> dict[str, object]:
     _observe()
     rng = np.random.default_rng(args.seed)
-    names, tree = et.build_queues(args.queues, 1, rng)
+    names, tree = et.build_queues(args.queues, args.depth, rng)
     nodes, workloads = et.build_cluster(args.nodes), et.build_workloads(args.pods, names, rng)
     sched = Scheduler(nodes, tree, et.load_profile(args.profile))
     for wl in workloads:
@@ -120,11 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs each (default 1000)")
-    p.add_argument("--pods", type=int, default=50_000, help="pending pods, gangs included (default 50000)")
-    p.add_argument("--profile", default="fairgpu", help="built-in profile or YAML path (default fairgpu)")
-    p.add_argument("--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
-    p.add_argument("--queues", type=int, default=20, help="tenant (leaf) queues (default 20)")
+    et.workload_args(p)
     args = p.parse_args(argv)
     print(json.dumps(run(args)), flush=True)
     return 0

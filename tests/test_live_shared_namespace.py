@@ -86,6 +86,13 @@ async def stopped(ctl: Controller, task: asyncio.Task) -> None:
     await ctl.carry.close()
 
 
+async def shut(ctl: Controller, task: asyncio.Task, feed: asyncio.Task, port) -> None:
+    await stopped(ctl, task)
+    feed.cancel()
+    await asyncio.gather(feed, return_exceptions=True)
+    await port.close()
+
+
 def test_unlabelled_pods_stay_with_the_older_queue_across_a_restart(fake_api, tmp_path):
     async def go() -> None:
         port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
@@ -112,10 +119,7 @@ def test_unlabelled_pods_stay_with_the_older_queue_across_a_restart(fake_api, tm
             await settle(port, ctl, {"team-b": "3.00", "team-a": "1.00"}, "after the restart")
             assert not kubelet.violations, kubelet.violations
         finally:
-            await stopped(ctl, task)
-            feed.cancel()
-            await asyncio.gather(feed, return_exceptions=True)
-            await port.close()
+            await shut(ctl, task, feed, port)
 
     asyncio.run(asyncio.wait_for(go(), 90))
 
@@ -162,9 +166,6 @@ def test_the_younger_claimant_is_told_until_the_overlap_is_gone(fake_api, tmp_pa
                 await asyncio.sleep(0.1)
             assert (await conditions(port, "team-a"))["Valid"]["status"] == "True"
         finally:
-            await stopped(ctl, task)
-            feed.cancel()
-            await asyncio.gather(feed, return_exceptions=True)
-            await port.close()
+            await shut(ctl, task, feed, port)
 
     asyncio.run(asyncio.wait_for(go(), 90))

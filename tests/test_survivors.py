@@ -641,9 +641,9 @@ def test_a_plugin_filter_that_cannot_say_why_is_named_as_the_reason():
 # -- framework/backfill.py, framework/preempting.py -----------------------------------------------------------------
 
 
-def test_a_gang_whose_backfill_overran_is_expected_when_the_backfills_grace_period_ends():
-    """n0 is held for the gang from t=1000; 'short' backfilled beside it and overran. At 1000 it is evicted
-    with its queue's 30 s grace period: the gang is expected to start at 1030, not at 1000, and does."""
+def backfill_overran_a_gangs_hold() -> Scheduler:
+    """n0 is held for an 8-GPU gang from t=1000; 'short' (stream queue, 30 s grace period) backfilled beside it
+    at 500 and is still running when the hold comes due at 1000 (returned just before that cycle)."""
     stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=30))
     queues = QueueTree([stream, QueueSpec("training", starvation_after=0)])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
@@ -655,6 +655,13 @@ def test_a_gang_whose_backfill_overran_is_expected_when_the_backfills_grace_peri
     s.submit(Workload("short", "stream", (whole(1),), submit_time=500, duration=50))
     assert s.cycle(500).started == ["short"]
     s.remove("long", finished_at=1000)
+    return s
+
+
+def test_a_gang_whose_backfill_overran_is_expected_when_the_backfills_grace_period_ends():
+    """At 1000 the overrunning backfill is evicted with its queue's 30 s grace period: the gang is expected
+    to start at 1030, not at 1000, and does."""
+    s = backfill_overran_a_gangs_hold()
     assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("short", 1030.0)]
     assert s.explain("gang", 1000).estimated_start == 1030
     s.remove("short")

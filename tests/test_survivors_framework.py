@@ -11,6 +11,7 @@ from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.spec import format_duration
+from test_survivors import backfill_overran_a_gangs_hold
 
 # -- framework/accounting.py: decayed past usage ------------------------------------------------------------------
 
@@ -430,19 +431,7 @@ def test_backfill_evicted_when_the_reservation_came_due_is_not_evicted_again_whi
     """n0 is held for the gang from t=1000; 'short' backfilled beside it and overran. At 1000 it is evicted
     with a 30 s grace; at 1010, and at 1030 when its grace is over but the cluster has not removed it yet, it
     is still leaving: no second eviction is decided for it, and the gang waits for it, not for a new grace."""
-    from fairgpu.model.queue import PreemptionPolicy
-
-    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=30))
-    queues = QueueTree([stream, QueueSpec("training", starvation_after=0)])
-    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
-    for name, node, gpus, end in (("long", 0, 7, 1000.0), ("other", 1, 8, 5000.0)):
-        w = Workload(name, "training" if name == "other" else "stream", (whole(gpus),), duration=end)
-        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(gpus))], started=0.0)
-    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
-    s.cycle(0)
-    s.submit(Workload("short", "stream", (whole(1),), submit_time=500, duration=50))
-    assert s.cycle(500).started == ["short"]
-    s.remove("long", finished_at=1000)
+    s = backfill_overran_a_gangs_hold()
     assert [(e.workload, e.at) for e in s.cycle(1000).evictions] == [("short", 1030.0)]
     assert s.cycle(1010).evictions == [] and s.cycle(1030).evictions == []
     assert s.reservations["gang"].fit.at == 1030
