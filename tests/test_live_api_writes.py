@@ -17,7 +17,7 @@ from fairgpu.k8s.events import AGGREGATE_MAX, COMBINED, SPAM_BURST, EventRecorde
 from fairgpu.k8s.port import NODES, PODS
 from fairgpu.k8s.reporter import Reporter
 from live_setup import ONE, pods_now, setup
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 
 def test_vgpu_node_label_stays_a_valid_label_value(fake_api, tmp_path):
@@ -38,9 +38,7 @@ def test_vgpu_node_label_stays_a_valid_label_value(fake_api, tmp_path):
         try:
             await until(lambda: ctl.stats.binds == 1, 10, "the bind")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 30))
     meta = pods_now(fake_api)["a/p0"]["metadata"]
@@ -143,9 +141,7 @@ def test_a_pending_pods_reason_survives_failed_condition_writes(fake_api, tmp_pa
             await until(lambda: ctl.stats.binds == 1, 10, "the pod that fits")
             await until(lambda: _reason(pods_now(fake_api)["a/big"]), 10, "big's reason")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
         return pods_now(fake_api)["a/big"]
 
     big = asyncio.run(asyncio.wait_for(go(), 40))
@@ -177,9 +173,7 @@ def test_every_waiting_pod_is_told_its_place_before_its_full_explanation(fake_ap
             await until(lambda: ctl.stats.binds == 1, 10, "the pod that fits")
             await until(lambda: sum(bool(_reason(p)) for p in pods_now(fake_api).values()) == 5, 10, "5 reasons")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
         return pods_now(fake_api)
 
     pods = asyncio.run(asyncio.wait_for(go(), 40))

@@ -13,7 +13,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from live_setup import GANG, ONE, pods_now, setup
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 
 def test_failed_gang_bind_books_nothing_twice_and_the_gang_runs_whole(fake_api, tmp_path):
@@ -39,9 +39,7 @@ def test_failed_gang_bind_books_nothing_twice_and_the_gang_runs_whole(fake_api, 
             await asyncio.sleep(4.0)  # gang-1 lands, gang-0's failures are over, b0 had every chance
             await until(lambda: not ctl.inflight, 10, "binds to settle")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))
     report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
@@ -70,9 +68,7 @@ def test_a_bind_whose_answer_was_lost_counts_as_landed(fake_api, tmp_path):
             await port.create(PODS, chaos_pod("b", "b0", ONE), "b")
             await until(lambda: ctl.stats.binds == 2 and not ctl.inflight, 10, "b0's bind")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
         return ctl
 
     ctl = asyncio.run(asyncio.wait_for(go(), 60))
@@ -124,9 +120,7 @@ def test_node_locks_left_by_a_leader_that_died_mid_bind_do_not_hold_nodes(fake_a
             where = lambda: {n: (ctl.pods.cache.get(f"a/{n}") or {}).get("spec", {}).get("nodeName") for n in "ywcd"}  # noqa: E731
             await until(lambda: all(where().values()), 15, "y, w, c and d bound past the stale locks")
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await port.close()
+            await stop(port, task)
         return pods_now(fake_api)
 
     pods = asyncio.run(asyncio.wait_for(go(), 40))

@@ -11,7 +11,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 
 def test_pods_bind_only_where_their_selector_affinity_and_tolerations_allow(fake_api, tmp_path) -> None:
@@ -56,8 +56,6 @@ def test_pods_bind_only_where_their_selector_affinity_and_tolerations_allow(fake
             assert got == {"sel": "node-01", "aff": "node-00", "tol": "node-02", "odd": None}
             assert "matchFields: not supported" in ctl._pods.bad["a/odd"]  # pending, with the reason
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))

@@ -9,7 +9,7 @@ from fairgpu.framework.durations import MARGIN, MIN_SAMPLES
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 
 def test_succeeded_pods_teach_their_queue_its_run_time_and_deleted_ones_do_not(fake_api, tmp_path):
@@ -40,8 +40,6 @@ def test_succeeded_pods_teach_their_queue_its_run_time_and_deleted_ones_do_not(f
             await until(lambda: not ctl.engine.running, 20, "the last pod to be let go")
             assert ctl.engine.durations.learned(q) == 600.0 * MARGIN
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))

@@ -9,7 +9,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 GANG = {"fairgpu.io/pod-group": "train", "fairgpu.io/min-members": "4"}
 
@@ -57,8 +57,6 @@ def test_a_gang_waits_for_its_min_members_then_binds_together(fake_api, tmp_path
             assert len(ctl.engine.running) == 2  # the solo pod, and the gang as one workload
             assert "a/group:train" in ctl.engine.running
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))

@@ -11,7 +11,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import PODS
 from live_setup import ONE, setup
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 
 def test_a_failing_informer_restarts_and_readiness_shows_it(fake_api, tmp_path):
@@ -42,9 +42,7 @@ def test_a_failing_informer_restarts_and_readiness_shows_it(fake_api, tmp_path):
             await until(ctl.synced, 10, "readiness to come back")
             await until(lambda: ctl.stats.binds == 1, 10, "boom to be bound")
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
@@ -66,8 +64,6 @@ def test_a_new_leaders_fresh_list_survives_a_failed_list(fake_api, tmp_path):
             assert set(ctl.pods.cache) == {"a/p0", "a/p1"}
             assert fake_api.control("state")["injected"] == {"before 500": 5}
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await port.close()
+            await stop(port, task)
 
     asyncio.run(asyncio.wait_for(go(), 30))

@@ -20,7 +20,7 @@ from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import LEASES, PODS
 from live_setup import ONE, TINY, pods_now, setup
-from test_live_scheduling import until
+from test_live_scheduling import stop, until
 
 
 def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path):
@@ -267,9 +267,7 @@ def test_a_cycle_of_a_term_lost_and_won_again_is_not_carried_out(fake_api, tmp_p
             await until(lambda: ctl.stats.rebuilds == 2 or ctl.stats.binds, 10, "the new term (or p's bind)")
             await asyncio.sleep(1.0)  # p's cycles in the new term: it waits
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await port.close()
+            await stop(port, task)
         return ctl
 
     ctl = asyncio.run(asyncio.wait_for(go(), 30))

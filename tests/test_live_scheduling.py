@@ -313,9 +313,7 @@ def test_cycles_follow_engine_changes_not_events(fake_api, tmp_path):
         done = next(o["metadata"]["name"] for o in ctl.pods.cache.values() if o["spec"].get("nodeName"))
         await port.delete(PODS, done, "a")
         await until(lambda: ctl.stats.binds == GPUS + 1, 5, "the waiting pod to be bound")
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        await port.close()
+        await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
@@ -342,9 +340,7 @@ def test_running_pods_whose_queue_is_gone_keep_their_room(fake_api, tmp_path):
             assert not ctl.owned and not ctl.engine.running
             assert int(ctl.engine.state.node_idle_gpus[0]) == GPUS - 6
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
@@ -379,8 +375,6 @@ def test_with_no_queue_yet_pods_are_told_why_and_run_once_one_exists(fake_api, t
             await until(lambda: len(ctl.fixed) == 1, 20, "the rebuilt engine to pin the pod")
             assert int(ctl.engine.state.node_idle_gpus[0]) == GPUS - 2
         finally:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            await port.close()
+            await stop(port, run)
 
     asyncio.run(asyncio.wait_for(go(), 60))

@@ -17,7 +17,7 @@ from fairgpu.k8s.port import EVENTS, NODES, PODS, QUEUES
 from fairgpu.k8s.queues import EXCLUSIVE, SHADOWED, QueueEntry, queue_map
 from fairgpu.model import QueueSpec
 from fake_kubelet import FakeNodes
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 
 def entry(name: str, namespaces: tuple[str, ...], created: str) -> QueueEntry:
@@ -88,9 +88,7 @@ async def stopped(ctl: Controller, task: asyncio.Task) -> None:
 
 async def shut(ctl: Controller, task: asyncio.Task, feed: asyncio.Task, port) -> None:
     await stopped(ctl, task)
-    feed.cancel()
-    await asyncio.gather(feed, return_exceptions=True)
-    await port.close()
+    await stop(port, feed)
 
 
 def test_unlabelled_pods_stay_with_the_older_queue_across_a_restart(fake_api, tmp_path):
