@@ -3,13 +3,14 @@ tests all passed (docs/testing.md, "Session 7"): each pins a behaviour that no f
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import gpu_node, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import QueueSpec, QueueTree, Workload
+from fairgpu.model import PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.spec import format_duration
 from test_survivors import backfill_overran_a_gangs_hold
 
@@ -387,6 +388,25 @@ def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
     assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
 
 
+def test_work_that_would_end_together_is_freed_in_the_order_it_was_planned_for_the_estimated_start():
+    """r holds both nodes until t=5. Then a (4 GPUs) takes n0 and b (2 GPUs) n1, both for 10 s: they end
+    together at 15. a's n0 is freed first, so c (2 GPUs, 100 s) goes there, and d, which needs a whole
+    4-GPU node, waits for c: t=115. Freed b first, c would take n1 and d start at 15. CPU jobs queued before
+    and between them (a is the 3rd to replay, b the 11th) change nothing."""
+    s = Scheduler(
+        [gpu_node("n0", gpus=4), gpu_node("n1", gpus=2)], QueueTree([QueueSpec("q")]), load_profile("fairgpu")
+    )
+    r = Workload("r", "q", (whole(4), whole(2)), duration=5.0)
+    s.adopt(r, [s.state.placement_for(whole(4), 0, (0, 1, 2, 3)), s.state.placement_for(whole(2), 1, (0, 1))], 0.0)
+    cpu = PodSpec(cpu_m=100, memory_mib=64)
+    order = [*"xx", "a", *"xxxxxxx", "b", "c", "d"]
+    for i, name in enumerate(order):
+        gpus, duration = {"a": (4, 10.0), "b": (2, 10.0), "c": (2, 100.0), "d": (4, 10.0)}.get(name, (0, None))
+        pod = whole(gpus) if gpus else cpu
+        s.submit(Workload(name if gpus else f"x{i}", "q", (pod,), submit_time=1.0 + i, duration=duration))
+    assert [s.explain(n, 4).estimated_start for n in "abcd"] == [5, 5, 15, 115]
+
+
 # -- framework/preempting.py ----------------------------------------------------------------------------------------
 
 
@@ -451,3 +471,89 @@ def test_a_starving_gang_keeps_its_nodes_for_as_long_as_the_work_it_waits_for_ov
     for t in (60, 70, 80):
         s.cycle(t)
         assert s.explain("gang", t).reasons[-1] == f"starving: 2 node(s) reserved for it from t={format_duration(t)}"
+
+
+# -- framework/placement.py: a gang's pods together -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_gangs_pods_stay_on_its_node_without_scores_and_beside_a_node_held_for_another(held):
+    """A gang profile with no score plugin puts a pod on the first node that fits, but a gang's later pods on
+    the nodes it already took: its 3-GPU pod takes n1 (n0 has 2 GPUs), and its 2-GPU pod joins it there
+    rather than take n0. The same with n2 held for another workload (excluded)."""
+    from fairgpu.catalog import profile_from_dict
+    from fairgpu.framework.placement import place_all
+
+    doc = {"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "gang": True, "permit": ["Gang"]}
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1"), gpu_node("n2")]
+    s = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile_from_dict(doc))
+    exclude = np.array([False, False, True]) if held else None
+    placed = place_all([whole(3), whole(2)], ["g0", "g1"], s.view, s.profile, exclude)
+    assert [p.node for p in placed] == [1, 1]
+
+
+# -- framework/victims.py: an elastic workload's extra pod as a victim unit ------------------------------------------
+
+
+def _lower_priorities(nodes, running) -> Scheduler:
+    """Queue b, which evicts its own lower-priority work with no grace, running these (workload, placements)
+    since t=0."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=0))
+    s = Scheduler(nodes, QueueTree([b]), load_profile("fairgpu"))
+    for wl, placements in running:
+        at = [s.state.placement_for(pod, node, slots) for pod, (node, slots) in zip(wl.pods, placements, strict=True)]
+        s.adopt(wl, at, 0.0)
+    return s
+
+
+def test_the_extra_pod_that_loses_least_work_is_evicted_first():
+    """e1's and e2's newest (extra) pods are the cheapest victims for u, urgent in the same queue: e1's holds
+    2 GPUs, e2's 1, both running for 100 s. Evicting e2's loses less work, and frees the GPU u needs."""
+    s = _lower_priorities(
+        [gpu_node("n0", gpus=8)],
+        [
+            (Workload("e1", "b", (whole(1), whole(2)), min_pods=1), [(0, (0,)), (0, (1, 2))]),
+            (Workload("e2", "b", (whole(1), whole(1)), min_pods=1), [(0, (3,)), (0, (4,))]),
+            (Workload("w", "b", (whole(3),)), [(0, (5, 6, 7))]),
+        ],
+    )
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [(e.workload, e.pods) for e in s.cycle(100).evictions] == [("e2", (1,))]
+
+
+@pytest.mark.parametrize("order", ["wxy", "yxw"])
+def test_a_preemptor_holds_every_node_its_victims_leave_not_only_the_one_it_will_use(order):
+    """u needs a whole 2-GPU node. w has a pod on each node, so it goes whichever node u takes, with x (on
+    n0) or y (on n1): x. u holds both nodes w leaves, so no one else takes the GPU freed on n1, whichever
+    order the three were adopted in."""
+    running = {
+        "x": (Workload("x", "b", (whole(1),)), [(0, (0,))]),
+        "w": (Workload("w", "b", (whole(1), whole(1))), [(0, (1,)), (1, (1,))]),
+        "y": (Workload("y", "b", (whole(1),)), [(1, (0,))]),
+    }
+    s = _lower_priorities([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], [running[n] for n in order])
+    s.submit(Workload("u", "b", (whole(2),), submit_time=100, priority=5))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["w", "x"]
+    assert s.explain("u", 100).reasons[-1] == "preempting: 2 node(s) reserved for it from t=1m40s"
+
+
+# -- framework/cardfit.py: MIG ------------------------------------------------------------------------------------
+
+
+def test_a_mig_card_registered_with_one_profile_of_one_placement_takes_a_pod_that_fits_it():
+    """A card that offers only a 7g.40gb instance (the whole card) takes a pod asking for 30,000 MiB, booked at
+    the profile's 40,960 MiB and 100 cores; a second such pod does not fit there."""
+    from fairgpu.framework.placement import place_pod
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+    from fairgpu.model.mig import MigTemplate
+
+    mig = (MigTemplate("7g.40gb", 40960, 100, 7, ((0, 7),)),)
+    card = GpuDevice("NVIDIA A100", 40960, "g", split=7, mode="mig", mig=mig)
+    s = Scheduler([NodeSpec("n0", 64000, 256000, (card,))], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    pod = PodSpec(gpu=GpuRequest(count=1, cores=0, mem_mib=30000))
+    p = place_pod(pod, s.view, s.profile)
+    assert p is not None and (p.node, p.cores, p.mem_mib, p.mig) == (0, (100,), (40960,), (0,))
+    s.state.assign("first", p)
+    assert place_pod(pod, s.view, s.profile) is None
