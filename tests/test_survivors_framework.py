@@ -336,6 +336,22 @@ def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again
     assert s.cycle(3).started == ["a1"]
 
 
+@pytest.mark.parametrize(("profile", "fair_within"), [("fairgpu", None), ("kube-default", "users")])
+def test_a_queue_is_fair_among_its_users_only_when_it_says_so_and_its_profile_honours_it(profile, fair_within):
+    """alice holds 1 GPU, bob nothing; alice's waiting job is older. In a queue not fair among its users, or
+    under a profile that orders each queue strictly by priority and age (kube-default), alice's job takes the
+    one free GPU."""
+    kw = {} if fair_within is None else {"fair_within": fair_within}
+    queues = QueueTree([QueueSpec("lab", **kw), QueueSpec("x")])
+    s = Scheduler([gpu_node("n0", gpus=3)], queues, load_profile(profile))
+    s.submit(Workload("xx", "x", (whole(1),)))
+    s.submit(Workload("a0", "lab", (whole(1),), user="alice"))
+    s.cycle(0)
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=1, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["a1"]
+
+
 # -- framework/engine.py: the bounded backfill scan ------------------------------------------------------------------
 
 
@@ -444,6 +460,42 @@ def test_a_queues_run_time_estimate_follows_its_last_64_runs():
     assert d.learned(0) == pytest.approx(12.5)
 
 
+# -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
+
+
+def test_a_name_is_submitted_once_and_only_an_elastic_workloads_newest_extra_pods_can_be_shrunk():
+    from fairgpu.errors import RequestError
+
+    s = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("w", "q", (whole(1),) * 3, min_pods=2))
+    s.submit(Workload("p", "q", (whole(8),)))
+    with pytest.raises(RequestError, match="p: already submitted"):
+        s.submit(Workload("p", "q", (whole(1),)))  # pending
+    s.cycle(0)
+    with pytest.raises(RequestError, match="w: already submitted"):
+        s.submit(Workload("w", "q", (whole(1),)))  # running
+    for pods in [(1,), (0,), (1, 2)]:  # not the newest; nor below min_pods
+        with pytest.raises(ValueError, match="only its newest pods above min_pods"):
+            s.shrink("w", pods)
+    newest = s.running["w"].placed[2]
+    assert s.shrink("w", (2,)) == [newest] and len(s.running["w"].placed) == 2
+
+
+def test_the_counts_a_dashboard_shows_pending_running_backlogged_and_attempts_per_queue():
+    """a runs one workload (one attempt) and waits with one; b waits with two; c has nothing. A cycle tries a1
+    and b0; b1, of the shape that just failed, is not tried again."""
+    queues = QueueTree([QueueSpec("a"), QueueSpec("b"), QueueSpec("c")])
+    s = Scheduler([gpu_node("n0", gpus=1)], queues, load_profile("fairgpu"))
+    s.submit(Workload("a0", "a", (whole(1),)))
+    assert s.cycle(0).attempts == 1
+    for name, queue in [("a1", "a"), ("b0", "b"), ("b1", "b")]:
+        s.submit(Workload(name, queue, (whole(1),), submit_time=1))
+    assert s.cycle(1).attempts == 2
+    pending, running = s.workload_counts()
+    assert (pending.tolist(), running.tolist()) == ([1, 2, 0], [1, 0, 0])
+    assert s.is_backlogged().tolist() == [True, True, False]
+
+
 # -- framework/backfill.py ------------------------------------------------------------------------------------------
 
 
@@ -537,6 +589,40 @@ def test_a_preemptor_holds_every_node_its_victims_leave_not_only_the_one_it_will
     s.submit(Workload("u", "b", (whole(2),), submit_time=100, priority=5))
     assert sorted(e.workload for e in s.cycle(100).evictions) == ["w", "x"]
     assert s.explain("u", 100).reasons[-1] == "preempting: 2 node(s) reserved for it from t=1m40s"
+
+
+# -- framework/interfaces.py: FitMask.counts ------------------------------------------------------------------------
+
+
+def test_free_gpus_are_counted_right_on_sixteen_gpu_nodes_and_on_eight_four_gpu_nodes():
+    """Shares of GPUs (the cards a pod can share are counted per node). Two 16-GPU nodes: a takes 50 cores of
+    10 cards; b, 60 cores of 7, finds only 6 such cards beside a, and c (60 cores of 9) fits only beside b.
+    On one such node, b waits and c (60 cores of 6) fits. Eight 4-GPU nodes take eight pods asking 60 cores
+    of 4 cards, one each, and a ninth waits."""
+    from fairgpu.model import GpuRequest
+
+    def share(count: int, cores: int) -> PodSpec:
+        return PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(count, cores, 1000))
+
+    s = Scheduler(
+        [gpu_node("n0", gpus=16), gpu_node("n1", gpus=16)], QueueTree([QueueSpec("q")]), load_profile("fairgpu")
+    )
+    for t, (name, count, cores) in enumerate([("a", 10, 50), ("b", 7, 60), ("c", 9, 60)]):
+        s.submit(Workload(name, "q", (share(count, cores),), submit_time=t))
+        s.cycle(t)
+    node = {n: s.running[n].placed[0].node for n in "abc"}
+    assert node["a"] != node["b"] == node["c"]
+    s = Scheduler([gpu_node("n0", gpus=16)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    for t, (name, count, cores) in enumerate([("a", 10, 50), ("b", 7, 60), ("c", 6, 60)]):
+        s.submit(Workload(name, "q", (share(count, cores),), submit_time=t))
+        s.cycle(t)
+    assert sorted(s.running) == ["a", "c"]
+    s = Scheduler([gpu_node(f"n{i}", gpus=4) for i in range(8)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    for i in range(9):
+        s.submit(Workload(f"w{i}", "q", (share(4, 60),), submit_time=i))
+    s.cycle(10)
+    assert sorted(s.running) == [f"w{i}" for i in range(8)]
+    assert len({e.placed[0].node for e in s.running.values()}) == 8
 
 
 # -- framework/cardfit.py: MIG ------------------------------------------------------------------------------------
