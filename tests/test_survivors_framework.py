@@ -299,6 +299,19 @@ def test_a_workload_its_quota_refuses_is_told_that_alone_not_also_of_nodes_held_
     assert len(reasons) == 1 and reasons[0].startswith("quota: ")
 
 
+def test_a_waiting_pod_is_told_its_place_in_its_queue_at_once_one_being_next():
+    """What the live reporter tells each waiting pod before its full explanation (explain.queue_places): a has
+    two waiting, the older first; b one; a running workload has no place."""
+    from fairgpu.framework.explain import queue_places
+
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (whole(1),)))
+    s.cycle(0)
+    for t, (name, queue) in enumerate([("a1", "a"), ("b1", "b"), ("a2", "a")], 1):
+        s.submit(Workload(name, queue, (whole(1),), submit_time=t))
+    assert queue_places(s) == {"a1": ("a", 1, 2), "a2": ("a", 2, 2), "b1": ("b", 1, 1)}
+
+
 # -- framework/backlog.py: a queue fair among its users, in the cycle ------------------------------------------------
 
 
