@@ -473,6 +473,29 @@ def test_a_queues_run_time_estimate_follows_its_last_64_runs():
     assert d.learned(0) == pytest.approx(12.5)
 
 
+@pytest.mark.parametrize(("a_holds", "evictions"), [(1, 1), (2, 1), (3, 0)])
+def test_a_fair_share_eviction_is_worth_it_for_the_wait_behind_queue_mates_within_the_share(a_holds, evictions):
+    """Queue a (entitled to 4 of 8 GPUs) holds `a_holds`; c holds the rest until t=36000, but for one GPU
+    freed at 1100. At 1000 a1 then a2 (1 GPU each) wait. a1 alone would wait 100 s: not worth evicting work
+    that ran 1000 s. a2 waits behind a1 while a's share has room for both, until 36000: worth one eviction.
+    Holding 3, a's share has room for a2 alone: a1 is not counted ahead, and nothing is evicted."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    a = QueueSpec("a", preemption=PreemptionPolicy(reclaim=False, fair_share=True))
+    s = Scheduler([gpu_node("n0")], QueueTree([a, QueueSpec("c")]), load_profile("fairgpu"))
+    s.submit(Workload("a0", "a", (whole(a_holds),), duration=36000.0))
+    s.submit(Workload("c0", "c", (whole(1),), duration=1100.0))
+    for i in range(1, 8 - a_holds):
+        s.submit(Workload(f"c{i}", "c", (whole(1),), duration=36000.0))
+    s.cycle(0)
+    assert len(s.running) == 8 - a_holds + 1
+    s.submit(Workload("a1", "a", (whole(1, cpu_m=1000),), submit_time=1000, duration=36000.0))
+    s.submit(Workload("a2", "a", (whole(1, cpu_m=1001),), submit_time=1000, duration=36000.0))
+    result = s.cycle(1000)
+    assert len(result.evictions) == evictions
+    assert list(s.reservations) == ["a2"] * evictions
+
+
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
 
 
