@@ -661,6 +661,32 @@ def test_free_gpus_are_counted_right_on_sixteen_gpu_nodes_and_on_eight_four_gpu_
     assert len({e.placed[0].node for e in s.running.values()}) == 8
 
 
+# -- framework/interfaces.py: Evict -----------------------------------------------------------------------------------
+
+
+def test_a_workload_deleted_while_running_is_recorded_as_evicted_with_no_grace_period(tmp_path):
+    """The live recorder's own eviction for pods deleted while running (k8s/recording.py) names no grace
+    period: the trace's evict record has none, where an eviction the engine decides carries its queue's."""
+    import json
+
+    from fairgpu.framework.interfaces import Evict
+    from fairgpu.twin.recorder import Recorder, Seen
+    from fairgpu.twin.writer import TraceWriter
+
+    node, wl = gpu_node("n0"), Workload("w", "q", (whole(1),))
+    rec = Recorder(TraceWriter(tmp_path / "t.jsonl"), "record")
+
+    def seen(evictions):
+        return Seen(
+            [node], [QueueSpec("q")], [], ["w"], {"w": wl}.__getitem__, lambda n: ["n0"], lambda n: 0.0, evictions
+        )
+
+    rec.observe(0.0, seen(()))
+    rec.observe(5.0, seen([Evict("w", "deleted while running"), Evict("w", "preempted for x", 35.0, None, 30.0)]))
+    evicts = [r for r in map(json.loads, (tmp_path / "t.jsonl").read_text().splitlines()) if r["kind"] == "evict"]
+    assert [r.get("grace") for r in evicts] == [None, 30.0]
+
+
 # -- framework/cardfit.py: MIG ------------------------------------------------------------------------------------
 
 
