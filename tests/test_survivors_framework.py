@@ -583,12 +583,12 @@ def test_a_gangs_pods_stay_on_its_node_without_scores_and_beside_a_node_held_for
 # -- framework/victims.py: an elastic workload's extra pod as a victim unit ------------------------------------------
 
 
-def _lower_priorities(nodes, running) -> Scheduler:
-    """Queue b, which evicts its own lower-priority work with no grace, running these (workload, placements)
+def _lower_priorities(nodes, running, grace: float = 0.0) -> Scheduler:
+    """Queue b, which evicts its own lower-priority work with this grace, running these (workload, placements)
     since t=0."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=0))
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=grace))
     s = Scheduler(nodes, QueueTree([b]), load_profile("fairgpu"))
     for wl, placements in running:
         at = [s.state.placement_for(pod, node, slots) for pod, (node, slots) in zip(wl.pods, placements, strict=True)]
@@ -615,16 +615,16 @@ def test_the_extra_pod_that_loses_least_work_is_evicted_first():
 def test_a_preemptor_holds_every_node_its_victims_leave_not_only_the_one_it_will_use(order):
     """u needs a whole 2-GPU node. w has a pod on each node, so it goes whichever node u takes, with x (on
     n0) or y (on n1): x. u holds both nodes w leaves, so no one else takes the GPU freed on n1, whichever
-    order the three were adopted in."""
+    order the three were adopted in; from when their 30 s grace ends."""
     running = {
         "x": (Workload("x", "b", (whole(1),)), [(0, (0,))]),
         "w": (Workload("w", "b", (whole(1), whole(1))), [(0, (1,)), (1, (1,))]),
         "y": (Workload("y", "b", (whole(1),)), [(1, (0,))]),
     }
-    s = _lower_priorities([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], [running[n] for n in order])
+    s = _lower_priorities([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], [running[n] for n in order], grace=30)
     s.submit(Workload("u", "b", (whole(2),), submit_time=100, priority=5))
     assert sorted(e.workload for e in s.cycle(100).evictions) == ["w", "x"]
-    assert s.explain("u", 100).reasons[-1] == "preempting: 2 node(s) reserved for it from t=1m40s"
+    assert s.explain("u", 100).reasons[-1] == "preempting: 2 node(s) reserved for it from t=2m10s"
 
 
 # -- framework/interfaces.py: FitMask.counts ------------------------------------------------------------------------
