@@ -530,6 +530,10 @@ def test_the_counts_a_dashboard_shows_pending_running_backlogged_and_attempts_pe
     pending, running = s.workload_counts()
     assert (pending.tolist(), running.tolist()) == ([1, 2, 0], [1, 0, 0])
     assert s.is_backlogged().tolist() == [True, True, False]
+    # an elastic workload placed at 2 of its 3 pods tries to grow in the same cycle: two attempts
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("e", "q", (whole(1),) * 3, min_pods=1))
+    assert s.cycle(0).attempts == 2 and len(s.running["e"].placed) == 2
 
 
 # -- framework/backfill.py ------------------------------------------------------------------------------------------
