@@ -496,6 +496,18 @@ def test_a_fair_share_eviction_is_worth_it_for_the_wait_behind_queue_mates_withi
     assert list(s.reservations) == ["a2"] * evictions
 
 
+def test_room_made_by_preemption_is_held_from_a_later_workload_of_the_same_queue_that_only_fits():
+    """u evicts low0 (30 s grace) at t=100. v, of u's queue and of higher priority, arrives at 105; at 130
+    low0 has left and v comes first in order, but the room was made for u: v may not just take it."""
+    s = _lower_priorities([gpu_node("n0", gpus=1)], [(Workload("low0", "b", (whole(1),)), [(0, (0,))])], grace=30)
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.submit(Workload("v", "b", (whole(1),), submit_time=105, priority=10))
+    assert s.cycle(105).started == []
+    s.remove("low0", finished_at=130)
+    assert s.cycle(130).started == ["u"]
+
+
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
 
 
