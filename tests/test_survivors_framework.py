@@ -677,6 +677,22 @@ def test_free_gpus_are_counted_right_on_sixteen_gpu_nodes_and_on_eight_four_gpu_
     assert len({e.placed[0].node for e in s.running.values()}) == 8
 
 
+@pytest.mark.parametrize(("a_holds", "order"), [(1, ["a1", "a2", "b1"]), (3, ["a1", "b1", "a2"])])
+def test_within_a_cycle_each_start_raises_its_queues_share_before_the_next_pick(a_holds, order):
+    """b holds 3 of the 4 GPUs it is entitled to; a holds `a_holds` of a_holds + 2. Of a1, a2 and b1 (1 GPU
+    each) a1 goes first. Holding 1, a then has 2 of 3, still below b's 3 of 4, so a2 goes before b1; holding
+    3, a then has 4 of 5, above b, so b1 goes before a2."""
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu")
+    )
+    s.submit(Workload("a0", "a", (whole(a_holds),)))
+    s.submit(Workload("b0", "b", (whole(3),)))
+    s.cycle(0)
+    for name in ("a1", "b1", "a2"):
+        s.submit(Workload(name, name[0], (whole(1),), submit_time=1))
+    assert s.cycle(1).started == order
+
+
 # -- framework/interfaces.py: Evict -----------------------------------------------------------------------------------
 
 
