@@ -508,6 +508,20 @@ def test_room_made_by_preemption_is_held_from_a_later_workload_of_the_same_queue
     assert s.cycle(130).started == ["u"]
 
 
+def test_after_a_refused_eviction_and_a_start_the_next_preemptor_chooses_among_what_runs_now():
+    """u1 evicts low0 at t=100; low0's eviction is refused (until t=300), low1 ends, and u1 starts in its
+    place. u2, at 110, evicts low2: neither low0 (refused) nor low1 (gone)."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(3)]
+    s = _lower_priorities([gpu_node("n0", gpus=3)], running, grace=30)
+    s.submit(Workload("u1", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.eviction_refused("low0", 300)
+    s.remove("low1", finished_at=105)
+    assert s.cycle(105).started == ["u1"]
+    s.submit(Workload("u2", "b", (whole(1),), submit_time=110, priority=5))
+    assert [e.workload for e in s.cycle(110).evictions] == ["low2"]
+
+
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
 
 
