@@ -247,3 +247,21 @@ def test_fair_share_evicts_only_when_the_wait_it_saves_outweighs_the_work_it_thr
         run(sched, "a", 4, 1000.0)
         gone = evicted(sched.cycle(1000.0))
         assert len(gone) == expect and all(v.startswith("c") for v in gone), (duration, gone)
+
+
+def test_reclaim_and_priority_evict_even_where_waiting_would_throw_away_less_work():
+    """The worth-it rule is for fair share alone. As above, c's eight 1-GPU jobs started at 0 s and end at
+    1500 s, so from 1000 s waiting would throw away less work than evicting: yet a's guarantee of 4 GPUs, lent
+    to c, comes back at once, and inside c a priority-5 job takes a lower-priority job's GPU at once."""
+    lower = PreemptionPolicy(within_queue="LowerPriority")
+    for queues, urgent in (
+        ([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("c")], ("a", 4)),
+        ([QueueSpec("c", preemption=lower)], ("c", 1)),
+    ):
+        sched = engine(queues)
+        for i in range(8):
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=0.0, duration=1500.0))
+        sched.cycle(0.0)
+        run(sched, *urgent, 1000.0, prefix="urgent", priority=5)
+        gone = evicted(sched.cycle(1000.0))
+        assert len(gone) == urgent[1] and all(v.startswith("c") for v in gone), (urgent, gone)
