@@ -20,10 +20,10 @@ def test_fragmentation_counts_a_retried_pod_once_among_the_65536_pods_tried_most
     for i in range(bound):
         f.learn(f"p{i}", pod)
     f.learn("p0", pod)  # a retry within the bound: not counted; p0 is now the most recent, p1 the oldest
-    assert f._cpu_only == bound
+    assert f._mix.cpu_only == bound
     f.learn("new", pod)  # one arrival past the bound: p1 is forgotten, not p0 nor the newcomer
     f.learn("new", pod)
     f.learn("p0", pod)
-    assert f._cpu_only == bound + 1
+    assert f._mix.cpu_only == bound + 1
     f.learn("p1", pod)  # forgotten: it arrives again
-    assert f._cpu_only == bound + 2
+    assert f._mix.cpu_only == bound + 2
