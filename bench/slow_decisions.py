@@ -40,8 +40,8 @@ def _observe() -> None:
     filtered, scored = ev.filtered, ev.scored
 
     def tag_filtered(pod: Any, view: Any, profile: Any) -> Any:
-        shapes = profile.evaluations.get(view.state)
-        if shapes is None or pod.key() not in shapes:
+        cache = profile.evaluations.get(view.state)
+        if cache is None or pod.key() not in cache.by_key:
             _tags.add("new shape")
         return filtered(pod, view, profile)
 
