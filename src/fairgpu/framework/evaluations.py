@@ -135,10 +135,10 @@ def _unlike(shape: Shape, view: EngineView, profile: Profile) -> np.ndarray | sl
     other = None if shape.shares is None else profile.evaluations[view.state].latest.get(shape.shares)
     if other is None or other is shape or other.generation != shape.generation:
         return slice(None)
+    if (other.slots is None) != (shape.slots is None):
+        return slice(None)
     filtered(other.pod, view, profile)
     scored(other, other.pod, view, profile)  # the same generation: its changed rows only
-    if other.generation != shape.generation or (other.slots is None) != (shape.slots is None):
-        return slice(None)
     rows = np.flatnonzero(shape.nodes != other.nodes)
     if shape.slots is not None and other.slots is not None:  # few differ: (N, G).any(axis=1) costs ~50 times more
         rows = np.union1d(rows, np.flatnonzero(shape.slots != other.slots) // shape.slots.shape[1])
