@@ -129,18 +129,20 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
 
 
 def _unlike(shape: Shape, view: EngineView, profile: Profile) -> np.ndarray | slice:
-    """The rows a shape whose scores went stale everywhere must score itself: those where its filter verdicts
-    differ from the last shape scored with its score key under its generation, brought up to date, whose
-    totals it takes for the rest; every row if there is none."""
+    """The rows a shape whose scores went stale everywhere must score itself, taking the totals of the last
+    shape scored with its score key under its generation for the rest: the nodes changed since that one was
+    scored, and those where the two shapes' filter verdicts differ (on unchanged nodes its verdicts are still
+    those it was scored with). Every row if there is no such shape, or most rows would be rescored anyway."""
     other = None if shape.shares is None else profile.evaluations[view.state].latest.get(shape.shares)
     if other is None or other is shape or other.generation != shape.generation:
         return slice(None)
     if (other.slots is None) != (shape.slots is None):
         return slice(None)
-    filtered(other.pod, view, profile)
-    scored(other, other.pod, view, profile)  # the same generation: its changed rows only
-    rows = np.flatnonzero(shape.nodes != other.nodes)
+    changed = view.state.changes.since(other.scored_at)
+    if len(changed) > len(shape.total) // 4:  # fancy-indexed rows cost more per node than every node
+        return slice(None)
+    differ = [changed, np.flatnonzero(shape.nodes != other.nodes)]
     if shape.slots is not None and other.slots is not None:  # few differ: (N, G).any(axis=1) costs ~50 times more
-        rows = np.union1d(rows, np.flatnonzero(shape.slots != other.slots) // shape.slots.shape[1])
+        differ.append(np.flatnonzero(shape.slots != other.slots) // shape.slots.shape[1])
     np.copyto(shape.total, other.total)
-    return rows
+    return np.unique(np.concatenate(differ))
