@@ -40,8 +40,8 @@ def _observe() -> None:
     filtered, scored = ev.filtered, ev.scored
 
     def tag_filtered(pod: Any, view: Any, profile: Any) -> Any:
-        cache = profile.evaluations.get(view.state)
-        if cache is None or pod.key() not in cache.by_key:
+        shapes = profile.evaluations.get(view.state)
+        if shapes is None or pod.key() not in shapes:
             _tags.add("new shape")
         return filtered(pod, view, profile)
 

@@ -132,17 +132,8 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
 
 
 @pytest.mark.parametrize("name", ["fairgpu", "kube-default"])
-def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(name, monkeypatch):
-    checked, shared, differed = [0], [0], [0]
-    unlike = ev._unlike
-
-    def count_shared(shape, view, profile):  # a shape that took another's scores where their verdicts agree
-        rows = unlike(shape, view, profile)
-        shared[0] += not isinstance(rows, slice)
-        differed[0] += not isinstance(rows, slice) and any(shape.nodes[rows])
-        return rows
-
-    monkeypatch.setattr(ev, "_unlike", count_shared)
+def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(name):
+    checked = [0]
 
     def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
         check(view, profile, pod)
@@ -168,9 +159,6 @@ def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(
 
     churn(300, 11, before=act, dry_runs=True, profile=name)
     assert checked[0] > 200
-    # shared pods that differ in GPU memory alone scored from each other, where they differ too: the GPU
-    # memory filter refused one of them a GPU or a node the other may take
-    assert shared[0] > 50 and differed[0] > 10, (shared, differed)
 
 
 _WARM = """

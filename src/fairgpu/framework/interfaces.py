@@ -7,7 +7,7 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -165,15 +165,6 @@ class Score(Protocol):
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
         """The candidate slots of the chosen node, best first; None leaves the order to the next plugin."""
         ...
-
-
-class SharesScores(Protocol):
-    """A Score plugin that says what of a pod its scores read beside the filters' verdicts on the node (the
-    mask's row): two pods with equal keys and equal verdicts on a node score equally there, in a generation.
-    The engine then scores a pod shape from another's results (framework/evaluations.py). Without it, a
-    pod shape's scores are its own."""
-
-    def score_key(self, pod: PodSpec) -> Hashable: ...
 
 
 @runtime_checkable

@@ -240,11 +240,6 @@ class Fragmentation:
             self._aggregates(view.state)
         return self._generation
 
-    def score_key(self, pod: PodSpec) -> tuple[Any, ...]:
-        """What `score` reads of the pod: its shape without GPU memory (which only the filters' slots apply)."""
-        pod = pod.as_one_container()
-        return shape_key(pod, self.memory), pod.gpu is not None and not pod.gpu.exclusive
-
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         pod = pod.as_one_container()
         out = np.zeros(len(mask.nodes))

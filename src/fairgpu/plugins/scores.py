@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,22 +24,12 @@ def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | s
     return st.node_cores_free[r] - taken, st.node_cores_cap[r]
 
 
-def _reads(pod: PodSpec, resources: tuple[str, ...]) -> tuple[int, ...]:
-    """What _free_after reads of the pod for these resources: the score key of the plugins below."""
-    gpu = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-    return tuple(pod.cpu_m if res == "cpu" else pod.memory_mib if res == "memory" else gpu for res in resources)
-
-
 def _free_fraction(pod: PodSpec, view: EngineView, resources: tuple[str, ...], mask: FitMask) -> np.ndarray:
     total = np.zeros(len(mask.nodes))
     for res in resources:
         free, cap = _free_after(pod, view, res, mask.rows)
         total += np.divide(free, cap, out=np.zeros(len(cap)), where=cap > 0)
     return total / len(resources)
-
-
-def _node_or_gpu(pod: PodSpec) -> tuple[str, ...]:
-    return ("gpu",) if pod.gpu is not None else ("cpu", "memory")
 
 
 @dataclass(slots=True)
@@ -59,9 +48,6 @@ class LeastAllocated(NodeLocal):
         if bad or not self.resources:
             raise ValueError(f"resources must be a non-empty subset of {_NODE_RESOURCES}, got {bad}")
 
-    def score_key(self, pod: PodSpec) -> Hashable:
-        return _reads(pod, self.resources)
-
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         return 100.0 * _free_fraction(pod, view, self.resources, mask)
 
@@ -76,11 +62,8 @@ class Binpack(NodeLocal):
 
     NAME: ClassVar[str] = "Binpack"
 
-    def score_key(self, pod: PodSpec) -> Hashable:
-        return _reads(pod, _node_or_gpu(pod))
-
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        resources = _node_or_gpu(pod)
+        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
         return 100.0 * (1.0 - _free_fraction(pod, view, resources, mask))
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
@@ -96,11 +79,8 @@ class Spread(NodeLocal):
 
     NAME: ClassVar[str] = "Spread"
 
-    def score_key(self, pod: PodSpec) -> Hashable:
-        return _reads(pod, _node_or_gpu(pod))
-
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        resources = _node_or_gpu(pod)
+        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
         return 100.0 * _free_fraction(pod, view, resources, mask)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
@@ -119,9 +99,6 @@ class PodPolicy(NodeLocal):
     HAMi's own card order (framework/cardfit.py), not a score's: this plugin leaves GPUs to it."""
 
     NAME: ClassVar[str] = "PodPolicy"
-
-    def score_key(self, pod: PodSpec) -> Hashable:
-        return (pod.node_policy, _POLICIES[pod.node_policy].score_key(pod)) if pod.node_policy else None
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         if not pod.node_policy:
