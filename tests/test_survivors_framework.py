@@ -751,3 +751,47 @@ def test_a_mig_card_registered_with_one_profile_of_one_placement_takes_a_pod_tha
     assert p is not None and (p.node, p.cores, p.mem_mib, p.mig) == (0, (100,), (40960,), (0,))
     s.state.assign("first", p)
     assert place_pod(pod, s.view, s.profile) is None
+
+
+# -- framework/reservations.py: a preemptor's room beside a starving hold -----------------------------------------
+
+
+def test_a_preemptor_waiting_for_its_victims_starts_at_once_on_a_free_node_outside_its_room_and_the_hold():
+    """As `test_backfill`'s preemptor beside a starving gang (n0 held for it from 100 s), with a third node n2:
+    x1 evicts `d` on n1 at 30 s (a 60 s grace period), and before `d` has left, `e` (no duration known) ends
+    on n2 and frees 4 GPUs there, neither held for the gang nor part of x1's room. x1 starts there at once:
+    only the gang's nodes are held from it, not every node outside its own room (it would wait out `d`'s
+    grace with 4 GPUs idle)."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    fair = PreemptionPolicy(fair_share=True)
+    queues = QueueTree(
+        [
+            QueueSpec("stream", preemption=PreemptionPolicy(grace_period=60)),
+            QueueSpec("training", starvation_after=0),
+            QueueSpec("x", preemption=fair),
+        ]
+    )
+    s = Scheduler([gpu_node("n0"), gpu_node("n1"), gpu_node("n2")], queues, load_profile("fairgpu"))
+    running = (
+        ("a", 0, range(4), 20, 0.0),
+        ("b", 0, range(4, 8), 100, 0.0),
+        ("c", 1, range(2), 1000, 0.0),
+        ("d", 1, range(2, 8), 1000, 25.0),
+        ("e", 2, range(4), None, 0.0),
+        ("f", 2, range(4, 8), 1000, 0.0),
+    )
+    for name, node, slots, duration, start in running:
+        w = Workload(name, "stream", (whole(len(slots)),), duration=duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=start)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    s.remove("a", finished_at=20)
+    s.submit(Workload("x1", "x", (whole(4),), submit_time=30, duration=3600))
+    assert [(e.workload, e.at) for e in s.cycle(30).evictions] == [("d", 90)]
+    s.remove("e", finished_at=40)  # `d` is still leaving
+    assert s.cycle(40).started == ["x1"] and s.status("x1").placements[0].node == 2
+    s.remove("d", finished_at=90)
+    s.remove("b", finished_at=100)
+    assert s.cycle(100).started == ["gang"]
