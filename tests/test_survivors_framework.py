@@ -795,3 +795,23 @@ def test_a_preemptor_waiting_for_its_victims_starts_at_once_on_a_free_node_outsi
     s.remove("d", finished_at=90)
     s.remove("b", finished_at=100)
     assert s.cycle(100).started == ["gang"]
+
+
+# -- framework/explain.py: reasons --------------------------------------------------------------------------------
+
+
+def test_a_workload_that_fits_beside_a_gangs_hold_is_not_told_the_nodes_are_held():
+    """n0 is held for a starving gang from 100 s; n1 has 6 free GPUs. A 1-GPU job too long to end before the
+    gang's start, asked about before the next cycle, must avoid n0 but fits n1: its reason is its queue's
+    turn, not the hold (which it is told of only when no node outside the hold fits it)."""
+    queues = QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(2), 1000)):
+        w = Workload(name, "stream", (whole(len(slots)),), duration=duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
+    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
+    s.cycle(0)
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    s.submit(Workload("late", "stream", (whole(1),), submit_time=1, duration=500))
+    (reason,) = s.explain("late", 1).reasons
+    assert reason.startswith("fair share: waiting for its turn")
