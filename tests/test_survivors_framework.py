@@ -57,6 +57,23 @@ def test_a_queue_given_a_half_life_starts_from_no_past_usage():
     assert _past_usage(new, 3660.0) == "(with past usage 75.0%) against an entitlement of 75.0% (ratio 1.00)"
 
 
+def test_past_usage_beside_a_queue_without_a_half_life_is_computed_without_a_numpy_warning():
+    """Queue a decays its past usage, queue b (no half-life) counts only current usage. Cycles over an hour
+    raise no RuntimeWarning (a 0/0 for b's rate, discarded by np.where, would still print one to the
+    controller's log, or stop the cycle under `-W error`), and a's past usage is as without b's queue."""
+    import warnings
+
+    queues = QueueTree([QueueSpec("a", usage_half_life=3600.0), QueueSpec("b")])
+    s = Scheduler([gpu_node("n0")], queues, load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (whole(4),)))
+    s.submit(Workload("other", "b", (whole(2),)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for t in (0.0, 600.0, 3600.0):
+            s.cycle(t)
+        assert _past_usage(s, 3600.0) == "(with past usage 75.0%) against an entitlement of 62.5% (ratio 1.20)"
+
+
 # -- framework/durations.py, status.py, profile.py ------------------------------------------------------------------
 
 
