@@ -28,7 +28,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.leader import LeaderElector
+from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fakeapi.server import _BY_PATH, FakeApi, FakeEndpoint
 from fakeapi.store import clone
@@ -99,7 +99,7 @@ AUDIT_S = 600.0  # the auditor replays millions of writes after a long soak
 class Replica:
     ident: str
     port: KubeClient
-    elector: LeaderElector
+    elector: ElectorProcess
     ctl: Controller
     tasks: list[asyncio.Task]
 
@@ -136,7 +136,7 @@ async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float])
     port = await KubeClient.connect(kubeconfig)
     port.api.user_agent = f"fairgpu/{ident}"
     duration, renew, retry = lease
-    elector = LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew)
+    elector = ElectorProcess(kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}")
     ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
     ctl.retry_every = 0.5
     tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]

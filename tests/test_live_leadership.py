@@ -17,20 +17,29 @@ from fairgpu.k8s import hami
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
+from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.leader import LeaderElector
+from fairgpu.k8s.leader import Leadership as Elector
 from fairgpu.k8s.port import LEASES, PODS
 from live_setup import ONE, TINY, pods_now, setup
 from test_live_scheduling import stop, until
 
 
-def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path):
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path, where):
     """Finding 3: the leader's lease requests stall (5 s each, a slow path to the API server) while its
     other requests flow. Before: it went on binding for seconds after the standby had taken over. Now
     its renewal gives up at its deadline, it steps down and cancels its binds before the lease can expire
     on the standby's clock. Audited from the fake's request log: every Binding was written by the
-    lease's holder of that moment."""
+    lease's holder of that moment. With the elector on a thread of the scheduler's process and in a
+    process of its own (k8s/elector_process.py, as `fairgpu run` runs it)."""
     fake_api.control("device-plugin")
     kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+
+    def elector(rport: KubeClient, ident: str) -> Elector:
+        if where == "thread":
+            return LeaderElector(rport, "fairgpu-system", "fairgpu", ident, 3.0, 0.25, 2.0)
+        return ElectorProcess(kubeconfig, "fairgpu-system", "fairgpu", ident, 3.0, 0.25, 2.0, f"fairgpu/{ident}")
 
     async def go() -> dict[str, int]:
         port = await KubeClient.connect(kubeconfig)
@@ -39,10 +48,10 @@ def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path):
         for ident in ("r1", "r2"):
             rport = await KubeClient.connect(kubeconfig)
             rport.api.user_agent = f"fairgpu/{ident}"
-            elector = LeaderElector(rport, "fairgpu-system", "fairgpu", ident, 3.0, 0.25, 2.0)
-            ctl = Controller(rport, load_profile("fairgpu"), leadership=elector)
-            replicas.append((elector, ctl, [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]))
-        await until(lambda: any(e.leading.is_set() for e, _, _ in replicas), 10, "a leader")
+            e = elector(rport, ident)
+            ctl = Controller(rport, load_profile("fairgpu"), leadership=e)
+            replicas.append((e, ctl, [asyncio.create_task(e.run()), asyncio.create_task(ctl.run())]))
+        await until(lambda: any(e.leading.is_set() for e, _, _ in replicas), 20, "a leader")
         leader = next(e for e, _, _ in replicas if e.leading.is_set())
         created = 0
 
@@ -63,7 +72,7 @@ def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path):
         await port.close()
         return {e.identity: c.stats.binds for e, c, _ in replicas}
 
-    binds = asyncio.run(asyncio.wait_for(go(), 60))
+    binds = asyncio.run(asyncio.wait_for(go(), 120))
     requests = fake_api.control("requests")["requests"]
     report = audit(fake_api.api.store, requests, {}, set())
     assert not report.non_leader_binds, report.non_leader_binds[:5]
