@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,8 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
     cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
     cmd += ["--health-host", "127.0.0.1", "--health-port", str(health), "--identity", "t", "--lease-namespace", "x"]
     cmd += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics), "--dashboard-port", str(dash)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "stdout"
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         got: dict = {}
@@ -66,9 +68,18 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
         assert [(w["workload"], w["queue"]) for w in running] == [("a/p", "q")]
         lease = _request(f"{api}/apis/coordination.k8s.io/v1/namespaces/x/leases/fairgpu")
         assert lease["spec"]["holderIdentity"] == "t"
+        # The lease's elector is a process of its own; its log and the scheduler's both reach stdout.
+        lines = log.read_text()
+        assert "fairgpu.k8s.leader: t became the leader" in lines and "fairgpu t: probes on" in lines, lines
+        electors = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
     finally:
-        proc.terminate()
+        proc.kill()  # no chance to stop its elector: that one must go by itself
         proc.wait(10)
+    for pid in electors:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the elector outlived its scheduler"
+            time.sleep(0.05)
 
 
 def test_run_refuses_an_exposed_dashboard_without_auth(tmp_path):

@@ -80,6 +80,7 @@ def run_cmd(
     import asyncio
     import logging
     import socket
+    import sys
 
     from fairgpu.k8s import app as live
     from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, TrustedIdentities, configmap_ref
@@ -121,7 +122,8 @@ def run_cmd(
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:
         raise fail(str(err)) from err
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # stdout, where the lease's elector process writes too (k8s/elector_process.py); errors stay on stderr.
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
         asyncio.run(live.run(*args, listen, tls, trust, hami, writer, trust_configmap))

@@ -41,7 +41,7 @@ from fairgpu.k8s.leader import LeaderElector, check_timings
 log = logging.getLogger(__name__)
 TERM, UNTIL = 0, 1  # the shared doubles
 POLL = 0.05  # seconds between the loop's looks at the shared state (binding does not wait for them)
-STOP_S = 5.0  # a stopped elector has exited within this long, or is killed
+STOP_S = 2.0  # a stopped elector has exited within this long, or is killed (safe: T is zeroed then)
 MAX_DEATHS, DEATH_WINDOW = 3, 10.0  # deaths within this many lease durations end the scheduler
 RESTART_AFTER = 2.0  # lease durations
 Shared = ctypes.Array[ctypes.c_double]
