@@ -111,9 +111,9 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
             assert np.array_equal(getattr(ka, name), getattr(fa, name)), name
         # the run must exercise memory and pressure: a shape held off a node by its memory alone, and
         # weights boosted by pressure
-        cpu_ok = (ka.fit_count >= compiled._k) & (ka.cpu[:, None] >= compiled._cpu) & ka.access
-        by_memory[0] += int((cpu_ok & (ka.mem[:, None] < compiled._mem)).any())
-        pressed[0] += int(not np.array_equal(compiled._w, compiled._p))
+        cpu_ok = (ka.fit_count >= compiled._mix.k) & (ka.cpu[:, None] >= compiled._mix.cpu) & ka.access
+        by_memory[0] += int((cpu_ok & (ka.mem[:, None] < compiled._mix.mem)).any())
+        pressed[0] += int(not np.array_equal(compiled._w, compiled._mix.p))
         # kept current node by node, the aggregates sum in float32 over other row groupings than a fresh
         # build does (as they always have): equal up to that rounding, far from any stale value
         assert np.allclose(a, c, rtol=0, atol=1e-3)

@@ -51,9 +51,19 @@ def frag(sched: Scheduler) -> Fragmentation:
 def finite(f: Fragmentation) -> None:
     agg = f._agg
     assert agg is not None and agg.usable is not None
-    for name, a in (("usable", agg.usable), ("fit_free", agg.fit_free), ("room", agg.room), ("_w", f._w), ("_p", f._p)):
+    for name, a in (
+        ("usable", agg.usable),
+        ("fit_free", agg.fit_free),
+        ("room", agg.room),
+        ("_w", f._w),
+        ("_p", f._mix.p),
+    ):
         assert np.isfinite(a).all(), (name, a)
-    assert np.isfinite(f._cpu_only_per_core) and np.isfinite(f._need_cpu).all() and np.isfinite(f._need_gpu).all()
+    assert (
+        np.isfinite(f._mix.cpu_only_per_core)
+        and np.isfinite(f._mix.need_cpu).all()
+        and np.isfinite(f._mix.need_gpu).all()
+    )
 
 
 def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
@@ -73,7 +83,7 @@ def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
             b = plain.score(pod, view, mask)
         p = place_pod(pod, view, sched.profile, key=key)  # the compiled plugin learns the pod here
         a = compiled.score(pod, view, mask)
-        if compiled._keys:
+        if compiled._mix.keys:
             finite(compiled)
             finite(plain)
             assert np.isfinite(a[mask.nodes]).all() and np.isfinite(b[mask.nodes]).all(), (pod, a, b)
@@ -83,4 +93,4 @@ def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
             placed.append(key)
         if placed and rng.random() < 0.4:
             view.state.release(placed.pop(int(rng.integers(len(placed)))))
-    assert scored > 60 and compiled._p_total > 0 and len(compiled._keys) >= 5, (scored, compiled._keys)
+    assert scored > 60 and compiled._mix.p_total > 0 and len(compiled._mix.keys) >= 5, (scored, compiled._mix.keys)

@@ -17,6 +17,7 @@ from fairgpu.framework.placement import filter_breakdown, place_all, place_pod, 
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.plugins.fragmentation_nodes import shapes_fit
 
 
 def view_of(nodes: list[NodeSpec], profile: str = "fairgpu"):
@@ -224,11 +225,11 @@ def test_fragmentation_learns_each_pod_it_is_asked_to_place_once_and_nothing_fro
     view, prof = view_of([gpu_node("n0", gpus=2)])
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     place_pod(whole(2), view, prof)  # a dry run (explanation, preemption, estimated start): no key
-    assert len(frag._keys) == 0
+    assert len(frag._mix.keys) == 0
     for _ in range(3):  # the same pod tried again and again
         place_pod(fraction(30, 1024), view, prof, key="a")
     place_pod(whole(), view, prof, key="b")
-    assert len(frag._keys) == 2 and list(frag._count) == [0.3, 1.0]  # by GPU demand, each pod once
+    assert len(frag._mix.keys) == 2 and list(frag._mix.count) == [0.3, 1.0]  # by GPU demand, each pod once
 
 
 def test_a_gang_retried_every_cycle_weighs_in_the_mix_as_its_pods_once() -> None:
@@ -254,7 +255,7 @@ def test_a_gang_retried_every_cycle_weighs_in_the_mix_as_its_pods_once() -> None
     (bound,) = sched.cycle(6).bound
     assert sched.state.node_names[bound.placement.node] == "x"
     frag = sched.profile.score[0][0]  # the engine's own copy of the profile
-    np.testing.assert_allclose(frag._p, [0.4, 0.4, 0.2])
+    np.testing.assert_allclose(frag._mix.p, [0.4, 0.4, 0.2])
 
 
 def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
@@ -271,12 +272,12 @@ def test_fragmentation_weighs_up_shapes_few_nodes_can_still_take() -> None:
         view.state.assign(f"p{i}", place(pod, view, prof))
         agg = frag._aggregates(view.state)
         np.testing.assert_array_equal(
-            agg.hosts, frag._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
+            agg.hosts, shapes_fit(agg, frag._mix, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
         )
         boost = np.where(agg.hosts < 8, np.exp2(np.ceil(np.log2(8 / np.maximum(agg.hosts, 1)))), 1.0)
-        np.testing.assert_allclose(frag._w, frag._p * boost, rtol=1e-6)
-    t = frag._keys[(120_000, 0, 8, 100, (), ())]
-    assert agg.hosts[t] == 2 and frag._w[t] == pytest.approx(4 * frag._p[t])
+        np.testing.assert_allclose(frag._w, frag._mix.p * boost, rtol=1e-6)
+    t = frag._mix.keys[(120_000, 0, 8, 100, (), ())]
+    assert agg.hosts[t] == 2 and frag._w[t] == pytest.approx(4 * frag._mix.p[t])
     assert all(p.node >= 2 for p in map(view.state.placement, view.state.placed_keys()))  # the two kept whole
 
 
@@ -340,7 +341,7 @@ def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
     frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
     for pod in (PodSpec(cpu_m=10_000, memory_mib=1024), whole(cpu_m=10_000)):  # seen, not placed
         place(pod, view, prof)
-    assert frag._cpu_only_per_core == pytest.approx(100.0)  # millicores per GPU percent, beside the shape's 100
+    assert frag._mix.cpu_only_per_core == pytest.approx(100.0)  # millicores per GPU percent, beside the shape's 100
     np.testing.assert_allclose(frag._w, [8.0])
     p = place(PodSpec(cpu_m=10_000, memory_mib=1024), view, prof)
     assert p is not None and view.state.node_names[p.node] == "t4"

@@ -943,4 +943,4 @@ def test_fragmentation_with_max_shapes_1_keeps_the_first_shape_it_sees_and_only_
     view = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("q")]), profile).view
     for i, pod in enumerate((whole(1), whole(2), whole(1))):
         assert place_pod(pod, view, profile, key=f"p{i}") is not None
-    assert frag._pods == [whole(1)]
+    assert frag._mix.pods == [whole(1)]

@@ -6,15 +6,16 @@ drawn from the mix could not use there: all of the node's free GPU capacity when
 take it. A pod goes where it increases this the least, and on that node to the GPU that does.
 
 The mix is learned online from the pods placed for real so far (no look at pods not yet seen, nor at dry
-runs), each pod counted once however often it is tried (`learn`). Per node and shape
-the plugin keeps how many GPUs could take the shape and how much free capacity they hold, and per pod shape
-the change each node would see; both are brought up to date only for nodes whose state changed since
-(ClusterState.changes), so after one placement a score recomputes one node.
+runs), each pod counted once however often it is tried (`learn`; the mix: fragmentation_mix.py). Per node
+and shape the plugin keeps how many GPUs could take the shape and how much free capacity they hold
+(fragmentation_nodes.py), and per pod shape the change each node would see; both are brought up to date only
+for nodes whose state changed since (ClusterState.changes), so after one placement a score recomputes one
+node. `cpu_balance`'s CPU-side measure is in fragmentation_cpu.py, the compiled loops in
+fragmentation_kernels.py.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -24,51 +25,16 @@ from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import fragmentation_kernels as kernels
+from fairgpu.plugins import fragmentation_nodes as per_node
+from fairgpu.plugins.fragmentation_cpu import need_and_price, starved
+from fairgpu.plugins.fragmentation_mix import ShapeMix, shape_key
 from fairgpu.plugins.kernel_warmup import exercise
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
-# pod keys already counted into the mix, least recently tried first: a pod tried again after this many
-# other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
-_REMEMBERED = 1 << 16
 _SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
 _WARMED: set[tuple[Any, ...]] = set()  # plugin settings whose kernels this process has loaded
-
-
-def _shape(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
-    g = pod.gpu
-    mem = pod.memory_mib if memory else 0
-    return (pod.cpu_m, mem, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
-
-
-@dataclass(slots=True)
-class _Aggregates:
-    """Per-node sums for every known shape, valid for `free`/`cpu` as they were when computed."""
-
-    state: ClusterState
-    free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
-    cpu: np.ndarray  # (N,)
-    mem: np.ndarray  # (N,) free memory (MiB), or zeros when the measure leaves memory out
-    fit_count: np.ndarray  # (N, T) GPUs with room for the shape
-    fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
-    access: np.ndarray  # (N, T) node has a GPU of an allowed model
-    hosts: np.ndarray  # (T,) nodes where each shape fits now
-    room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
-    free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
-    at: int  # the state's version when last brought up to date
-    usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
-    # (N,) cpu_balance's CPU per GPU percent that each node's free GPUs need, and the price of one starved
-    # percent there, valid with `usable`
-    need: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    price: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
-    # repeat, and between two placements only the nodes that changed need scoring again
-    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
-
-
-def _free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
-    return np.where(state.gpu_usable[rows], state.gpu_cores_free[rows], 0).astype(np.int64)
 
 
 @dataclass(slots=True)
@@ -110,31 +76,9 @@ class Fragmentation:
     max_shapes: int = 128
     # the inner loops compiled (fragmentation_kernels.py); False runs the NumPy path, bit for bit the same
     compiled: bool = True
-    _keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    _count: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _pods: list[PodSpec] = field(default_factory=list)
-    _learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    # CPU (millicores) of CPU-only pods and GPU capacity (percent) of GPU pods, and per shape its pods' CPU and
-    # GPU capacity: integers summed in float64, so exact in any order (the kernels sum them in a loop)
-    _cpu_only: float = 0.0
-    _gpu_pct: float = 0.0
-    _shape_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _shape_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # Shape weights in use, refreshed when a shape appears or the counts grew by a quarter since: between
-    # refreshes each node's current usable capacity stays cached and only changed nodes are recomputed.
-    _p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
-    _w: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # _p with scarcity boosts
-    _p_total: float = 0.0
-    # cpu_balance's sums, refreshed with _p: per shape its pods' CPU and GPU capacity, and CPU-only pods'
-    # millicores per GPU percent of all GPU pods
-    _need_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _need_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _cpu_only_per_core: float = 0.0
-    _agg: _Aggregates | None = None
+    _mix: ShapeMix = field(default_factory=ShapeMix)
+    _w: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # the mix's p with boosts
+    _agg: per_node.Aggregates | None = None
     # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
     # rescores every node, else only nodes whose state changed
     _generation: int = 0
@@ -155,152 +99,51 @@ class Fragmentation:
         deleted before it was placed stays counted, like one that ran and finished: it arrived, and what
         arrives is what the measure keeps room for (taking it out would drop exactly the shapes the cluster
         fails to serve)."""
-        if key in self._learned:
-            self._learned.move_to_end(key)
-            return
-        self._learned[key] = None
-        if len(self._learned) > _REMEMBERED:
-            self._learned.popitem(last=False)
-        self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
+        if self._mix.first_time(key):
+            self._learn(pod.as_one_container())  # a pod of several GPU containers by its whole request
 
     def _learn(self, pod: PodSpec) -> None:
-        if pod.gpu is None:
-            self._cpu_only += pod.cpu_m  # see cpu_balance
-            return  # CPU-only pods leave every node's GPU fragmentation as it is
-        gpu_pct = pod.gpu.count * pod.gpu.cores
-        self._gpu_pct += gpu_pct
-        key = _shape(pod, self.memory)
-        t = self._keys.get(key)
-        if t is None:
-            if len(self._keys) >= self.max_shapes:
-                return
-            t = self._keys[key] = len(self._keys)
-            self._count = np.append(self._count, 0.0)
-            self._cpu = np.append(self._cpu, pod.cpu_m)
-            self._mem = np.append(self._mem, pod.memory_mib if self.memory else 0)
-            self._k = np.append(self._k, pod.gpu.count)
-            # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
-            self._need = np.append(self._need, max(pod.gpu.cores, 1))
-            self._shape_cpu = np.append(self._shape_cpu, 0.0)
-            self._shape_gpu = np.append(self._shape_gpu, 0.0)
-            self._pods.append(pod)  # the aggregates gain its column when next brought up to date
-            self._generation += 1
-        self._count[t] += pod.gpu.gpu_equivalents() if self.by_demand else 1
-        self._shape_cpu[t] += pod.cpu_m
-        self._shape_gpu[t] += gpu_pct
-        total = max(float(self._count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
-        if self._agg is None or len(self._p) < len(self._count) or total > self._p_total * (1 + 1 / 4):
-            self._p = (self._count / total).astype(np.float32)
-            self._p_total = total
-            self._need_cpu, self._need_gpu = self._shape_cpu.copy(), self._shape_gpu.copy()
-            self._cpu_only_per_core = self._cpu_only / max(self._gpu_pct, 1.0)
-            self._generation += 1
-            if self._agg is not None:
-                self._agg.usable = None
-                self._agg.deltas.clear()
+        added, refreshed = self._mix.add(pod, self.memory, self.by_demand, self.max_shapes, self._agg is None)
+        self._generation += added + refreshed
+        if refreshed and self._agg is not None:
+            self._agg.usable = None
+            self._agg.deltas.clear()
 
     # -- per-node aggregates ------------------------------------------------------------------------
-    def _aggregates(self, state: ClusterState) -> _Aggregates:
-        agg, cpu = self._agg, state.cpu_free
+    def _aggregates(self, state: ClusterState) -> per_node.Aggregates:
+        agg, mix = self._agg, self._mix
         if agg is not None and agg.state is state and agg.at == state.version and agg.usable is not None:
             return agg  # nothing changed since, weights included (new weights drop `usable`)
         mem = state.mem_free if self.memory else np.zeros_like(state.mem_free)
         if agg is None or agg.state is not state:
-            free = _free_cores(state, slice(None))
-            fit = free[:, :, None] >= self._need
-            access = (
-                np.stack([state.model_slots(p.allows_model).any(axis=1) for p in self._pods], axis=1)
-                if self._pods
-                else np.zeros((state.num_nodes, 0), dtype=bool)
-            )
-            fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
-            none, total = np.zeros(0), np.array([free.sum()])
-            agg = _Aggregates(
-                state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, total, state.version
-            )
-            agg.hosts = self._ok(agg, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
-            agg.room = self._room(agg, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
-            self._agg = agg
+            agg = self._agg = per_node.build(state, mix, mem)
             self._generation += 1
-        elif agg.fit_count.shape[1] < len(self._need):
-            self._extend(agg)
+        elif agg.fit_count.shape[1] < len(mix.need):
+            per_node.extend(agg, mix)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size:
-            if self.compiled:
-                kernels.refresh_rows(
-                    rows, state.gpu_usable, state.gpu_cores_free, cpu, mem, self._need, self._k, self._cpu,
-                    self._mem, agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts,
-                    agg.room, agg.free_total,
-                )  # fmt: skip
-            else:
-                self._refresh(agg, rows, _free_cores(state, rows), cpu[rows], mem[rows])
+            per_node.refresh(agg, mix, rows, mem, self.compiled)
         if rows.size or agg.usable is None:  # the boosts follow `hosts` and `room`, which only refreshed rows move
             self._reweigh(agg)
         if agg.usable is not None and rows.size:
             agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
             if self.cpu_balance:
-                agg.need[rows], agg.price[rows] = self._cpu_need(agg, rows)
+                agg.need[rows], agg.price[rows] = need_and_price(agg, mix, self._w, rows, self.compiled)
         if agg.usable is None:
             every = np.arange(state.num_nodes)
             agg.usable = self._after(agg, every, 0, 0, 0, 0)
-            agg.need, agg.price = self._cpu_need(agg, every) if self.cpu_balance else (every * 0.0, every * 0.0)
+            agg.need, agg.price = (
+                need_and_price(agg, mix, self._w, every, self.compiled)
+                if self.cpu_balance
+                else (every * 0.0, every * 0.0)
+            )
         agg.at = state.version
         return agg
 
-    def _extend(self, agg: _Aggregates) -> None:
-        """Columns for the shapes learned since the aggregates were built, from the node state they reflect
-        (the same sums a fresh build makes, column by column; the rows refreshed next then cover them too)."""
-        new = slice(agg.fit_count.shape[1], None)
-        free = agg.free[:, :, None]
-        fit = free >= self._need[new]
-        fit_count, fit_free = fit.sum(axis=1), (fit * free).sum(axis=1).astype(np.float32)
-        access = np.stack([agg.state.model_slots(p.allows_model).any(axis=1) for p in self._pods[new]], axis=1)
-        ok = (
-            (fit_count >= self._k[new]) & (agg.cpu[:, None] >= self._cpu[new]) & (agg.mem[:, None] >= self._mem[new])
-        ) & access
-        agg.fit_count = np.hstack([agg.fit_count, fit_count])
-        agg.fit_free = np.hstack([agg.fit_free, fit_free])
-        agg.access = np.hstack([agg.access, access])
-        agg.hosts = np.concatenate([agg.hosts, ok.sum(axis=0)])
-        agg.room = np.concatenate([agg.room, (ok * fit_free).sum(axis=0, dtype=np.float64)])
-
-    def _refresh(self, agg: _Aggregates, rows: np.ndarray, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
-        """The NumPy path of kernels.refresh_rows: these rows' aggregates from their free cores, CPU and memory,
-        and `hosts` and `room` moved with them."""
-        fit = free[:, :, None] >= self._need
-        agg.hosts -= self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
-        agg.room -= self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
-        agg.fit_count[rows] = fit.sum(axis=1)
-        agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
-        agg.free_total += free.sum() - agg.free[rows].sum()
-        agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
-        agg.hosts += self._ok(agg, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
-        agg.room += self._room(agg, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
-
-    def _ok(
-        self, agg: _Aggregates, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray, mem: np.ndarray
-    ) -> np.ndarray:
-        """(rows, T): each shape fits on the node."""
-        return np.asarray(
-            (fit_count >= self._k) & (cpu[:, None] >= self._cpu) & (mem[:, None] >= self._mem) & agg.access[rows]
-        )
-
-    def _room(
-        self,
-        agg: _Aggregates,
-        rows: np.ndarray | slice,
-        fit_count: np.ndarray,
-        fit_free: np.ndarray,
-        cpu: np.ndarray,
-        mem: np.ndarray,
-    ) -> np.ndarray:
-        """(T,) free GPU cores on these rows that each shape could take."""
-        return np.asarray(self._usable(agg, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64))
-
-    def _reweigh(self, agg: _Aggregates) -> None:
+    def _reweigh(self, agg: per_node.Aggregates) -> None:
         """Shape weights with the scarcity boosts; cached usable capacities go when the weights change (the
         boosts move in powers of two, so rarely)."""
-        w = self._p
+        w = self._mix.p
         if self.compiled:
             total = int(agg.free_total[0])
             w, changed = kernels.weights(w, agg.hosts, agg.room, total, self.scarce, self.pressure, self._w)
@@ -320,55 +163,49 @@ class Fragmentation:
             agg.usable = None
             agg.deltas.clear()
 
-    def _after(self, agg: _Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int) -> np.ndarray:
+    def _after(
+        self, agg: per_node.Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int
+    ) -> np.ndarray:
         """Σ_t w_t · (free capacity usable by shape t) on these rows once a pod took `gpus` whole GPUs
         (`cores` of free capacity), `cpu_m` of CPU and `mem_m` of memory there."""
+        mix = self._mix
         if self.compiled:
             usable = kernels.node_matrix(
-                rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._k, self._cpu, self._mem, agg.access,
+                rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access,
                 gpus, cores, cpu_m, mem_m,
             )  # fmt: skip
         else:
             fit_count, fit_free = agg.fit_count[rows] - gpus, agg.fit_free[rows] - cores
-            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
+            usable = per_node.usable(
+                agg, self._mix, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m
+            )
         return np.asarray(usable @ self._w)
 
-    def _usable(
-        self,
-        agg: _Aggregates,
-        rows: np.ndarray | slice,
-        fit_count: np.ndarray,
-        fit_free: np.ndarray,
-        cpu: np.ndarray,
-        mem: np.ndarray,
-    ) -> np.ndarray:
-        """(rows, T) free GPU cores each shape could use on these rows: those of the GPUs with room for it
-        where the whole shape fits, else none."""
-        return np.asarray(self._ok(agg, rows, fit_count, cpu, mem) * fit_free)
-
-    def _slot_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def _slot_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
         assert pod.gpu is not None and agg.usable is not None
         cores, cpu_m, mem_m = pod.gpu.cores, pod.cpu_m, self._mem_m(pod)
         if self.compiled:
             usable = kernels.slot_matrix(
-                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._need, self._k,
-                self._cpu, self._mem, agg.access, cores, cpu_m, mem_m,
+                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._mix.need, self._mix.k,
+                self._mix.cpu, self._mix.mem, agg.access, cores, cpu_m, mem_m,
             )  # fmt: skip
         else:
             f = agg.free[rows, slots]
             f_after = f - cores
-            was = f[:, None] >= self._need
-            now = f_after[:, None] >= self._need
+            was = f[:, None] >= self._mix.need
+            now = f_after[:, None] >= self._mix.need
             fit_count = agg.fit_count[rows] - was + now
             fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
-            usable = self._usable(agg, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m)
+            usable = per_node.usable(
+                agg, self._mix, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m
+            )
         usable_before = agg.usable[rows]
         usable_after = usable @ self._w
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
         return np.asarray(-pod.gpu.cores - usable_after + usable_before)
 
-    def _node_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+    def _node_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """Change in fragmentation if a CPU-only or whole-GPU pod goes to each node of `rows`."""
         k = pod.gpu.count if pod.gpu is not None else 0
         taken = k * GPU_CORES  # whole GPUs: each fits every shape before, none after
@@ -380,38 +217,12 @@ class Fragmentation:
     def _mem_m(self, pod: PodSpec) -> int:
         return pod.memory_mib if self.memory else 0
 
-    def _starved(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
-        """Change in the price of the GPU capacity the node's free CPU could not feed (cpu_balance) once the pod
-        took its GPU capacity and CPU, at the node's need and price as it is (`_cpu_need`): taking CPU never
-        lowers the estimate."""
+    def _starved(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
+        """cpu_balance's change once the pod took its GPU capacity and CPU on each of these nodes."""
         if not self.cpu_balance:
             return np.zeros(len(rows))
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-        if self.compiled:
-            return np.asarray(
-                kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, pod.cpu_m, self.cpu_balance)
-            )
-        need, price = agg.need[rows], agg.price[rows]
-        ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
-        free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
-        before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
-        after = np.maximum(0.0, free - taken - np.divide(cpu - pod.cpu_m, need, out=np.zeros(len(rows)), where=ok))
-        return np.asarray(self.cpu_balance * price * np.where(ok, after - before, 0.0))
-
-    def _cpu_need(self, agg: _Aggregates, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(rows,) the CPU per GPU percent the node's free GPUs need: that of the shapes that can use them (a
-        model they allow, enough GPUs with room, enough memory; CPU is what is priced), by GPU demand, plus
-        the CPU-only pods' share; and the price of a percent they cannot feed: what FGD's measure charges for
-        a percent none of those shapes can use, the sum of their weights. Need 0 where no shape can use the
-        node or none needs CPU."""
-        if self.compiled:
-            uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, self._k, self._mem)
-        else:
-            uses = ((agg.fit_count[rows] >= self._k) & (agg.mem[rows][:, None] >= self._mem) & agg.access[rows]) * 1.0
-        # sums of integers, so exact in any order
-        cpu_of, gpu_of, price = uses @ self._need_cpu, uses @ self._need_gpu, uses @ self._w.astype(np.float64)
-        need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + self._cpu_only_per_core
-        return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
+        return starved(agg, rows, taken, pod.cpu_m, self.cpu_balance, self.compiled)
 
     def _to_score(self, delta: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
@@ -425,18 +236,18 @@ class Fragmentation:
 
     # -- Score ----------------------------------------------------------------------------------------
     def generation(self, pod: PodSpec, view: EngineView) -> int:
-        if self._keys:
+        if self._mix.keys:
             self._aggregates(view.state)
         return self._generation
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         pod = pod.as_one_container()
         out = np.zeros(len(mask.nodes))
-        if not self._keys:
+        if not self._mix.keys:
             return out
         agg = self._aggregates(view.state)
         shared = pod.gpu is not None and not pod.gpu.exclusive
-        key = _shape(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
+        key = shape_key(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
         hit = agg.deltas.get(key)
         if hit is None:
             n = view.state.num_nodes
@@ -462,7 +273,7 @@ class Fragmentation:
         out[fit] = self._to_score(best)
         return out
 
-    def _gpu_deltas(self, pod: PodSpec, agg: _Aggregates, rows: np.ndarray) -> np.ndarray:
+    def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
         GPUs of one node with equal free cores are equivalent: each such group is computed once."""
         assert pod.gpu is not None
@@ -484,7 +295,7 @@ class Fragmentation:
         return np.asarray(np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None])
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
-        if pod.gpu is None or pod.gpu.exclusive or not self._keys or len(slots) < 2:
+        if pod.gpu is None or pod.gpu.exclusive or not self._mix.keys or len(slots) < 2:
             return slots
         agg = self._aggregates(view.state)
         delta = self._slot_deltas(pod, agg, np.full(len(slots), node), slots)

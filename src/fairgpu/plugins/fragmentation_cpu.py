@@ -1,0 +1,42 @@
+"""`Fragmentation.cpu_balance`'s measure: the GPU capacity a node's free CPU cannot feed at the CPU its free
+GPUs are expected to need, priced at what FGD's measure charges for capacity none of its shapes can use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairgpu.plugins import fragmentation_kernels as kernels
+from fairgpu.plugins.fragmentation_mix import ShapeMix
+from fairgpu.plugins.fragmentation_nodes import Aggregates
+
+
+def need_and_price(
+    agg: Aggregates, mix: ShapeMix, w: np.ndarray, rows: np.ndarray, compiled: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows,) the CPU per GPU percent the node's free GPUs need: that of the shapes that can use them (a
+    model they allow, enough GPUs with room, enough memory; CPU is what is priced), by GPU demand, plus
+    the CPU-only pods' share; and the price of a percent they cannot feed: what FGD's measure charges for
+    a percent none of those shapes can use, the sum of their weights `w`. Need 0 where no shape can use the
+    node or none needs CPU."""
+    if compiled:
+        uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem)
+    else:
+        uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
+    # sums of integers, so exact in any order
+    cpu_of, gpu_of, price = uses @ mix.need_cpu, uses @ mix.need_gpu, uses @ w.astype(np.float64)
+    need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + mix.cpu_only_per_core
+    return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
+
+
+def starved(agg: Aggregates, rows: np.ndarray, taken: int, cpu_m: int, weight: float, compiled: bool) -> np.ndarray:
+    """Change in the price of the GPU capacity the node's free CPU could not feed once a pod took `taken` GPU
+    percent and `cpu_m` of CPU there, at the node's need and price as it is (`need_and_price`): taking CPU
+    never lowers the estimate."""
+    if compiled:
+        return np.asarray(kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, weight))
+    need, price = agg.need[rows], agg.price[rows]
+    ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
+    free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
+    before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
+    after = np.maximum(0.0, free - taken - np.divide(cpu - cpu_m, need, out=np.zeros(len(rows)), where=ok))
+    return np.asarray(weight * price * np.where(ok, after - before, 0.0))

@@ -1,0 +1,96 @@
+"""The workload mix `Fragmentation` keeps room for, learned online from the pods it is asked to place: one
+column per pod shape (its CPU, memory, GPUs and the cores each GPU must have), how often it arrived, and
+the weights in use, refreshed when a shape appears or the counts grew by a quarter since."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fairgpu.model.pod import PodSpec
+
+# pod keys already counted into the mix, least recently tried first: a pod tried again after this many
+# other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
+_REMEMBERED = 1 << 16
+
+
+def shape_key(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
+    g = pod.gpu
+    mem = pod.memory_mib if memory else 0
+    return (pod.cpu_m, mem, g.count if g else 0, g.cores if g else 0, pod.gpu_include, pod.gpu_exclude)
+
+
+@dataclass(slots=True)
+class ShapeMix:
+    keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pods: list[PodSpec] = field(default_factory=list)
+    learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    # CPU (millicores) of CPU-only pods and GPU capacity (percent) of GPU pods, and per shape its pods' CPU and
+    # GPU capacity: integers summed in float64, so exact in any order (the kernels sum them in a loop)
+    cpu_only: float = 0.0
+    gpu_pct: float = 0.0
+    shape_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    shape_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Shape weights in use: between refreshes each node's usable capacity stays cached in the plugin
+    p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    p_total: float = 0.0
+    # cpu_balance's sums, refreshed with p: per shape its pods' CPU and GPU capacity, and CPU-only pods'
+    # millicores per GPU percent of all GPU pods
+    need_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    need_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cpu_only_per_core: float = 0.0
+
+    def first_time(self, key: str) -> bool:
+        """Whether the pod `key` arrives now (not a retry of one counted already)."""
+        if key in self.learned:
+            self.learned.move_to_end(key)
+            return False
+        self.learned[key] = None
+        if len(self.learned) > _REMEMBERED:
+            self.learned.popitem(last=False)
+        return True
+
+    def add(self, pod: PodSpec, memory: bool, by_demand: bool, max_shapes: int, refresh: bool) -> tuple[bool, bool]:
+        """Count one arrival of `pod` (one container) as Fragmentation's settings `memory`, `by_demand` and
+        `max_shapes` say; refresh the weights when `refresh`, a shape is new or the counts grew by a quarter.
+        Returns (a shape was added, the weights were refreshed)."""
+        if pod.gpu is None:
+            self.cpu_only += pod.cpu_m  # see Fragmentation.cpu_balance
+            return False, False  # CPU-only pods leave every node's GPU fragmentation as it is
+        gpu_pct = pod.gpu.count * pod.gpu.cores
+        self.gpu_pct += gpu_pct
+        key = shape_key(pod, memory)
+        t = self.keys.get(key)
+        added = t is None
+        if t is None:
+            if len(self.keys) >= max_shapes:
+                return False, False
+            t = self.keys[key] = len(self.keys)
+            self.count = np.append(self.count, 0.0)
+            self.cpu = np.append(self.cpu, pod.cpu_m)
+            self.mem = np.append(self.mem, pod.memory_mib if memory else 0)
+            self.k = np.append(self.k, pod.gpu.count)
+            # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
+            self.need = np.append(self.need, max(pod.gpu.cores, 1))
+            self.shape_cpu = np.append(self.shape_cpu, 0.0)
+            self.shape_gpu = np.append(self.shape_gpu, 0.0)
+            self.pods.append(pod)  # the aggregates gain its column when next brought up to date
+        self.count[t] += pod.gpu.gpu_equivalents() if by_demand else 1
+        self.shape_cpu[t] += pod.cpu_m
+        self.shape_gpu[t] += gpu_pct
+        total = max(float(self.count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
+        if not (refresh or len(self.p) < len(self.count) or total > self.p_total * (1 + 1 / 4)):
+            return added, False
+        self.p = (self.count / total).astype(np.float32)
+        self.p_total = total
+        self.need_cpu, self.need_gpu = self.shape_cpu.copy(), self.shape_gpu.copy()
+        self.cpu_only_per_core = self.cpu_only / max(self.gpu_pct, 1.0)
+        return added, True

@@ -1,0 +1,136 @@
+"""Per-node sums `Fragmentation` keeps for every learned shape (how many GPUs could take it, how much free
+capacity they hold, whether the node has a model it allows) and, cluster-wide, on how many nodes and over how
+much capacity each shape fits: built once per cluster state, then brought up to date only for the nodes
+whose state changed since (ClusterState.changes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fairgpu.plugins import fragmentation_kernels as kernels
+from fairgpu.plugins.fragmentation_mix import ShapeMix
+from fairgpu.state import ClusterState
+
+
+@dataclass(slots=True)
+class Aggregates:
+    """Per-node sums for every known shape, valid for `free`/`cpu` as they were when computed."""
+
+    state: ClusterState
+    free: np.ndarray  # (N, G) free cores of usable GPUs, 0 elsewhere
+    cpu: np.ndarray  # (N,)
+    mem: np.ndarray  # (N,) free memory (MiB), or zeros when the measure leaves memory out
+    fit_count: np.ndarray  # (N, T) GPUs with room for the shape
+    fit_free: np.ndarray  # (N, T) free cores on those GPUs (float32: half the memory traffic)
+    access: np.ndarray  # (N, T) node has a GPU of an allowed model
+    hosts: np.ndarray  # (T,) nodes where each shape fits now
+    room: np.ndarray  # (T,) free GPU cores, cluster-wide, on nodes where each shape fits now
+    free_total: np.ndarray  # (1,) free cores of usable GPUs, cluster-wide
+    at: int  # the state's version when last brought up to date
+    usable: np.ndarray | None = None  # (N,) expected usable free capacity under the current weights
+    # (N,) cpu_balance's CPU per GPU percent that each node's free GPUs need, and the price of one starved
+    # percent there, valid with `usable`
+    need: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    price: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
+    # repeat, and between two placements only the nodes that changed need scoring again
+    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
+
+
+def free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
+    return np.where(state.gpu_usable[rows], state.gpu_cores_free[rows], 0).astype(np.int64)
+
+
+def build(state: ClusterState, mix: ShapeMix, mem: np.ndarray) -> Aggregates:
+    """The aggregates of every node from the state as it is (`mem`: its free memory, or zeros)."""
+    free = free_cores(state, slice(None))
+    fit = free[:, :, None] >= mix.need
+    access = (
+        np.stack([state.model_slots(p.allows_model).any(axis=1) for p in mix.pods], axis=1)
+        if mix.pods
+        else np.zeros((state.num_nodes, 0), dtype=bool)
+    )
+    fit_free = (fit * free[:, :, None]).sum(axis=1).astype(np.float32)
+    none, total = np.zeros(0), np.array([free.sum()])
+    cpu = state.cpu_free
+    agg = Aggregates(
+        state, free, cpu.copy(), mem.copy(), fit.sum(axis=1), fit_free, access, none, none, total, state.version
+    )
+    agg.hosts = shapes_fit(agg, mix, slice(None), agg.fit_count, agg.cpu, agg.mem).sum(axis=0)
+    agg.room = room(agg, mix, slice(None), agg.fit_count, agg.fit_free, agg.cpu, agg.mem)
+    return agg
+
+
+def extend(agg: Aggregates, mix: ShapeMix) -> None:
+    """Columns for the shapes learned since the aggregates were built, from the node state they reflect
+    (the same sums a fresh build makes, column by column; the rows refreshed next then cover them too)."""
+    new = slice(agg.fit_count.shape[1], None)
+    free = agg.free[:, :, None]
+    fit = free >= mix.need[new]
+    fit_count, fit_free = fit.sum(axis=1), (fit * free).sum(axis=1).astype(np.float32)
+    access = np.stack([agg.state.model_slots(p.allows_model).any(axis=1) for p in mix.pods[new]], axis=1)
+    ok = ((fit_count >= mix.k[new]) & (agg.cpu[:, None] >= mix.cpu[new]) & (agg.mem[:, None] >= mix.mem[new])) & access
+    agg.fit_count = np.hstack([agg.fit_count, fit_count])
+    agg.fit_free = np.hstack([agg.fit_free, fit_free])
+    agg.access = np.hstack([agg.access, access])
+    agg.hosts = np.concatenate([agg.hosts, ok.sum(axis=0)])
+    agg.room = np.concatenate([agg.room, (ok * fit_free).sum(axis=0, dtype=np.float64)])
+
+
+def refresh(agg: Aggregates, mix: ShapeMix, rows: np.ndarray, mem: np.ndarray, compiled: bool) -> None:
+    """These rows' aggregates from the state's free cores, CPU and memory (`mem`: all nodes' free memory, or
+    zeros), and `hosts`, `room` and `free_total` moved with them."""
+    state = agg.state
+    if compiled:
+        kernels.refresh_rows(
+            rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
+            agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room, agg.free_total,
+        )  # fmt: skip
+        return
+    free, cpu, mem = free_cores(state, rows), state.cpu_free[rows], mem[rows]
+    fit = free[:, :, None] >= mix.need
+    agg.hosts -= shapes_fit(agg, mix, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+    agg.room -= room(agg, mix, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
+    agg.fit_count[rows] = fit.sum(axis=1)
+    agg.fit_free[rows] = (fit * free[:, :, None]).sum(axis=1)
+    agg.free_total += free.sum() - agg.free[rows].sum()
+    agg.free[rows], agg.cpu[rows], agg.mem[rows] = free, cpu, mem
+    agg.hosts += shapes_fit(agg, mix, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
+    agg.room += room(agg, mix, rows, agg.fit_count[rows], agg.fit_free[rows], agg.cpu[rows], agg.mem[rows])
+
+
+def shapes_fit(
+    agg: Aggregates, mix: ShapeMix, rows: np.ndarray | slice, fit_count: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+) -> np.ndarray:
+    """(rows, T): each shape fits on the node."""
+    return np.asarray((fit_count >= mix.k) & (cpu[:, None] >= mix.cpu) & (mem[:, None] >= mix.mem) & agg.access[rows])
+
+
+def usable(
+    agg: Aggregates,
+    mix: ShapeMix,
+    rows: np.ndarray | slice,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+) -> np.ndarray:
+    """(rows, T) free GPU cores each shape could use on these rows: those of the GPUs with room for it
+    where the whole shape fits, else none."""
+    return np.asarray(shapes_fit(agg, mix, rows, fit_count, cpu, mem) * fit_free)
+
+
+def room(
+    agg: Aggregates,
+    mix: ShapeMix,
+    rows: np.ndarray | slice,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+) -> np.ndarray:
+    """(T,) free GPU cores on these rows that each shape could take."""
+    return np.asarray(usable(agg, mix, rows, fit_count, fit_free, cpu, mem).sum(axis=0, dtype=np.float64))
