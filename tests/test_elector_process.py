@@ -103,7 +103,7 @@ def leader_hit(fake_api, tmp_path, sig: signal.Signals) -> tuple[dict, list[dict
         finally:
             await teardown(reps, port)
 
-    binds, leader, t_published, hit = asyncio.run(asyncio.wait_for(go(), 90))
+    binds, leader, t_published, hit = asyncio.run(asyncio.wait_for(go(), 150))
     requests = fake_api.control("requests")["requests"]
     report = audit(fake_api.api.store, requests, {}, set())
     assert not report.non_leader_binds, report.non_leader_binds[:5]

@@ -1,4 +1,4 @@
-"""Leader election in a process of its own (multiprocessing, spawn), with its own API client.
+"""Leader election in a process of its own (multiprocessing's forkserver), with its own API client.
 
 Why a process: on a thread, renewals queued behind the scheduler's interpreter lock; on a starved CPU
 leadership flapped (gaps of 10-24 s) and some runs never held the lease long enough to bind. A process of
@@ -80,7 +80,11 @@ class ElectorProcess:
             kubeconfig, namespace, name, identity, lease_duration, renew_deadline, retry_period, user_agent
         )
         self.identity = identity
-        self._ctx = multiprocessing.get_context("spawn")
+        # forkserver: spawn's fresh interpreter (nothing of this threaded process is forked), started once with
+        # this module imported; each elector then forks from it ready. Spawned, every elector imported the API
+        # client anew: 10 s on a starved CPU, during which a new replica was no standby.
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["__main__", __name__])
         # Without a lock: a lock the elector held when stopped would stop the scheduler at its next fence. An
         # aligned double is written and read whole; the term is read twice around T to catch a torn pair.
         self._shared = self._ctx.RawArray("d", 2)
