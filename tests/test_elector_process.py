@@ -12,12 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from audit import audit
 from chaos import chaos_pod
 from fairgpu.catalog import load_profile
+from fairgpu.errors import ElectorDied
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.elector_process import UNTIL, ElectorProcess
+from fairgpu.k8s.elector_process import MAX_DEATHS, RESTART_AFTER, UNTIL, ElectorProcess
 from fairgpu.k8s.port import PODS
 from live_setup import TINY, setup
 from test_live_scheduling import until
@@ -221,3 +224,35 @@ def test_stepping_down_publishes_not_held_and_a_restarted_term_is_a_new_one(fake
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_a_dead_elector_is_restarted_and_one_that_keeps_dying_ends_the_scheduler(fake_api, tmp_path):
+    """Killed, the elector comes back two lease durations later (a new process, leading again: nobody else
+    wanted the lease); killed a third time within ten lease durations, run() gives up with ElectorDied rather
+    than leave the scheduler running unelected."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    lease = 0.6
+
+    async def go() -> list[int]:
+        e = ElectorProcess(kubeconfig, NS, "fairgpu", "r1", lease, 0.1, 0.4)
+        task = asyncio.create_task(e.run())
+        pids: list[int] = []
+        try:
+            for _ in range(MAX_DEATHS):
+                await until(e.leading.is_set, 30, "the lease")
+                assert e.process is not None and e.process.pid not in pids
+                pids.append(e.process.pid)
+                killed = time.monotonic()
+                os.kill(e.process.pid, signal.SIGKILL)
+                await until(lambda: not e.leading.is_set(), 5, "the step-down")
+                if len(pids) < MAX_DEATHS:
+                    await until(lambda: e.process is not None and e.process.pid != pids[-1], 30, "a new elector")
+                    assert time.monotonic() - killed >= RESTART_AFTER * lease - 0.1
+            with pytest.raises(ElectorDied):
+                await asyncio.wait_for(task, 10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return pids
+
+    assert len(asyncio.run(asyncio.wait_for(go(), 120))) == MAX_DEATHS
