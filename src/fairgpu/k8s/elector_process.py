@@ -131,13 +131,16 @@ class ElectorProcess:
                 name=f"lease-{self.identity}",
                 daemon=True,
             )
-            process.start()
+            # Off this loop: a start waits for the forkserver, which on a starved CPU took seconds.
+            starting = asyncio.ensure_future(asyncio.to_thread(process.start))
             try:
+                await asyncio.shield(starting)
                 while process.is_alive():
                     self._look()
                     await asyncio.sleep(POLL)
             finally:
-                if process.is_alive():  # cancelled: the elector steps down on SIGTERM
+                await asyncio.wait({starting})  # a start under way has ended before it is undone
+                if starting.exception() is None and process.is_alive():  # cancelled: it steps down on SIGTERM
                     await _stop(process)
                 self._shared[UNTIL] = 0.0  # nobody writes it now; a dead elector's T is not waited out
                 self._ended()
@@ -161,7 +164,7 @@ async def _stop(process: multiprocessing.process.BaseProcess) -> None:
         await asyncio.sleep(0.02)
     if process.is_alive():  # hung (or stopped): it renews nothing more once killed
         process.kill()
-        process.join(1.0)
+        await asyncio.to_thread(process.join, 1.0)
 
 
 def _log_target() -> tuple[int, int]:
