@@ -92,6 +92,7 @@ def workload(rng: random.Random, tenant: str, i: int) -> list[dict]:
 STOP_S = 5.0  # a cancelled replica has stopped within this long, or is reported stuck
 RETRY_S = 0.5  # a pod refused while the webhook is down is created again after this long
 SETTLE_S = 30.0  # after the run, without faults, the replicas finish what is under way for at most this long
+ELECT_S = 60.0  # the first election takes at most this long
 AUDIT_S = 600.0  # the auditor replays millions of writes after a long soak
 
 
@@ -356,6 +357,10 @@ class Run:
         """The run until everything finished or cannot run, or until limit_s; its length in seconds."""
         c, rng = self.c, self.rng
         self.replicas = [await _start(self.kubeconfig, f"r{i}", c.lease) for i in range(2)]
+        # The run's clock starts once a replica leads: the electors' processes start slowly on a loaded machine.
+        end = time.monotonic() + ELECT_S
+        while not any(r.elector.leading.is_set() for r in self.replicas) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
         started = time.monotonic()
         next_kill = started + c.kill_every
         node_times = sorted(started + rng.uniform(0.2, 0.8) * c.arrival_s for _ in range(c.node_deletions))
