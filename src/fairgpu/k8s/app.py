@@ -28,8 +28,8 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.identity import TRUSTED_CONFIGMAP, Trust, TrustedIdentities
+from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.recording import PodTimes
 from fairgpu.k8s.reporter import Reporter
@@ -147,8 +147,9 @@ async def run(
 ) -> None:
     listen.check()
     port = await KubeClient.connect(kubeconfig)
-    # The elector runs in a process of its own (k8s/elector_process.py), with a client of its own.
-    elector = ElectorProcess(kubeconfig, lease_namespace, scheduler_name, identity) if leader_elect else None
+    # On a thread: in a process of its own (k8s/elector_process.py) it was not shown better under CPU starvation
+    # (docs/performance.md, leader election under CPU starvation).
+    elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
     controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
     if isinstance(trust, TrustedIdentities):
         report_trust(trust, controller.reporter, trust_configmap)
