@@ -113,7 +113,7 @@ class QueueSort(Protocol):
     # priority then submit time, as one cluster-wide heap would
     within_queue: str
     # Optional (not part of the contract, so existing sorts still qualify): `borrowed`, the order a queue
-    # offers capacity it borrows beyond its nominal share (Scheduler._lends): "fifo" (the default, its own
+    # offers capacity it borrows beyond its nominal share (framework/lending.py): "fifo" (the default, its own
     # order) or "soonest-end" (the work that would have ended first had it started when submitted)
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
