@@ -93,9 +93,16 @@ def _code_named(code: types.CodeType, qualname: str) -> types.CodeType | None:
     return None
 
 
+# The tests' process died of a memory fault: the suite fails as loudly as by a failed assert (a numba kernel
+# checks no bounds, so a mutated index reads past an array). Never the harness's doing, unlike a SIGKILL.
+CRASHES = {-signal.SIGSEGV: "SIGSEGV", -signal.SIGBUS: "SIGBUS"}
+
+
 def _outcome(status: int | None) -> str:
     if status is None:
         return "timeout"
+    if status in CRASHES:
+        return "killed"
     # 0 all passed; 1 a test failed; otherwise interrupted (a collection error), internal, usage or nothing
     # collected: the harness's fault more likely than the mutant's, so never counted as a kill
     return {0: "survived", 1: "killed"}.get(status, "error")
@@ -194,7 +201,7 @@ def run(request: dict[str, object], index: dict[tuple[str, str], list[types.Func
     seconds = round(time.monotonic() - began, 2)
     answer: dict[str, object] = {"outcome": _outcome(status), "seconds": seconds, "mode": mode}
     if answer["outcome"] == "killed":
-        answer["killer"] = _killer()
+        answer["killer"] = f"crash ({CRASHES[status]})" if status in CRASHES else _killer()
     return answer
 
 

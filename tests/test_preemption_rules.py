@@ -247,3 +247,44 @@ def test_fair_share_evicts_only_when_the_wait_it_saves_outweighs_the_work_it_thr
         run(sched, "a", 4, 1000.0)
         gone = evicted(sched.cycle(1000.0))
         assert len(gone) == expect and all(v.startswith("c") for v in gone), (duration, gone)
+
+
+def test_reclaim_and_priority_evict_even_where_waiting_would_throw_away_less_work():
+    """The worth-it rule is for fair share alone. As above, c's eight 1-GPU jobs started at 0 s and end at
+    1500 s, so from 1000 s waiting would throw away less work than evicting: yet a's guarantee of 4 GPUs, lent
+    to c, comes back at once, and inside c a priority-5 job takes a lower-priority job's GPU at once."""
+    lower = PreemptionPolicy(within_queue="LowerPriority")
+    for queues, urgent in (
+        ([QueueSpec("a", guaranteed=gpus(4)), QueueSpec("c")], ("a", 4)),
+        ([QueueSpec("c", preemption=lower)], ("c", 1)),
+    ):
+        sched = engine(queues)
+        for i in range(8):
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=0.0, duration=1500.0))
+        sched.cycle(0.0)
+        run(sched, *urgent, 1000.0, prefix="urgent", priority=5)
+        gone = evicted(sched.cycle(1000.0))
+        assert len(gone) == urgent[1] and all(v.startswith("c") for v in gone), (urgent, gone)
+
+
+def test_fair_share_eviction_is_worth_it_from_exactly_as_much_wait_saved_as_work_lost_after_the_grace():
+    """c's eight 1-GPU jobs started at 500 s; a (fair share) wants 4 GPUs at 1500 s, when each victim has run
+    1000 s: 4000 GPU-seconds would be thrown away. An evicted job of c gets 600 s of grace, so evicting starts
+    a at 2100 s. If c's jobs end at 3100 s (declared 2600 s), that saves a 1000 s on each of its 4 GPUs:
+    exactly the work lost, which is enough; ending a second sooner, it is not. And a wait under a second is
+    worth evicting work that has run less: jobs started at 999.9 s and ending at 1000.9 s (no grace) are
+    evicted for a at 1000 s, saving 3.6 GPU-seconds for 0.4 thrown away; but jobs that start at 1000 s, as a
+    arrives, and end when their 600 s of grace would, are not evicted to save a nothing (a second more, they are)."""
+    fair = PreemptionPolicy(reclaim=False, fair_share=True)
+    cases = ((500.0, 2600.0, 600.0, 1500.0, 4), (500.0, 2599.0, 600.0, 1500.0, 0), (999.9, 1.0, 0.0, 1000.0, 4))
+    cases += ((1000.0, 600.0, 600.0, 1000.0, 0), (1000.0, 601.0, 600.0, 1000.0, 4))
+    for start, duration, grace, now, expect in cases:
+        sched = engine(
+            [QueueSpec("a", preemption=fair), QueueSpec("c", preemption=PreemptionPolicy(grace_period=grace))]
+        )
+        for i in range(8):
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=start, duration=duration))
+        sched.cycle(start)
+        run(sched, "a", 4, now)
+        gone = evicted(sched.cycle(now))
+        assert len(gone) == expect and all(v.startswith("c") for v in gone), (start, duration, gone)

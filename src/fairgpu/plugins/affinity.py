@@ -47,7 +47,7 @@ class NodeAffinity:
     ) -> np.ndarray:
         full = (id(state.nodes), *key)
         hit = self._cache.get(full)
-        if hit is None or hit[0] is not state.nodes:
+        if hit is None:  # a hit's list is state.nodes: the entry keeps it alive, so its id is not reused
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
             hit = self._cache[full] = (state.nodes, compute(state, key[1]))

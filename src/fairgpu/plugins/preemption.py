@@ -184,9 +184,10 @@ def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
     queue_rank = np.empty(len(ratio), dtype=np.int64)
     queue_rank[np.argsort(-ratio, kind="stable")] = np.arange(len(ratio))
     _, prio_rank = np.unique(t.priority, return_inverse=True)
-    levels = int(prio_rank.max()) + 2 if len(prio_rank) else 2
+    # preempt() chooses only when some victim is eligible, so neither max() below sees an empty array
+    levels = int(prio_rank.max()) + 2
     lost = t.charge[:, 0] * np.maximum(ctx.now - t.started, 0.0)
-    scale = float(lost[eligible].max()) + 1.0 if eligible.any() else 1.0
+    scale = float(lost[eligible].max()) + 1.0
     tier = (queue_rank[t.queue] * 2 + t.whole) * levels + prio_rank
     cost: np.ndarray = tier * scale + lost
     return cost
