@@ -59,8 +59,13 @@ class Scheduler:
         self.accounting = ShareAccounting(self.state, tree)
         self.view = self.accounting.view
         honour = profile.queue_sort.within_queue == "queue"
+        # Borrowed capacity in its own order (Backlog, _lends): only where queues offer their own order
+        self._lending = honour and getattr(profile.queue_sort, "borrowed", "fifo") == "soonest-end"
+        self._owned = np.zeros((len(tree), len(self.view.capacity)))  # held by work not started as lent
+        self._owned_dom = [0.0] * len(tree)
+        self._nominal = self.accounting.nominal_dom().tolist() if self._lending else []
         self.backlogs: list[Backlog[Entry]] = [
-            Backlog(by_user=honour and spec.fair_within == "users") for spec in tree.queues
+            Backlog(by_user=honour and spec.fair_within == "users", lends=self._lending) for spec in tree.queues
         ]
         self._keys: list[Counter[int]] = [Counter() for _ in tree.queues]  # live attempt-key ids per queue
         self._key_ids: dict[tuple[object, ...], int] = {}  # attempt key (pod shapes) → small int, cheap to hash
@@ -130,6 +135,8 @@ class Scheduler:
         charge = self.accounting.charge_of(wl.pods)
         entry = Entry(wl, qi, self._seq, charge, self.accounting.dominant(charge))
         entry.order = (-wl.priority, wl.submit_time, self._seq)
+        run = math.inf if wl.duration is None else wl.duration  # declared only: a learned estimate changes
+        entry.lend_order = (-wl.priority, wl.submit_time + run, wl.submit_time, self._seq)
         return entry
 
     def remove(self, name: str, finished_at: float | None = None) -> list[Placement]:
@@ -287,7 +294,10 @@ class Scheduler:
         try:
             while active:
                 q = self.profile.queue_sort.pick(active, self.view)
-                entry = self.backlogs[q].pop()
+                lend = self._lends(q)
+                entry = self.backlogs[q].pop(lend)
+                if not entry.placed:  # pods it holds were counted by what it was when they were placed
+                    entry.lent = lend
                 memo.attempted.add(entry.workload.name)
                 exclude = self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, by
@@ -386,6 +396,16 @@ class Scheduler:
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
 
+    def _lends(self, q: int) -> bool:
+        """Whether queue q's next start is on capacity it borrows (with the queue sort's `borrowed:
+        soonest-end`): what it holds by its own order already reaches its nominal share. Then it starts, of
+        its highest priority, the work that would have ended
+        first had it started when submitted (Entry.lend_order): the borrowed GPUs come back soon, without
+        eviction, when a queue below its share wants them, and a long job's wait still counts, so short work
+        arriving later does not keep it off borrowed capacity for ever. Its own order keeps running in its
+        share."""
+        return self._lending and self._owned_dom[q] >= self._nominal[q] - 1e-9
+
     def _starving(self, entry: Entry, now: float) -> bool:
         return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
 
@@ -440,6 +460,10 @@ class Scheduler:
             # the pod's dominant share, then signed: the max of a negated vector is its least share
             backlog.account(entry.user, sign * self.accounting.dominant(pod_charge))
         self.view.add_usage(entry.queue, sign * pod_charge)
+        if self._lending and not entry.lent:
+            owned = self._owned[entry.queue]
+            owned += sign * pod_charge
+            self._owned_dom[entry.queue] = self.accounting.dominant(owned)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
