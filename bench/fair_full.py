@@ -16,6 +16,7 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
     .venv/bin/python bench/fair_full.py --undeclared-durations   # the engine learns run times per queue
     .venv/bin/python bench/fair_full.py --fair-share-preemption  # every queue evicts for its fair share
     .venv/bin/python bench/fair_full.py --fair-share-preemption --fair-share-max-runtime 30m  # bounded
+    .venv/bin/python bench/fair_full.py --borrowed soonest-end  # FairShare's order on borrowed capacity
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fairgpu.catalog import load_profile
+from fairgpu.plugins.sort import BORROWED, FairShare
 from fairgpu.sim.runner import SimResult, simulate
 from fairgpu.sim.scenario import Scenario, builtin_scenarios, load
 from fairgpu.sim.traces import load_philly
@@ -86,10 +88,18 @@ def error_sources(sc: Scenario, res: SimResult) -> dict[str, object]:
 
 
 def row(
-    name: str, profile: str, declared: bool = True, fair_share_preemption: bool = False, max_runtime: float = math.inf
+    name: str,
+    profile: str,
+    declared: bool = True,
+    fair_share_preemption: bool = False,
+    max_runtime: float = math.inf,
+    borrowed: str = "fifo",
 ) -> dict[str, object]:
     sc, horizon = scenario(name, fair_share_preemption, max_runtime)
-    res = simulate(sc, load_profile(profile), horizon, declared_durations=declared)
+    prof = load_profile(profile)
+    if isinstance(prof.queue_sort, FairShare):
+        prof = replace(prof, queue_sort=replace(prof.queue_sort, borrowed=borrowed))
+    res = simulate(sc, prof, horizon, declared_durations=declared)
     gangs = [w for w in sc.workloads if len(w.pods) > 1 and w.submit_time <= res.horizon_s]
     waits = [res.starts.get(w.name, res.horizon_s) - w.submit_time for w in gangs]
     lost = sum(float(q["lost_gpu_hours"]) for q in res.queues.values() if q["parent"] is None)
@@ -120,13 +130,16 @@ def main() -> None:
     ap.add_argument(
         "--fair-share-max-runtime", default=None, help="with it: fair share evicts only work younger than this"
     )
+    ap.add_argument("--borrowed", choices=BORROWED, default="fifo", help="FairShare's order on borrowed capacity")
     args = ap.parse_args()
     names = args.scenario or [*sorted(builtin_scenarios()), "philly"]
     rows = []
     for name in names:
         for profile in PROFILES:
             bound = math.inf if args.fair_share_max_runtime is None else parse_duration(args.fair_share_max_runtime)
-            rows.append(row(name, profile, not args.undeclared_durations, args.fair_share_preemption, bound))
+            rows.append(
+                row(name, profile, not args.undeclared_durations, args.fair_share_preemption, bound, args.borrowed)
+            )
             if not args.table:
                 print(json.dumps(rows[-1]), flush=True)
     if args.table:

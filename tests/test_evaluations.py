@@ -6,12 +6,14 @@ over a run of placements and releases on a mixed cluster whose memory, CPU and G
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tests.conftest import gpu_node
 
 from fairgpu.catalog import load_profile
@@ -46,13 +48,13 @@ def draw(rng: np.random.Generator) -> PodSpec:
                    gpu_include=include)  # fmt: skip
 
 
-def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False) -> None:
+def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False, profile: str = "fairgpu") -> None:
     """Place `steps` random pods where the fairgpu profile puts them, releasing a random one now and then;
     `before(view, profile, pod, key)` runs before each is placed, `after` once the profile chose (and learned
     from the pod) but before the choice is assigned. `dry_runs`: now and then a dry run in place frees a
     placed pod and places another, which its end undoes."""
     rng = np.random.default_rng(seed)
-    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile(profile))
     view, profile, placed = sched.view, sched.profile, []
     for i in range(steps):
         pod = draw(rng)
@@ -129,10 +131,17 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
     assert by_memory[0] > 20 and pressed[0] > 20, (by_memory, pressed)
 
 
-def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node():
+@pytest.mark.parametrize("name", ["fairgpu", "kube-default"])
+def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(name):
     checked = [0]
 
     def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
+        check(view, profile, pod)
+        if pod.gpu is not None and not pod.gpu.exclusive:  # its twin asking other GPU memory, right after
+            mem = pod.gpu.mem_mib % (12 * 1024) + 3 * 1024
+            check(view, profile, dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, mem_mib=mem)))
+
+    def check(view: EngineView, profile: Profile, pod: PodSpec) -> None:
         shape = ev.filtered(pod, view, profile)
         fresh = ev.run_filters(pod, view, profile, slice(None))
         assert np.array_equal(shape.nodes, fresh.nodes)
@@ -148,8 +157,8 @@ def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(
         assert np.array_equal(total, np.where(fresh.nodes, every, -np.inf))
         checked[0] += 1
 
-    churn(300, 11, before=act, dry_runs=True)
-    assert checked[0] > 150
+    churn(300, 11, before=act, dry_runs=True, profile=name)
+    assert checked[0] > 200
 
 
 _WARM = """

@@ -3,13 +3,14 @@ tests all passed (docs/testing.md, "Session 7"): each pins a behaviour that no f
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import gpu_node, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import QueueSpec, QueueTree, Workload
+from fairgpu.model import PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.spec import format_duration
 from test_survivors import backfill_overran_a_gangs_hold
 
@@ -298,6 +299,19 @@ def test_a_workload_its_quota_refuses_is_told_that_alone_not_also_of_nodes_held_
     assert len(reasons) == 1 and reasons[0].startswith("quota: ")
 
 
+def test_a_waiting_pod_is_told_its_place_in_its_queue_at_once_one_being_next():
+    """What the live reporter tells each waiting pod before its full explanation (explain.queue_places): a has
+    two waiting, the older first; b one; a running workload has no place."""
+    from fairgpu.framework.explain import queue_places
+
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    s.submit(Workload("run", "a", (whole(1),)))
+    s.cycle(0)
+    for t, (name, queue) in enumerate([("a1", "a"), ("b1", "b"), ("a2", "a")], 1):
+        s.submit(Workload(name, queue, (whole(1),), submit_time=t))
+    assert queue_places(s) == {"a1": ("a", 1, 2), "a2": ("a", 2, 2), "b1": ("b", 1, 1)}
+
+
 # -- framework/backlog.py: a queue fair among its users, in the cycle ------------------------------------------------
 
 
@@ -333,6 +347,22 @@ def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again
     s.submit(Workload("a1", "lab", (whole(1),), submit_time=2, user="alice"))
     s.submit(Workload("b1", "lab", (whole(1),), submit_time=3, user="bob"))
     assert s.cycle(3).started == ["a1"]
+
+
+@pytest.mark.parametrize(("profile", "fair_within"), [("fairgpu", None), ("kube-default", "users")])
+def test_a_queue_is_fair_among_its_users_only_when_it_says_so_and_its_profile_honours_it(profile, fair_within):
+    """alice holds 1 GPU, bob nothing; alice's waiting job is older. In a queue not fair among its users, or
+    under a profile that orders each queue strictly by priority and age (kube-default), alice's job takes the
+    one free GPU."""
+    kw = {} if fair_within is None else {"fair_within": fair_within}
+    queues = QueueTree([QueueSpec("lab", **kw), QueueSpec("x")])
+    s = Scheduler([gpu_node("n0", gpus=3)], queues, load_profile(profile))
+    s.submit(Workload("xx", "x", (whole(1),)))
+    s.submit(Workload("a0", "lab", (whole(1),), user="alice"))
+    s.cycle(0)
+    s.submit(Workload("a1", "lab", (whole(1),), submit_time=1, user="alice"))
+    s.submit(Workload("b1", "lab", (whole(1),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["a1"]
 
 
 # -- framework/engine.py: the bounded backfill scan ------------------------------------------------------------------
@@ -387,6 +417,25 @@ def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
     assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
 
 
+def test_work_that_would_end_together_is_freed_in_the_order_it_was_planned_for_the_estimated_start():
+    """r holds both nodes until t=5. Then a (4 GPUs) takes n0 and b (2 GPUs) n1, both for 10 s: they end
+    together at 15. a's n0 is freed first, so c (2 GPUs, 100 s) goes there, and d, which needs a whole
+    4-GPU node, waits for c: t=115. Freed b first, c would take n1 and d start at 15. CPU jobs queued before
+    and between them (a is the 3rd to replay, b the 11th) change nothing."""
+    s = Scheduler(
+        [gpu_node("n0", gpus=4), gpu_node("n1", gpus=2)], QueueTree([QueueSpec("q")]), load_profile("fairgpu")
+    )
+    r = Workload("r", "q", (whole(4), whole(2)), duration=5.0)
+    s.adopt(r, [s.state.placement_for(whole(4), 0, (0, 1, 2, 3)), s.state.placement_for(whole(2), 1, (0, 1))], 0.0)
+    cpu = PodSpec(cpu_m=100, memory_mib=64)
+    order = [*"xx", "a", *"xxxxxxx", "b", "c", "d"]
+    for i, name in enumerate(order):
+        gpus, duration = {"a": (4, 10.0), "b": (2, 10.0), "c": (2, 100.0), "d": (4, 10.0)}.get(name, (0, None))
+        pod = whole(gpus) if gpus else cpu
+        s.submit(Workload(name if gpus else f"x{i}", "q", (pod,), submit_time=1.0 + i, duration=duration))
+    assert [s.explain(n, 4).estimated_start for n in "abcd"] == [5, 5, 15, 115]
+
+
 # -- framework/preempting.py ----------------------------------------------------------------------------------------
 
 
@@ -424,6 +473,95 @@ def test_a_queues_run_time_estimate_follows_its_last_64_runs():
     assert d.learned(0) == pytest.approx(12.5)
 
 
+@pytest.mark.parametrize(("a_holds", "evictions"), [(1, 1), (2, 1), (3, 0)])
+def test_a_fair_share_eviction_is_worth_it_for_the_wait_behind_queue_mates_within_the_share(a_holds, evictions):
+    """Queue a (entitled to 4 of 8 GPUs) holds `a_holds`; c holds the rest until t=36000, but for one GPU
+    freed at 1100. At 1000 a1 then a2 (1 GPU each) wait. a1 alone would wait 100 s: not worth evicting work
+    that ran 1000 s. a2 waits behind a1 while a's share has room for both, until 36000: worth one eviction.
+    Holding 3, a's share has room for a2 alone: a1 is not counted ahead, and nothing is evicted."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    a = QueueSpec("a", preemption=PreemptionPolicy(reclaim=False, fair_share=True))
+    s = Scheduler([gpu_node("n0")], QueueTree([a, QueueSpec("c")]), load_profile("fairgpu"))
+    s.submit(Workload("a0", "a", (whole(a_holds),), duration=36000.0))
+    s.submit(Workload("c0", "c", (whole(1),), duration=1100.0))
+    for i in range(1, 8 - a_holds):
+        s.submit(Workload(f"c{i}", "c", (whole(1),), duration=36000.0))
+    s.cycle(0)
+    assert len(s.running) == 8 - a_holds + 1
+    s.submit(Workload("a1", "a", (whole(1, cpu_m=1000),), submit_time=1000, duration=36000.0))
+    s.submit(Workload("a2", "a", (whole(1, cpu_m=1001),), submit_time=1000, duration=36000.0))
+    result = s.cycle(1000)
+    assert len(result.evictions) == evictions
+    assert list(s.reservations) == ["a2"] * evictions
+
+
+def test_room_made_by_preemption_is_held_from_a_later_workload_of_the_same_queue_that_only_fits():
+    """u evicts low0 (30 s grace) at t=100. v, of u's queue and of higher priority, arrives at 105; at 130
+    low0 has left and v comes first in order, but the room was made for u: v may not just take it."""
+    s = _lower_priorities([gpu_node("n0", gpus=1)], [(Workload("low0", "b", (whole(1),)), [(0, (0,))])], grace=30)
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.submit(Workload("v", "b", (whole(1),), submit_time=105, priority=10))
+    assert s.cycle(105).started == []
+    s.remove("low0", finished_at=130)
+    assert s.cycle(130).started == ["u"]
+
+
+def test_after_a_refused_eviction_and_a_start_the_next_preemptor_chooses_among_what_runs_now():
+    """u1 evicts low0 at t=100; low0's eviction is refused (until t=300), low1 ends, and u1 starts in its
+    place. u2, at 110, evicts low2: neither low0 (refused) nor low1 (gone)."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(3)]
+    s = _lower_priorities([gpu_node("n0", gpus=3)], running, grace=30)
+    s.submit(Workload("u1", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.eviction_refused("low0", 300)
+    s.remove("low1", finished_at=105)
+    assert s.cycle(105).started == ["u1"]
+    s.submit(Workload("u2", "b", (whole(1),), submit_time=110, priority=5))
+    assert [e.workload for e in s.cycle(110).evictions] == ["low2"]
+
+
+# -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
+
+
+def test_a_name_is_submitted_once_and_only_an_elastic_workloads_newest_extra_pods_can_be_shrunk():
+    from fairgpu.errors import RequestError
+
+    s = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("w", "q", (whole(1),) * 3, min_pods=2))
+    s.submit(Workload("p", "q", (whole(8),)))
+    with pytest.raises(RequestError, match="p: already submitted"):
+        s.submit(Workload("p", "q", (whole(1),)))  # pending
+    s.cycle(0)
+    with pytest.raises(RequestError, match="w: already submitted"):
+        s.submit(Workload("w", "q", (whole(1),)))  # running
+    for pods in [(1,), (0,), (1, 2)]:  # not the newest; nor below min_pods
+        with pytest.raises(ValueError, match="only its newest pods above min_pods"):
+            s.shrink("w", pods)
+    newest = s.running["w"].placed[2]
+    assert s.shrink("w", (2,)) == [newest] and len(s.running["w"].placed) == 2
+
+
+def test_the_counts_a_dashboard_shows_pending_running_backlogged_and_attempts_per_queue():
+    """a runs one workload (one attempt) and waits with one; b waits with two; c has nothing. A cycle tries a1
+    and b0; b1, of the shape that just failed, is not tried again."""
+    queues = QueueTree([QueueSpec("a"), QueueSpec("b"), QueueSpec("c")])
+    s = Scheduler([gpu_node("n0", gpus=1)], queues, load_profile("fairgpu"))
+    s.submit(Workload("a0", "a", (whole(1),)))
+    assert s.cycle(0).attempts == 1
+    for name, queue in [("a1", "a"), ("b0", "b"), ("b1", "b")]:
+        s.submit(Workload(name, queue, (whole(1),), submit_time=1))
+    assert s.cycle(1).attempts == 2
+    pending, running = s.workload_counts()
+    assert (pending.tolist(), running.tolist()) == ([1, 2, 0], [1, 0, 0])
+    assert s.is_backlogged().tolist() == [True, True, False]
+    # an elastic workload placed at 2 of its 3 pods tries to grow in the same cycle: two attempts
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    s.submit(Workload("e", "q", (whole(1),) * 3, min_pods=1))
+    assert s.cycle(0).attempts == 2 and len(s.running["e"].placed) == 2
+
+
 # -- framework/backfill.py ------------------------------------------------------------------------------------------
 
 
@@ -451,3 +589,165 @@ def test_a_starving_gang_keeps_its_nodes_for_as_long_as_the_work_it_waits_for_ov
     for t in (60, 70, 80):
         s.cycle(t)
         assert s.explain("gang", t).reasons[-1] == f"starving: 2 node(s) reserved for it from t={format_duration(t)}"
+
+
+# -- framework/placement.py: a gang's pods together -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_gangs_pods_stay_on_its_node_without_scores_and_beside_a_node_held_for_another(held):
+    """A gang profile with no score plugin puts a pod on the first node that fits, but a gang's later pods on
+    the nodes it already took: its 3-GPU pod takes n1 (n0 has 2 GPUs), and its 2-GPU pod joins it there
+    rather than take n0. The same with n2 held for another workload (excluded)."""
+    from fairgpu.catalog import profile_from_dict
+    from fairgpu.framework.placement import place_all
+
+    doc = {"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "gang": True, "permit": ["Gang"]}
+    nodes = [gpu_node("n0", gpus=2), gpu_node("n1"), gpu_node("n2")]
+    s = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile_from_dict(doc))
+    exclude = np.array([False, False, True]) if held else None
+    placed = place_all([whole(3), whole(2)], ["g0", "g1"], s.view, s.profile, exclude)
+    assert [p.node for p in placed] == [1, 1]
+
+
+# -- framework/victims.py: an elastic workload's extra pod as a victim unit ------------------------------------------
+
+
+def _lower_priorities(nodes, running, grace: float = 0.0) -> Scheduler:
+    """Queue b, which evicts its own lower-priority work with this grace, running these (workload, placements)
+    since t=0."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=grace))
+    s = Scheduler(nodes, QueueTree([b]), load_profile("fairgpu"))
+    for wl, placements in running:
+        at = [s.state.placement_for(pod, node, slots) for pod, (node, slots) in zip(wl.pods, placements, strict=True)]
+        s.adopt(wl, at, 0.0)
+    return s
+
+
+def test_the_extra_pod_that_loses_least_work_is_evicted_first():
+    """e1's and e2's newest (extra) pods are the cheapest victims for u, urgent in the same queue: e1's holds
+    2 GPUs, e2's 1, both running for 100 s. Evicting e2's loses less work, and frees the GPU u needs."""
+    s = _lower_priorities(
+        [gpu_node("n0", gpus=8)],
+        [
+            (Workload("e1", "b", (whole(1), whole(2)), min_pods=1), [(0, (0,)), (0, (1, 2))]),
+            (Workload("e2", "b", (whole(1), whole(1)), min_pods=1), [(0, (3,)), (0, (4,))]),
+            (Workload("w", "b", (whole(3),)), [(0, (5, 6, 7))]),
+        ],
+    )
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [(e.workload, e.pods) for e in s.cycle(100).evictions] == [("e2", (1,))]
+
+
+@pytest.mark.parametrize("order", ["wxy", "yxw"])
+def test_a_preemptor_holds_every_node_its_victims_leave_not_only_the_one_it_will_use(order):
+    """u needs a whole 2-GPU node. w has a pod on each node, so it goes whichever node u takes, with x (on
+    n0) or y (on n1): x. u holds both nodes w leaves, so no one else takes the GPU freed on n1, whichever
+    order the three were adopted in; from when their 30 s grace ends."""
+    running = {
+        "x": (Workload("x", "b", (whole(1),)), [(0, (0,))]),
+        "w": (Workload("w", "b", (whole(1), whole(1))), [(0, (1,)), (1, (1,))]),
+        "y": (Workload("y", "b", (whole(1),)), [(1, (0,))]),
+    }
+    s = _lower_priorities([gpu_node("n0", gpus=2), gpu_node("n1", gpus=2)], [running[n] for n in order], grace=30)
+    s.submit(Workload("u", "b", (whole(2),), submit_time=100, priority=5))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["w", "x"]
+    assert s.explain("u", 100).reasons[-1] == "preempting: 2 node(s) reserved for it from t=2m10s"
+
+
+# -- framework/interfaces.py: FitMask.counts ------------------------------------------------------------------------
+
+
+def test_free_gpus_are_counted_right_on_sixteen_gpu_nodes_and_on_eight_four_gpu_nodes():
+    """Shares of GPUs (the cards a pod can share are counted per node). Two 16-GPU nodes: a takes 50 cores of
+    10 cards; b, 60 cores of 7, finds only 6 such cards beside a, and c (60 cores of 9) fits only beside b.
+    On one such node, b waits and c (60 cores of 6) fits. Eight 4-GPU nodes take eight pods asking 60 cores
+    of 4 cards, one each, and a ninth waits."""
+    from fairgpu.model import GpuRequest
+
+    def share(count: int, cores: int) -> PodSpec:
+        return PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(count, cores, 1000))
+
+    s = Scheduler(
+        [gpu_node("n0", gpus=16), gpu_node("n1", gpus=16)], QueueTree([QueueSpec("q")]), load_profile("fairgpu")
+    )
+    for t, (name, count, cores) in enumerate([("a", 10, 50), ("b", 7, 60), ("c", 9, 60)]):
+        s.submit(Workload(name, "q", (share(count, cores),), submit_time=t))
+        s.cycle(t)
+    node = {n: s.running[n].placed[0].node for n in "abc"}
+    assert node["a"] != node["b"] == node["c"]
+    s = Scheduler([gpu_node("n0", gpus=16)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    for t, (name, count, cores) in enumerate([("a", 10, 50), ("b", 7, 60), ("c", 6, 60)]):
+        s.submit(Workload(name, "q", (share(count, cores),), submit_time=t))
+        s.cycle(t)
+    assert sorted(s.running) == ["a", "c"]
+    s = Scheduler([gpu_node(f"n{i}", gpus=4) for i in range(8)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    for i in range(9):
+        s.submit(Workload(f"w{i}", "q", (share(4, 60),), submit_time=i))
+    s.cycle(10)
+    assert sorted(s.running) == [f"w{i}" for i in range(8)]
+    assert len({e.placed[0].node for e in s.running.values()}) == 8
+
+
+@pytest.mark.parametrize(("a_holds", "order"), [(1, ["a1", "a2", "b1"]), (3, ["a1", "b1", "a2"])])
+def test_within_a_cycle_each_start_raises_its_queues_share_before_the_next_pick(a_holds, order):
+    """b holds 3 of the 4 GPUs it is entitled to; a holds `a_holds` of a_holds + 2. Of a1, a2 and b1 (1 GPU
+    each) a1 goes first. Holding 1, a then has 2 of 3, still below b's 3 of 4, so a2 goes before b1; holding
+    3, a then has 4 of 5, above b, so b1 goes before a2."""
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu")
+    )
+    s.submit(Workload("a0", "a", (whole(a_holds),)))
+    s.submit(Workload("b0", "b", (whole(3),)))
+    s.cycle(0)
+    for name in ("a1", "b1", "a2"):
+        s.submit(Workload(name, name[0], (whole(1),), submit_time=1))
+    assert s.cycle(1).started == order
+
+
+# -- framework/interfaces.py: Evict -----------------------------------------------------------------------------------
+
+
+def test_a_workload_deleted_while_running_is_recorded_as_evicted_with_no_grace_period(tmp_path):
+    """The live recorder's own eviction for pods deleted while running (k8s/recording.py) names no grace
+    period: the trace's evict record has none, where an eviction the engine decides carries its queue's."""
+    import json
+
+    from fairgpu.framework.interfaces import Evict
+    from fairgpu.twin.recorder import Recorder, Seen
+    from fairgpu.twin.writer import TraceWriter
+
+    node, wl = gpu_node("n0"), Workload("w", "q", (whole(1),))
+    rec = Recorder(TraceWriter(tmp_path / "t.jsonl"), "record")
+
+    def seen(evictions):
+        return Seen(
+            [node], [QueueSpec("q")], [], ["w"], {"w": wl}.__getitem__, lambda n: ["n0"], lambda n: 0.0, evictions
+        )
+
+    rec.observe(0.0, seen(()))
+    rec.observe(5.0, seen([Evict("w", "deleted while running"), Evict("w", "preempted for x", 35.0, None, 30.0)]))
+    evicts = [r for r in map(json.loads, (tmp_path / "t.jsonl").read_text().splitlines()) if r["kind"] == "evict"]
+    assert [r.get("grace") for r in evicts] == [None, 30.0]
+
+
+# -- framework/cardfit.py: MIG ------------------------------------------------------------------------------------
+
+
+def test_a_mig_card_registered_with_one_profile_of_one_placement_takes_a_pod_that_fits_it():
+    """A card that offers only a 7g.40gb instance (the whole card) takes a pod asking for 30,000 MiB, booked at
+    the profile's 40,960 MiB and 100 cores; a second such pod does not fit there."""
+    from fairgpu.framework.placement import place_pod
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+    from fairgpu.model.mig import MigTemplate
+
+    mig = (MigTemplate("7g.40gb", 40960, 100, 7, ((0, 7),)),)
+    card = GpuDevice("NVIDIA A100", 40960, "g", split=7, mode="mig", mig=mig)
+    s = Scheduler([NodeSpec("n0", 64000, 256000, (card,))], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    pod = PodSpec(gpu=GpuRequest(count=1, cores=0, mem_mib=30000))
+    p = place_pod(pod, s.view, s.profile)
+    assert p is not None and (p.node, p.cores, p.mem_mib, p.mig) == (0, (100,), (40960,), (0,))
+    s.state.assign("first", p)
+    assert place_pod(pod, s.view, s.profile) is None

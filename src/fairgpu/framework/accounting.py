@@ -41,6 +41,13 @@ class ShareAccounting:
         self._history = np.zeros((q, dims))
         self._history_t: float | None = None
 
+    def nominal_dom(self) -> np.ndarray:
+        """(Q,) each queue's dominant share when every queue wants all it can hold (weights, guarantees,
+        limits): what a queue holds beyond it, it borrows, and the others may want it back once they have work."""
+        v = self.view
+        everything = np.where(v.tree.is_leaf[:, None], v.capacity, 0.0)
+        return fairness.dominant_shares(fairness.entitlements(v.tree, v.capacity, everything), v.capacity)
+
     def charge(self, pod: PodSpec) -> np.ndarray:
         """The pod's fair vector (cached per pod shape: the same spec is charged the same). Looked up by the
         object first: hashing and comparing a PodSpec's every field cost more than the lookup is worth, and

@@ -2,11 +2,18 @@
 
 FIFO queues offer the highest priority, then the oldest. Queues with `fair_within: users` first pick the
 active user holding the least, so one user's 500 pods cannot crowd out three users' 10.
+
+A second order serves capacity the queue only borrows (beyond its share when every queue wants more): the
+highest priority, then the workload that would have ended first had it started when submitted, so lent GPUs
+come back soon when their owners return (lending.py decides which order a pop takes). Both are heaps
+with lazy deletion: every push gives the item a fresh token, a copy whose token is not the item's current one
+is stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Any, Generic, Protocol, TypeVar
 
 
@@ -17,16 +24,26 @@ class _Pending(Protocol):
     @property
     def share(self) -> float: ...  # dominant share of the cluster the whole workload would hold
 
-    def __lt__(self, other: Any, /) -> bool: ...
+    @property
+    def order(self) -> tuple[float, ...]: ...  # its place in the queue's own order (unique per item)
+
+    @property
+    def lend_order(self) -> tuple[float, ...]: ...  # its place on borrowed capacity (unique per item)
 
 
 P = TypeVar("P", bound=_Pending)
+_Heap = list[tuple[tuple[float, ...], int, Any]]  # (key, token, item): keys are unique, items never compared
 
 
 class Backlog(Generic[P]):
-    def __init__(self, by_user: bool = False) -> None:
+    def __init__(self, by_user: bool = False, lends: bool = False) -> None:
         self.by_user = by_user
-        self._heaps: dict[str, list[P]] = {}
+        self.lends = lends  # keeps the order on borrowed capacity too (only then may `pop(lend=True)`)
+        self._own: dict[str, _Heap] = {}  # per user, by the queue's order
+        self._lend: dict[str, _Heap] = {}  # per user, by the order on borrowed capacity
+        self._count: dict[str, int] = {}  # per user: live items
+        self._token: dict[int, int] = {}  # id(item) → token of its live copies (a copy keeps its item alive)
+        self._tokens = itertools.count()
         self._held: dict[str, float] = {}  # per user: dominant share held now
         self._size = 0
 
@@ -34,40 +51,43 @@ class Backlog(Generic[P]):
         return self._size
 
     def push(self, item: P) -> None:
-        heapq.heappush(self._heaps.setdefault(self._user(item), []), item)
+        user, token = self._user(item), next(self._tokens)
+        self._token[id(item)] = token
+        if user not in self._count:
+            self._own[user], self._lend[user], self._count[user] = [], [], 0
+        self._count[user] += 1
         self._size += 1
+        for heap, key in ((self._own[user], item.order), (self._lend[user], item.lend_order))[: 1 + self.lends]:
+            if len(heap) > 2 * self._count[user] + 16:  # mostly stale: rebuild from the live copies
+                heap[:] = [c for c in heap if self._token.get(id(c[2])) == c[1]]
+                heapq.heapify(heap)
+            heapq.heappush(heap, (key, token, item))
 
     def peek(self) -> P:
-        return self._heaps[self._next_user()][0]
+        item: P = self._top(self._own[self._next_user()])[2]
+        return item
 
-    def pop(self) -> P:
+    def pop(self, lend: bool = False) -> P:
+        """The next item in the queue's order, or with `lend` in the order on borrowed capacity."""
         user = self._next_user()
-        heap = self._heaps[user]
-        item = heapq.heappop(heap)
-        if not heap:
-            del self._heaps[user]
-        self._size -= 1
+        item: P = self._top((self._lend if lend else self._own)[user])[2]
+        self._drop(item, user)
         return item
 
     def remove(self, item: P) -> None:
-        user = self._user(item)
-        heap = self._heaps[user]
-        heap.remove(item)
-        if heap:
-            heapq.heapify(heap)
-        else:
-            del self._heaps[user]
-        self._size -= 1
+        if self._token.get(id(item)) is None:
+            raise ValueError("not in this backlog")
+        self._drop(item, self._user(item))
 
     def ordered(self) -> list[P]:
-        """Everything pending, in the order it would be offered if nothing changed."""
+        """Everything pending, in the queue's own order as it would be offered if nothing changed."""
+        queues = {u: [c[2] for c in sorted(self._live(h))] for u, h in self._own.items()}
         if not self.by_user:
-            return sorted(self._heaps.get("", []))
-        queues = {u: sorted(h) for u, h in self._heaps.items()}
+            return queues.get("", [])
         held = dict(self._held)
         out: list[P] = []
         while queues:
-            user = min(queues, key=lambda u: (held.get(u, 0.0), queues[u][0]))
+            user = min(queues, key=lambda u: (held.get(u, 0.0), queues[u][0].order))
             out.append(queues[user].pop(0))
             held[user] = held.get(user, 0.0) + out[-1].share
             if not queues[user]:
@@ -79,6 +99,22 @@ class Backlog(Generic[P]):
         if self.by_user:
             self._held[user] = self._held.get(user, 0.0) + share
 
+    def _drop(self, item: P, user: str) -> None:
+        del self._token[id(item)]
+        self._size -= 1
+        self._count[user] -= 1
+        if not self._count[user]:
+            del self._own[user], self._lend[user], self._count[user]
+
+    def _live(self, heap: _Heap) -> list[tuple[tuple[float, ...], int, Any]]:
+        return [c for c in heap if self._token.get(id(c[2])) == c[1]]
+
+    def _top(self, heap: _Heap) -> tuple[tuple[float, ...], int, Any]:
+        """The heap's first live copy, after dropping the stale ones above it."""
+        while self._token.get(id(heap[0][2])) != heap[0][1]:
+            heapq.heappop(heap)
+        return heap[0]
+
     def _user(self, item: P) -> str:
         return item.user if self.by_user else ""
 
@@ -86,4 +122,4 @@ class Backlog(Generic[P]):
         if not self.by_user:
             return ""
         held = self._held
-        return min(self._heaps, key=lambda u: (held.get(u, 0.0), self._heaps[u][0]))
+        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top(self._own[u])[0]))

@@ -34,6 +34,10 @@ class Entry:
     terminating: bool = False  # being evicted: holds its resources until the driver removes it
     leaving: np.ndarray | None = None  # fair vector the eviction takes away
     order: tuple[float, float, int] = (0.0, 0.0, 0)  # (-priority, submit time, seq): its place in its queue
+    # (-priority, submit time + declared run time (inf if none), submit time, seq): its place on capacity its
+    # queue borrows, where the work that would have ended first had it started when submitted goes first
+    lend_order: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)
+    lent: bool = False  # started (or placing pods) on borrowed capacity: beyond its queue's nominal share
     started: float | None = None
     backfilled: frozenset[str] = frozenset()  # reservations whose nodes it entered by promising to end first
 

@@ -112,6 +112,9 @@ class QueueSort(Protocol):
     # "queue": each queue offers its workloads by its own policy (fair_within); "fifo": strictly by
     # priority then submit time, as one cluster-wide heap would
     within_queue: str
+    # Optional (not part of the contract, so existing sorts still qualify): `borrowed`, the order a queue
+    # offers capacity it borrows beyond its nominal share (framework/lending.py): "fifo" (the default, its own
+    # order) or "soonest-end" (the work that would have ended first had it started when submitted)
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         """The leaf queue whose head workload is tried next. Each head is already its queue's

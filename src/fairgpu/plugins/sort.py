@@ -7,6 +7,8 @@ from typing import ClassVar
 
 from fairgpu.framework.interfaces import ActiveQueues, EngineView
 
+BORROWED = ("fifo", "soonest-end")
+
 
 @dataclass(slots=True)
 class PrioritySort:
@@ -15,6 +17,11 @@ class PrioritySort:
     NAME: ClassVar[str] = "PrioritySort"
 
     within_queue: str = "fifo"
+    borrowed: str = "fifo"  # one cluster-wide order: no share to borrow beyond
+
+    def __post_init__(self) -> None:
+        if self.borrowed != "fifo":
+            raise ValueError(f"borrowed: {self.borrowed!r}: PrioritySort keeps one order for all (fifo)")
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         def key(q: int) -> tuple[float, float, int]:
@@ -34,6 +41,13 @@ class FairShare:
     NAME: ClassVar[str] = "FairShare"
 
     within_queue: str = "queue"
+    # What a queue starts on capacity it borrows beyond its nominal share: "fifo" (its own order) or
+    # "soonest-end" (the work that would have ended first had it started when submitted; docs/profiles.md)
+    borrowed: str = "fifo"
+
+    def __post_init__(self) -> None:
+        if self.borrowed not in BORROWED:
+            raise ValueError(f"borrowed: {self.borrowed!r} is not one of {', '.join(BORROWED)}")
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         tree = view.tree

@@ -1,0 +1,147 @@
+"""With `borrowed: soonest-end`, capacity a queue borrows beyond its nominal share goes to its work that would
+have ended first had it started when submitted, so it comes back without eviction; its own share keeps its
+own order (framework/backlog.py, framework/lending.py). The default (fifo) keeps one order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+import yaml
+
+from conftest import gpu_node, job, tree, whole
+from fairgpu.catalog import load_profile, profile_from_dict
+from fairgpu.errors import ProfileError
+from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.interfaces import Profile
+from fairgpu.framework.scheduler import Scheduler
+from fairgpu.plugins.sort import FairShare
+
+
+def lending() -> Profile:
+    return replace(load_profile("fairgpu"), queue_sort=FairShare(borrowed="soonest-end"))
+
+
+def timed(name: str, queue: str, seconds: float, t: float = 0.0, priority: int = 0):
+    return replace(job(name, queue, whole(1), t=t, priority=priority), duration=seconds)
+
+
+def flooded(profile: Profile) -> Scheduler:
+    """a alone on 4 GPUs (its nominal share: 2), its long jobs first in its order, short ones behind."""
+    s = Scheduler([gpu_node("n0", gpus=4)], tree("a", "b"), profile)
+    for i in range(4):
+        s.submit(timed(f"long-{i}", "a", 1000.0, t=i))
+    for i in range(3):
+        s.submit(timed(f"short-{i}", "a", 100.0 + i, t=10 + i))
+    return s
+
+
+def test_a_queue_alone_borrows_with_its_shortest_work_so_a_newcomer_waits_for_that_not_the_longest():
+    s = flooded(lending())
+    assert sorted(s.cycle(0).started) == ["long-0", "long-1", "short-0", "short-1"]  # own order, then lent
+    s.submit(timed("b-0", "b", 50.0, t=1))
+    assert s.cycle(1).started == []  # no eviction: b waits for a borrowed GPU to come back
+    s.remove("short-0", finished_at=100.0)
+    assert s.cycle(100).started == ["b-0"]  # at 100 s, not 1,000 s (FIFO lending: long-2 and long-3)
+
+
+@pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
+def test_by_default_and_under_kube_default_a_queue_borrows_in_its_own_order(profile: str):
+    s = flooded(load_profile(profile))
+    assert sorted(s.cycle(0).started) == ["long-0", "long-1", "long-2", "long-3"]
+
+
+def test_the_setting_is_read_from_a_profile_and_a_wrong_value_names_it():
+    doc = yaml.safe_load("name: p\nqueueSort: {name: FairShare, args: {borrowed: soonest-end}}")
+    assert profile_from_dict(doc).queue_sort.borrowed == "soonest-end"
+    doc["queueSort"]["args"]["borrowed"] = "shortest"
+    with pytest.raises(ProfileError, match="borrowed: 'shortest'"):
+        profile_from_dict(doc)
+    with pytest.raises(ProfileError, match="borrowed"):
+        profile_from_dict({"name": "p", "queueSort": {"name": "PrioritySort", "args": {"borrowed": "soonest-end"}}})
+
+
+def test_a_borrowing_queues_own_share_keeps_its_order_so_long_work_is_not_starved_by_short():
+    s = flooded(lending())
+    s.cycle(0)
+    for i in range(3, 8):
+        s.submit(timed(f"short-{i}", "a", 100.0 + i, t=20 + i))
+    s.remove("long-0", finished_at=1000.0)  # its own share has room: the head of its order, not a short job
+    assert s.cycle(1000).started == ["long-2"]
+    s.remove("short-0", finished_at=1000.0)  # lent room came back: lent again, to the shortest
+    assert s.cycle(1000).started == ["short-2"]
+
+
+def test_on_borrowed_capacity_priority_still_comes_before_run_time():
+    s = Scheduler([gpu_node("n0", gpus=4)], tree("a", "b"), lending())
+    for i in range(2):
+        s.submit(timed(f"own-{i}", "a", 1000.0, t=i))
+    s.submit(timed("short-low", "a", 10.0, t=5))
+    s.submit(timed("long-high", "a", 5000.0, t=6, priority=5))
+    s.submit(timed("mid-low", "a", 50.0, t=7))
+    # own share: long-high (highest priority), then own-0; lent: the rest of priority 0, shortest first
+    assert sorted(s.cycle(0).started) == ["long-high", "mid-low", "own-0", "short-low"]
+
+
+@dataclass(slots=True)
+class Item:
+    name: str
+    order: tuple[float, ...]
+    lend_order: tuple[float, ...]
+    user: str = ""
+    share: float = 0.1
+
+
+def items() -> list[Item]:
+    runs = [30.0, 10.0, 20.0, 40.0]  # submitted in this order
+    return [Item(f"w{i}", (0.0, i), (0.0, run, i)) for i, run in enumerate(runs)]
+
+
+def test_backlog_offers_either_order_and_an_item_only_once():
+    b: Backlog[Item] = Backlog(lends=True)
+    w = items()
+    for it in w:
+        b.push(it)
+    assert b.pop(lend=True).name == "w1"  # shortest
+    assert b.pop().name == "w0"  # oldest
+    assert b.peek().name == "w2"
+    b.push(w[1])  # pushed back after an attempt: live again, once
+    assert [b.pop(lend=True).name for _ in range(3)] == ["w1", "w2", "w3"]
+    assert len(b) == 0
+    with pytest.raises(ValueError):
+        b.remove(w[0])
+
+
+def test_backlog_remove_and_repeated_pushes_keep_it_small_and_exact():
+    b: Backlog[Item] = Backlog(lends=True)
+    w = items()
+    for it in w:
+        b.push(it)
+    b.remove(w[1])
+    assert [it.name for it in b.ordered()] == ["w0", "w2", "w3"]
+    for _ in range(200):  # a cycle pops and pushes back what did not fit, again and again
+        it = b.pop(lend=True)
+        b.push(it)
+    assert len(b) == 3 and [it.name for it in b.ordered()] == ["w0", "w2", "w3"]
+    assert max(len(h) for h in (*b._own.values(), *b._lend.values())) <= 2 * 3 + 17
+    assert [b.pop().name for _ in range(3)] == ["w0", "w2", "w3"]
+
+
+def test_backlog_by_user_lends_within_the_least_served_users_work():
+    b: Backlog[Item] = Backlog(by_user=True, lends=True)
+    w = items()
+    for it, user in zip(w, ("u", "u", "v", "v"), strict=True):
+        it.user = user
+        b.push(it)
+    b.account("u", 0.5)  # u holds more: v's work goes first, its shortest on borrowed capacity
+    assert b.pop(lend=True).name == "w2"
+    assert b.pop().name == "w3"
+    assert b.pop(lend=True).name == "w1"
+
+
+def test_on_borrowed_capacity_a_long_jobs_wait_counts_so_later_short_work_does_not_pass_it_for_ever():
+    s = Scheduler([gpu_node("n0", gpus=2)], tree("a", "b"), lending())
+    s.submit(timed("own", "a", 1000.0, t=0))
+    s.submit(timed("old-long", "a", 300.0, t=0))  # would have ended at 300
+    s.submit(timed("new-short", "a", 10.0, t=400))  # would end at 410: shortest, but the long one waited
+    assert sorted(s.cycle(400).started) == ["old-long", "own"]
