@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from fairgpu.errors import ElectorDied
 from fairgpu.k8s.client import KubeClient
-from fairgpu.k8s.leader import LeaderElector, check_timings
+from fairgpu.k8s.leader import LeaderElector, check_timings, term_ended
 
 log = logging.getLogger(__name__)
 TERM, UNTIL = 0, 1  # the shared doubles
@@ -115,10 +115,7 @@ class ElectorProcess:
             self.leading.set()
 
     def _ended(self) -> None:
-        if self.leading.is_set():
-            self.leading.clear()
-            for callback in self.on_lost:
-                callback()
+        term_ended(self)
 
     async def run(self) -> None:
         """Keep an elector process running and follow what it publishes, until cancelled (then it is stopped

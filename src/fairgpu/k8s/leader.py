@@ -46,6 +46,14 @@ class Leadership(Protocol):
     def remaining(self) -> float: ...
 
 
+def term_ended(leader: Leadership) -> None:
+    """The term ends on the caller's loop: stop leading, and tell who listens (once, if it was leading)."""
+    if leader.leading.is_set():
+        leader.leading.clear()
+        for callback in leader.on_lost:
+            callback()
+
+
 def check_timings(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
     if not lease_duration > renew_deadline > JITTER * retry_period > 0:
         raise ValueError(
@@ -203,10 +211,7 @@ class LeaderElector:
         self.leading.set()
 
     def _ended(self) -> None:
-        if self.leading.is_set():
-            self.leading.clear()
-            for callback in self.on_lost:
-                callback()
+        term_ended(self)
 
     async def try_acquire_or_renew(self, port: KubePort | None = None) -> bool:
         """One attempt, on `port` (the elector's own by default)."""
