@@ -66,6 +66,7 @@ def main() -> None:
         default=Chaos.lease,
         help="DURATION,RENEW_DEADLINE,RETRY seconds (default the chaos run's short 3,2,0.25; deploy/'s is 15,10,2)",
     )
+    ap.add_argument("--elector-process", action="store_true", help="the elector in a process of its own")
     args = ap.parse_args()
     hogging = hogs(args.hogs, args.seeds * (args.limit + WATCHDOG_S + 120))
     try:
@@ -89,7 +90,13 @@ def run(args: argparse.Namespace) -> None:
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 chaos = Chaos(
-                    seed, args.nodes, pods=args.pods, arrival_s=args.arrival, limit_s=args.limit, lease=args.lease
+                    seed,
+                    args.nodes,
+                    pods=args.pods,
+                    arrival_s=args.arrival,
+                    limit_s=args.limit,
+                    lease=args.lease,
+                    elector_process=args.elector_process,
                 )
                 report = asyncio.run(run_chaos(fake, fake.kubeconfig(f"{tmp}/kc"), chaos))
         finally:

@@ -28,6 +28,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
+from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fakeapi.server import _BY_PATH, FakeApi, FakeEndpoint
@@ -92,6 +93,7 @@ def workload(rng: random.Random, tenant: str, i: int) -> list[dict]:
 STOP_S = 5.0  # a cancelled replica has stopped within this long, or is reported stuck
 RETRY_S = 0.5  # a pod refused while the webhook is down is created again after this long
 SETTLE_S = 30.0  # after the run, without faults, the replicas finish what is under way for at most this long
+ELECT_S = 60.0  # the first election takes at most this long
 AUDIT_S = 600.0  # the auditor replays millions of writes after a long soak
 
 
@@ -99,7 +101,7 @@ AUDIT_S = 600.0  # the auditor replays millions of writes after a long soak
 class Replica:
     ident: str
     port: KubeClient
-    elector: LeaderElector
+    elector: LeaderElector | ElectorProcess
     ctl: Controller
     tasks: list[asyncio.Task]
 
@@ -115,6 +117,7 @@ class Chaos:
     run_s: tuple[float, float] = (0.5, 3.0)  # how long a pod runs once all of its workload runs
     limit_s: float = 90.0  # hard bound on the whole run
     lease: tuple[float, float, float] = (3.0, 2.0, 0.25)  # duration, renew deadline, retry period
+    elector_process: bool = False  # the elector in a process of its own (k8s/elector_process.py), not a thread
     kill_every: float = 8.0  # a leader is killed this often
     node_deletions: int = 2
     webhook_restarts: int = 2
@@ -132,11 +135,15 @@ class Arrival:
     retry_at: float = 0.0
 
 
-async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float]) -> Replica:
+async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float], in_process: bool) -> Replica:
     port = await KubeClient.connect(kubeconfig)
     port.api.user_agent = f"fairgpu/{ident}"
     duration, renew, retry = lease
-    elector = LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew)
+    elector: LeaderElector | ElectorProcess = (
+        ElectorProcess(kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}")
+        if in_process
+        else LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew)
+    )
     ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
     ctl.retry_every = 0.5
     tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
@@ -350,12 +357,16 @@ class Run:
         self.replicas.remove(leader)
         self.faults["leader_kills"] += 1
         ident = f"r{len(self.replicas) + self.faults['leader_kills'] + 1}"
-        self.replicas.append(await _start(self.kubeconfig, ident, self.c.lease))
+        self.replicas.append(await _start(self.kubeconfig, ident, self.c.lease, self.c.elector_process))
 
     async def drive(self) -> float:
         """The run until everything finished or cannot run, or until limit_s; its length in seconds."""
         c, rng = self.c, self.rng
-        self.replicas = [await _start(self.kubeconfig, f"r{i}", c.lease) for i in range(2)]
+        self.replicas = [await _start(self.kubeconfig, f"r{i}", c.lease, c.elector_process) for i in range(2)]
+        # The run's clock starts once a replica leads: the electors' processes start slowly on a loaded machine.
+        end = time.monotonic() + ELECT_S
+        while not any(r.elector.leading.is_set() for r in self.replicas) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
         started = time.monotonic()
         next_kill = started + c.kill_every
         node_times = sorted(started + rng.uniform(0.2, 0.8) * c.arrival_s for _ in range(c.node_deletions))

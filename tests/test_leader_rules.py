@@ -209,7 +209,6 @@ def test_a_renewal_begun_just_before_the_term_ends_is_cut_off_at_the_term_end_no
     loop = VirtualLoop()
     apiserver = SlowLeases(loop, lambda t: 0.0 if t < 1 else (0.5 if t < 9 else 0.375), lambda t: 1 <= t < 9)
     a = LeaderElector(apiserver, "fairgpu-system", "fairgpu", "A", 15.0, 2.0, renew_deadline=10.0, monotonic=loop.time)  # type: ignore[arg-type]
-    a._caller = loop  # the election's news comes to this same loop (run() would give it a thread of its own)
     began: list[float] = []
     lost: list[float] = []
     a.on_lost.append(lambda: lost.append(loop.time()))
@@ -223,7 +222,8 @@ def test_a_renewal_begun_just_before_the_term_ends_is_cut_off_at_the_term_end_no
                 await asyncio.sleep(1 / 64)
 
     async def go() -> None:
-        election, watcher = asyncio.ensure_future(a._elect()), asyncio.ensure_future(watch())
+        # On this loop, as in the elector's own process (run() would give it a thread of its own).
+        election, watcher = asyncio.ensure_future(a.elect()), asyncio.ensure_future(watch())
         await asyncio.sleep(10.5)
         seen["10.5"] = (a.leading.is_set(), a.remaining())
         await asyncio.sleep(3.0)

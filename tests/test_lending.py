@@ -1,6 +1,6 @@
 """With `borrowed: soonest-end`, capacity a queue borrows beyond its nominal share goes to its work that would
 have ended first had it started when submitted, so it comes back without eviction; its own share keeps its
-own order (framework/backlog.py, Scheduler._lends). The default (fifo) keeps one order."""
+own order (framework/backlog.py, framework/lending.py). The default (fifo) keeps one order."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_demo_fairgpu_is_fairer_than_kube_default(results) -> None:
 # demo and priority-monopoly miss an error of 0.02 and a Jain of 0.99 only over their first half hour,
 # while jobs started before the other teams arrived drain (their queues do not preempt for fair share).
 # fair-share-preemption and non-preemptive lost 1.4 and 0.4 points of utilization to a GPU left idle when a
-# starving workload took over another's due hold (Scheduler._take_over).
+# starving workload took over another's due hold (framework/starving.py take_over).
 FLOORS = {  # scenario: (fairness error at most, Jain index at least)
     "demo": (0.0282, 0.9650),
     "priority-monopoly": (0.0060, 0.9877),

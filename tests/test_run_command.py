@@ -31,7 +31,8 @@ def _request(url: str, method: str = "GET", body: dict | None = None) -> dict | 
         return json.loads(raw) if resp.headers.get("Content-Type") == "application/json" else raw
 
 
-def test_run_binds_and_serves_probes(fake_api, tmp_path):
+@pytest.mark.parametrize("elector", ["thread", "process"])
+def test_run_binds_and_serves_probes(fake_api, tmp_path, elector):
     api = fake_api.url
     _request(f"{api}/api/v1/nodes", "POST", node(0))
     _request(
@@ -42,7 +43,9 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
     cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
     cmd += ["--health-host", "127.0.0.1", "--health-port", str(health), "--identity", "t", "--lease-namespace", "x"]
     cmd += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics), "--dashboard-port", str(dash)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd += ["--elector", elector]
+    log = tmp_path / "stdout"
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         got: dict = {}
@@ -66,6 +69,8 @@ def test_run_binds_and_serves_probes(fake_api, tmp_path):
         assert [(w["workload"], w["queue"]) for w in running] == [("a/p", "q")]
         lease = _request(f"{api}/apis/coordination.k8s.io/v1/namespaces/x/leases/fairgpu")
         assert lease["spec"]["holderIdentity"] == "t"
+        lines = log.read_text()  # the log reaches stdout (where an elector process would write too)
+        assert "fairgpu.k8s.leader: t became the leader" in lines and "fairgpu t: probes on" in lines, lines
     finally:
         proc.terminate()
         proc.wait(10)

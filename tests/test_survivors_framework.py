@@ -658,6 +658,38 @@ def test_the_extra_pod_that_loses_least_work_is_evicted_first():
     assert [(e.workload, e.pods) for e in s.cycle(100).evictions] == [("e2", (1,))]
 
 
+def test_an_extra_pods_gpu_costs_only_the_extra_pod_not_its_whole_workload_too():
+    """Two full 4-GPU nodes: w0 (3 GPUs) and e2's extra pod on n0, e2's first pod and w1 (3 GPUs) on n1. u,
+    urgent in the same queue, needs one GPU: e2's extra pod on n0 frees it, the cheapest victim there is. The
+    extra pod's GPU is held by its whole workload's unit too; counting both made n1 (e2's first pod, its whole
+    unit only) look cheaper, and the whole of e2 went, against "extra pods go before any whole workload"."""
+    s = _lower_priorities(
+        [gpu_node("n0", gpus=4), gpu_node("n1", gpus=4)],
+        [
+            (Workload("w0", "b", (whole(3),)), [(0, (0, 1, 2))]),
+            (Workload("e2", "b", (whole(1), whole(1)), min_pods=1), [(1, (0,)), (0, (3,))]),
+            (Workload("w1", "b", (whole(3),)), [(1, (1, 2, 3))]),
+        ],
+    )
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [(e.workload, e.pods) for e in s.cycle(100).evictions] == [("e2", (1,))]
+
+
+def test_an_elastic_workload_evicted_whole_with_its_extra_pod_frees_that_pod_once():
+    """Dry runs free what the chosen units hold. e's extra pod (1 GPU, 3 cores) is also in e's whole unit:
+    choosing both must free its CPU and GPU once, not twice (a node with more free than it has would make
+    room a preemptor does not really get)."""
+    s = _lower_priorities(
+        [gpu_node("n0", gpus=4)],
+        [(Workload("e", "b", (whole(1, cpu_m=2000), whole(1, cpu_m=3000)), min_pods=1), [(0, (0,)), (0, (1,))])],
+    )
+    table = s.preempting.victims()
+    assert table.whole.tolist() == [True, False]
+    freed = table.freed(np.array([True, True]))
+    assert sorted(freed.pod_cpu.tolist()) == [2000, 3000] and sorted(freed.slot_idx.tolist()) == [0, 1]
+    assert table.freed(np.array([False, True])).pod_cpu.tolist() == [3000]
+
+
 @pytest.mark.parametrize("order", ["wxy", "yxw"])
 def test_a_preemptor_holds_every_node_its_victims_leave_not_only_the_one_it_will_use(order):
     """u needs a whole 2-GPU node. w has a pod on each node, so it goes whichever node u takes, with x (on

@@ -9,6 +9,7 @@
     │   ├── FormatError           an annotation value not in HAMi's format (names the annotation)
     │   └── HamiConfigError       a HAMi config file (--hami-config, a scenario's `hami:`) that does not read
     ├── StateError (RuntimeError) an assign/release that would corrupt ClusterState; nothing changed
+    ├── ElectorDied (RuntimeError) the lease's elector process kept dying (k8s/elector_process.py)
     └── ClusterError              talking to the cluster failed
         ├── KubeError             the API server answered an error (`code` 0: it did not answer)
         └── BindError             a pod was not bound; its reservation must be rolled back
@@ -60,6 +61,10 @@ class HamiConfigError(InputError):
 
 class StateError(FairgpuError, RuntimeError):
     """An assign/release that would corrupt the state; nothing was changed."""
+
+
+class ElectorDied(FairgpuError, RuntimeError):
+    """The leader elector's process died again and again: the scheduler stops rather than run unelected."""
 
 
 class ClusterError(FairgpuError):

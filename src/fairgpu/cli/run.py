@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,11 @@ from fairgpu.terminal import fail
 from fairgpu.twin.writer import TraceWriter
 
 
+class ElectorIn(StrEnum):
+    thread = "thread"
+    process = "process"
+
+
 @app.command("run")
 def run_cmd(
     kubeconfig: Annotated[
@@ -24,6 +30,9 @@ def run_cmd(
     scheduler_name: Annotated[str, typer.Option(help="Pods with this spec.schedulerName are ours.")] = "fairgpu",
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader on a Lease (run several replicas).")] = True,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease.")] = "fairgpu-system",
+    elector: Annotated[
+        ElectorIn, typer.Option(help="Where the leader elector runs: a thread, or a process of its own.")
+    ] = ElectorIn.thread,
     identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
     health_host: Annotated[str, typer.Option(help="Address of the /healthz and /readyz probes.")] = "0.0.0.0",
     health_port: Annotated[int, typer.Option(help="Port of the probes.")] = 8080,
@@ -80,6 +89,7 @@ def run_cmd(
     import asyncio
     import logging
     import socket
+    import sys
 
     from fairgpu.k8s import app as live
     from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, Trust, TrustedIdentities, configmap_ref
@@ -121,10 +131,11 @@ def run_cmd(
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:
         raise fail(str(err)) from err
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # stdout, where the lease's elector process writes too (k8s/elector_process.py); errors stay on stderr.
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
     try:
-        asyncio.run(live.run(*args, listen, tls, trust, hami, writer, trust_configmap))
+        asyncio.run(live.run(*args, listen, tls, trust, hami, writer, trust_configmap, elector.value))
     except KeyboardInterrupt:
         pass
     except Exception as err:

@@ -5,7 +5,7 @@ active user holding the least, so one user's 500 pods cannot crowd out three use
 
 A second order serves capacity the queue only borrows (beyond its share when every queue wants more): the
 highest priority, then the workload that would have ended first had it started when submitted, so lent GPUs
-come back soon when their owners return (Scheduler._lends decides which order a pop takes). Both are heaps
+come back soon when their owners return (lending.py decides which order a pop takes). Both are heaps
 with lazy deletion: every push gives the item a fresh token, a copy whose token is not the item's current one
 is stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt.
 """

@@ -113,7 +113,7 @@ class QueueSort(Protocol):
     # priority then submit time, as one cluster-wide heap would
     within_queue: str
     # Optional (not part of the contract, so existing sorts still qualify): `borrowed`, the order a queue
-    # offers capacity it borrows beyond its nominal share (Scheduler._lends): "fifo" (the default, its own
+    # offers capacity it borrows beyond its nominal share (framework/lending.py): "fifo" (the default, its own
     # order) or "soonest-end" (the work that would have ended first had it started when submitted)
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
@@ -273,6 +273,20 @@ class VictimTable:
     footprint: Footprint  # rows tagged by unit
     alive: np.ndarray  # bool: False once it is being evicted
 
+    def once(self, units: np.ndarray) -> np.ndarray:
+        """These units (a boolean per unit) without the extra pods whose whole workload is among them: an
+        elastic workload's extra pod is a unit of its own right after its whole workload's, which holds it
+        too, so chosen with it, it is evicted and freed once."""
+        twice = units & ~self.whole
+        twice[1:] &= units[:-1]
+        twice[0] = False
+        kept: np.ndarray = units & ~twice
+        return kept
+
+    def freed(self, units: np.ndarray) -> Footprint:
+        """What evicting these units (a boolean per unit) frees, each pod once."""
+        return self.footprint.select(self.once(units))
+
 
 @dataclass(slots=True)
 class PreemptContext:
@@ -302,14 +316,14 @@ class PreemptContext:
 
     def potential(self, units: np.ndarray) -> EngineView:
         """A view over a copy of the cluster as it would be with these units (a boolean per unit) evicted."""
-        return replace(self.view, state=self.view.state.without(self.victims.footprint.select(units)))
+        return replace(self.view, state=self.view.state.without(self.victims.freed(units)))
 
     @contextmanager
     def dry_run(self, units: np.ndarray) -> Iterator[EngineView]:
         """The view itself, its cluster as it would be with these units evicted until the block ends
         (ClusterState.dry_run): placing pods there rescores only the nodes that changed, where a copy
         (`potential`) starts every plugin's per-state caches afresh."""
-        with self.view.state.dry_run(self.victims.footprint.select(units)):
+        with self.view.state.dry_run(self.victims.freed(units)):
             yield self.view
 
 

@@ -143,8 +143,12 @@ class Preempting:
     def _hold(self, entry: Entry, ctx: PreemptContext, chosen: np.ndarray, result: CycleResult) -> None:
         """Evict the chosen victims for the workload, and hold the room they make for it."""
         wl, now, table = entry.workload, ctx.now, ctx.victims
+        gone = np.zeros(len(table.units), dtype=bool)
+        gone[chosen] = True
+        gone = table.once(gone)  # one eviction per workload: its extra pod goes with it, charged and freed once
+        units = np.flatnonzero(gone).tolist()
         at, nodes = now, set[int]()
-        for i in chosen:
+        for i in units:
             unit = table.units[i]
             pods = None if unit.whole else unit.pods
             grace = self.evict(self.running[unit.workload.name], unit.charge, pods, wl.name, now, result)
@@ -152,14 +156,12 @@ class Preempting:
             nodes.update(p.node for p in unit.placements)
         # Hold every node its pods will need, not only the victims': free GPUs it counts on elsewhere
         # must not go to others while the victims leave.
-        gone = np.zeros(len(table.units), dtype=bool)
-        gone[chosen] = True
         keys = [scratch_key("reserve", i) for i in range(len(ctx.pods))]
         with ctx.dry_run(gone) as dry:
             planned = tuple(pl.place_all(ctx.pods, keys, dry, self.profile, ctx.exclude))
         nodes.update(p.node for p in planned)
         unit_ids = np.arange(len(gone))
-        given = tuple((table.units[i].workload.name, table.footprint.select(unit_ids == i)) for i in chosen)
+        given = tuple((table.units[i].workload.name, table.footprint.select(unit_ids == i)) for i in units)
         self.reservations.hold(wl.name, entry.queue, StartPlan(at, frozenset(nodes)), False, planned, given)
 
     def evict(

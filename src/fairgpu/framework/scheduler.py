@@ -2,13 +2,14 @@
 
 Pure and synchronous: drivers (the simulator, the Kubernetes controller) call submit/remove/cycle with
 timestamps and carry out the decisions `cycle` returns. Its rooms: share accounting (accounting.py),
-preemption orchestration (preempting.py), reservations (reservations.py), explanations (explain.py).
+preemption orchestration (preempting.py), reservations (reservations.py, starving.py), lent capacity
+(lending.py), elastic growth (growth.py), explanations (explain.py).
 
 The cycle, as a story: refresh every queue's fair share; then, until no queue has anything left to try,
 the QueueSort picks a queue, the queue offers its next workload, Admit plugins may refuse it, the
 placement (Filter + Score) puts its pods, and Permit plugins keep or roll back a partial gang. A workload
 that does not fit may preempt (preempting.py) or, when it starves, reserve the nodes that free soonest
-(reservations.py). Last, elastic workloads grow into what is left.
+(starving.py). Last, elastic workloads grow into what is left (growth.py).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.durations import Durations
 from fairgpu.framework.engine import CycleMemo, CycleResult, Entry
 from fairgpu.framework.explain import Explanation, explain
+from fairgpu.framework.growth import Growth
 from fairgpu.framework.idle import idle_gpus
 from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
-from fairgpu.framework.lookahead import Planned, replay
+from fairgpu.framework.lending import Lending
 from fairgpu.framework.preempting import Preempting
 from fairgpu.framework.reservations import Reservations
+from fairgpu.framework.starving import Starving
 from fairgpu.framework.status import WorkloadStatus, status_of
 from fairgpu.model.node import NodeSpec
 from fairgpu.model.pod import PodSpec, Workload
@@ -59,13 +62,11 @@ class Scheduler:
         self.accounting = ShareAccounting(self.state, tree)
         self.view = self.accounting.view
         honour = profile.queue_sort.within_queue == "queue"
-        # Borrowed capacity in its own order (Backlog, _lends): only where queues offer their own order
-        self._lending = honour and getattr(profile.queue_sort, "borrowed", "fifo") == "soonest-end"
-        self._owned = np.zeros((len(tree), len(self.view.capacity)))  # held by work not started as lent
-        self._owned_dom = [0.0] * len(tree)
-        self._nominal = self.accounting.nominal_dom().tolist() if self._lending else []
+        # Borrowed capacity in its own order (lending.py): only where queues offer their own order
+        lend = honour and getattr(profile.queue_sort, "borrowed", "fifo") == "soonest-end"
+        self.lending = Lending(self.accounting, len(tree), lend)
         self.backlogs: list[Backlog[Entry]] = [
-            Backlog(by_user=honour and spec.fair_within == "users", lends=self._lending) for spec in tree.queues
+            Backlog(by_user=honour and spec.fair_within == "users", lends=lend) for spec in tree.queues
         ]
         self._keys: list[Counter[int]] = [Counter() for _ in tree.queues]  # live attempt-key ids per queue
         self._key_ids: dict[tuple[object, ...], int] = {}  # attempt key (pod shapes) → small int, cheap to hash
@@ -74,7 +75,6 @@ class Scheduler:
         self._seq = 0
         self.durations = Durations(len(tree))  # expected run times: given, else learned per queue
         self.reservations = Reservations(self.state.num_nodes, self.durations)
-        self._growable: set[str] = set()  # running elastic workloads below their full size
         self.preempting = Preempting(
             self.state,
             tree,
@@ -84,6 +84,10 @@ class Scheduler:
             self.pending,
             self.reservations,
             self.running_ends,
+        )
+        self.growth = Growth(self.state, self.profile, self.accounting, self.reservations, self.running)
+        self.starving = Starving(
+            tree, self.profile, self.view, self.reservations, self.preempting, self.durations, self.running_ends
         )
 
     # -- events from the driver ---------------------------------------------------------------------
@@ -143,7 +147,7 @@ class Scheduler:
         """A workload finished or was deleted: release whatever it holds. Returns the released placements.
         `finished_at`: it ran to completion then (not evicted, not deleted early), so its run time teaches
         its queue's duration estimate."""
-        self._growable.discard(name)
+        self.growth.growable.discard(name)
         self.preempting.forget(name)
         entry = self.running.pop(name, None)
         if entry is not None and entry.started is not None and finished_at is not None:
@@ -176,7 +180,7 @@ class Scheduler:
         self.preempting.stop_leaving(entry)
         self.preempting.evicted_for.pop(name, None)
         if regrow:
-            self._growable.add(name)
+            self.growth.growable.add(name)
         else:
             self._truncate(entry)
         return released
@@ -189,7 +193,7 @@ class Scheduler:
         entry.workload = replace(wl, pods=wl.pods[:n], pod_names=wl.pod_names[:n])
         entry.charge = charge
         entry.share = self.accounting.dominant(charge)
-        self._growable.discard(wl.name)
+        self.growth.growable.discard(wl.name)
 
     def eviction_refused(self, name: str, retry_at: float) -> None:
         """The driver could not evict a victim (a PodDisruptionBudget said no): it keeps running, stops
@@ -294,7 +298,7 @@ class Scheduler:
         try:
             while active:
                 q = self.profile.queue_sort.pick(active, self.view)
-                lend = self._lends(q)
+                lend = self.lending.lends(q)
                 entry = self.backlogs[q].pop(lend)
                 if not entry.placed:  # pods it holds were counted by what it was when they were placed
                     entry.lent = lend
@@ -313,7 +317,9 @@ class Scheduler:
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
                     memo.skip(q, entry)
-                elif self._try_place(entry, result, exclude) or (outside and self._take_over(entry, now, result, memo)):
+                elif self._try_place(entry, result, exclude) or (
+                    outside and self.starving.take_over(entry, now, memo, lambda e, x: self._try_place(e, result, x))
+                ):
                     self._start(entry, result, now)
                 else:
                     if outside:
@@ -321,43 +327,16 @@ class Scheduler:
                     else:
                         memo.failed.add(entry.key)
                     memo.skip(q, entry)
-                    self._on_unschedulable(entry, now, result, memo)
+                    self.starving.on_unschedulable(entry, now, result, memo)
                 if not self.backlogs[q] or memo.queue_done(q, self._keys[q].keys()):
                     active.remove(q)
                 result.attempts += 1
                 yield
-            yield from self._grow(now, result)
+            yield from self.growth.steps(now, result, self._account)
         finally:
             for q, entries in memo.skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
-
-    def _grow(self, now: float, result: CycleResult) -> Iterator[None]:
-        """After every pending workload had its turn, elastic workloads grow into what is left, the
-        queue furthest below its share first, one pod at a time."""
-        growing = [e for n in self._growable if not (e := self.running[n]).terminating]
-        growing.sort(key=lambda e: (self.view.share_ratio[e.queue], e.order))
-        for entry in growing:
-            wl = entry.workload
-            exclude = self.reservations.nodes_to_avoid(wl, entry.queue, now)
-            while len(entry.placed) < len(wl.pods):
-                i = len(entry.placed)
-                pod = wl.pods[i]
-                charge = self.accounting.charge(pod)
-                if any(a.admit(wl, entry.queue, charge, self.view) for a in self.profile.admit):
-                    break
-                placement = pl.place_pod(pod, self.view, self.profile, exclude, key=wl.pod_names[i])
-                if placement is None:
-                    break
-                self.state.assign(wl.pod_names[i], placement)
-                entry.placed.append(placement)
-                self._account(entry, pod, +1)
-                entry.backfilled |= self.reservations.entered(wl, entry.queue, [placement.node])
-                result.bound.append(Bound(wl.name, i, wl.pod_names[i], placement))
-            if len(entry.placed) == len(wl.pods):
-                self._growable.discard(wl.name)
-            result.attempts += 1
-            yield
 
     def _try_place(self, entry: Entry, result: CycleResult, exclude: np.ndarray | None) -> bool:
         result.evaluated += 1
@@ -392,64 +371,9 @@ class Scheduler:
             entry.backfilled = self.reservations.entered(entry.workload, entry.queue, [p.node for p in entry.placed])
         self.running[entry.workload.name] = entry
         if len(entry.placed) < len(entry.workload.pods):
-            self._growable.add(entry.workload.name)  # elastic: grows into idle capacity after each cycle
+            self.growth.growable.add(entry.workload.name)  # elastic: grows into idle capacity after each cycle
         result.started.append(entry.workload.name)
         self.reservations.pop(entry.workload.name, None)
-
-    def _lends(self, q: int) -> bool:
-        """Whether queue q's next start is on capacity it borrows (with the queue sort's `borrowed:
-        soonest-end`): what it holds by its own order already reaches its nominal share. Then it starts, of
-        its highest priority, the work that would have ended
-        first had it started when submitted (Entry.lend_order): the borrowed GPUs come back soon, without
-        eviction, when a queue below its share wants them, and a long job's wait still counts, so short work
-        arriving later does not keep it off borrowed capacity for ever. Its own order keeps running in its
-        share."""
-        return self._lending and self._owned_dom[q] >= self._nominal[q] - 1e-9
-
-    def _starving(self, entry: Entry, now: float) -> bool:
-        return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
-
-    def _take_over(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> bool:
-        """A starving workload ahead of the starving holder in this cycle's order takes the hold over (see
-        _on_unschedulable). Where the held room fits it now (the holder was due), it starts there at once:
-        holding that room for itself instead would leave it idle until the next cycle. Otherwise the hold
-        stays with its holder here, and _on_unschedulable decides after preemption had its say."""
-        holder = self.reservations.starving_holder()
-        if not self.profile.reserve or holder is None or holder in memo.attempted or entry.placed:
-            return False
-        if not self._starving(entry, now):
-            return False
-        held = self.reservations.pop(holder)
-        if self._try_place(entry, result, self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)):
-            return True
-        if not entry.placed:  # pods a profile without a gang permit kept may be on those nodes: keep it taken
-            self.reservations[holder] = held
-        return False
-
-    def _on_unschedulable(self, entry: Entry, now: float, result: CycleResult, memo: CycleMemo) -> None:
-        """A workload that is next in order does not fit: preempt for it if its queue's policy allows,
-        else reserve the soonest-freeing nodes if it starves."""
-        wl = entry.workload
-        if wl.name in self.reservations or self.preempting.try_once(entry, now, result, memo.hopeless):
-            return  # holding nodes (its victims are leaving, or it waits for them to free), or now will
-        starving = self._starving(entry, now)
-        # One starving workload holds nodes at a time; one ahead of it in this cycle's order takes over.
-        holder = self.reservations.starving_holder()
-        if holder is not None and holder not in memo.attempted:
-            del self.reservations[holder]
-            holder = None
-        if self.profile.reserve and starving and holder is None and not entry.placed:
-            held = self.reservations.nodes_to_avoid(wl, entry.queue, now)
-            fit = replay(
-                [Planned(wl.pods, self.durations.of(wl, entry.queue))],
-                self.view,
-                self.profile,
-                now,
-                self.running_ends(),
-                held,
-            )
-            if fit is not None:
-                self.reservations.hold(wl.name, entry.queue, fit, starving=True)
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
@@ -460,10 +384,7 @@ class Scheduler:
             # the pod's dominant share, then signed: the max of a negated vector is its least share
             backlog.account(entry.user, sign * self.accounting.dominant(pod_charge))
         self.view.add_usage(entry.queue, sign * pod_charge)
-        if self._lending and not entry.lent:
-            owned = self._owned[entry.queue]
-            owned += sign * pod_charge
-            self._owned_dom[entry.queue] = self.accounting.dominant(owned)
+        self.lending.account(entry, pod_charge, sign)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload

@@ -28,6 +28,7 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
+from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.identity import TRUSTED_CONFIGMAP, Trust, TrustedIdentities
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
@@ -144,10 +145,17 @@ async def run(
     hami: HamiConfig = DEFAULT_HAMI,
     record: TraceWriter | None = None,
     trust_configmap: tuple[str, str] = TRUSTED_CONFIGMAP,
+    elector_in: str = "thread",
 ) -> None:
     listen.check()
     port = await KubeClient.connect(kubeconfig)
-    elector = LeaderElector(port, lease_namespace, scheduler_name, identity) if leader_elect else None
+    # A thread by default: in a process of its own (k8s/elector_process.py) the lease survives long steps that
+    # hold the interpreter lock, but it was not shown better under CPU starvation (docs/deploy.md).
+    elector: LeaderElector | ElectorProcess | None = None
+    if leader_elect and elector_in == "process":
+        elector = ElectorProcess(kubeconfig, lease_namespace, scheduler_name, identity)
+    elif leader_elect:
+        elector = LeaderElector(port, lease_namespace, scheduler_name, identity)
     controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
     if isinstance(trust, TrustedIdentities):
         report_trust(trust, controller.reporter, trust_configmap)

@@ -21,7 +21,7 @@ from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.carryout import CarryOut, Stats
 from fairgpu.k8s.informer import Informer
-from fairgpu.k8s.leader import LeaderElector
+from fairgpu.k8s.leader import Leadership
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.reconcile import Reconciler
 from fairgpu.k8s.reporter import Reporter
@@ -41,7 +41,7 @@ class Controller(Reconciler):
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
-        leadership: LeaderElector | None = None,
+        leadership: Leadership | None = None,
         observer: CycleObserver | None = None,
         hami_config: HamiConfig = DEFAULT_HAMI,
     ) -> None:

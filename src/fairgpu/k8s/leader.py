@@ -25,12 +25,41 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Protocol
 
 from fairgpu.errors import KubeError
 from fairgpu.k8s.port import LEASES, KubePort
 
 log = logging.getLogger(__name__)
 JITTER = 1.2  # client-go's JitterFactor: renewDeadline must exceed retryPeriod by this factor
+
+
+class Leadership(Protocol):
+    """What the controller reads of an elector, on its own loop: `leading` while it leads, `term` counting the
+    terms begun, `on_lost` called when a term ends, and `remaining()` (from any thread), which fences every
+    Binding: 0 unless the term the loop knows of is held."""
+
+    leading: asyncio.Event
+    term: int
+    on_lost: list[Callable[[], None]]
+
+    def remaining(self) -> float: ...
+
+
+def term_ended(leader: Leadership) -> None:
+    """The term ends on the caller's loop: stop leading, and tell who listens (once, if it was leading)."""
+    if leader.leading.is_set():
+        leader.leading.clear()
+        for callback in leader.on_lost:
+            callback()
+
+
+def check_timings(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    if not lease_duration > renew_deadline > JITTER * retry_period > 0:
+        raise ValueError(
+            f"leader election needs leaseDuration ({lease_duration:g}s) > renewDeadline ({renew_deadline:g}s)"
+            f" > {JITTER:g} × retryPeriod ({retry_period:g}s)"
+        )
 
 
 def microtime(when: datetime) -> str:
@@ -49,13 +78,10 @@ class LeaderElector:
         retry_period: float = 2.0,
         renew_deadline: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        publish: Callable[[float, bool], None] | None = None,
     ) -> None:
         renew_deadline = lease_duration * 2 / 3 if renew_deadline is None else renew_deadline
-        if not lease_duration > renew_deadline > JITTER * retry_period > 0:
-            raise ValueError(
-                f"leader election needs leaseDuration ({lease_duration:g}s) > renewDeadline ({renew_deadline:g}s)"
-                f" > {JITTER:g} × retryPeriod ({retry_period:g}s)"
-            )
+        check_timings(lease_duration, renew_deadline, retry_period)
         self.port = port
         self.namespace = namespace
         self.name = name
@@ -64,6 +90,9 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.monotonic = monotonic
+        # Told, on the election's loop, of each validity: (until, began a term), (0, False) at a step-down,
+        # before anything else is done about it (elector_process.py hands it to the scheduler's process).
+        self.publish = publish
         # The caller's loop's view, changed only on that loop: set while this replica leads; `term` counts
         # the terms begun (a term lost and won again between two looks at `leading` is a new one).
         self.leading = asyncio.Event()
@@ -84,7 +113,7 @@ class LeaderElector:
         thread has stopped: a stopped replica renews nothing more."""
         caller = self._caller = asyncio.get_running_loop()
         loop = asyncio.new_event_loop()
-        election = loop.create_task(self._elect())  # before the thread starts, so it can be cancelled at once
+        election = loop.create_task(self._elect_on_own_port())  # before the thread starts: cancellable at once
         ended: asyncio.Future[BaseException | None] = caller.create_future()
 
         def thread() -> None:
@@ -109,8 +138,13 @@ class LeaderElector:
         if outcome is not None and not isinstance(outcome, asyncio.CancelledError):
             raise outcome
 
-    async def _elect(self) -> None:
-        port = await self.port.reconnect()  # this loop's own: a session belongs to the loop it was made on
+    async def elect(self) -> None:
+        """Elect until cancelled on this loop, with `port` as it is, telling this loop (in a process of the
+        election's own: elector_process.py)."""
+        self._caller = asyncio.get_running_loop()
+        await self._elect(self.port)
+
+    async def _elect(self, port: KubePort) -> None:
         try:
             while True:
                 started = self.monotonic()
@@ -130,11 +164,19 @@ class LeaderElector:
         finally:
             if self._valid_until:
                 self._step_down()
+
+    async def _elect_on_own_port(self) -> None:
+        port = await self.port.reconnect()  # this loop's own: a session belongs to the loop it was made on
+        try:
+            await self._elect(port)
+        finally:
             await port.close()
 
     def _extend(self, until: float) -> None:
         began = not self._valid_until
         self._valid_until = until
+        if self.publish is not None:
+            self.publish(until, began)
         if self._expiry is not None:
             self._expiry.cancel()
         loop = asyncio.get_running_loop()
@@ -150,6 +192,8 @@ class LeaderElector:
             self._step_down()
 
     def _step_down(self) -> None:
+        if self.publish is not None:  # first: the scheduler stops binding before anything else happens
+            self.publish(0.0, False)
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -167,10 +211,7 @@ class LeaderElector:
         self.leading.set()
 
     def _ended(self) -> None:
-        if self.leading.is_set():
-            self.leading.clear()
-            for callback in self.on_lost:
-                callback()
+        term_ended(self)
 
     async def try_acquire_or_renew(self, port: KubePort | None = None) -> bool:
         """One attempt, on `port` (the elector's own by default)."""

@@ -139,9 +139,15 @@ class Preemption:
             return None
         # Per GPU slot, the cost of the victims holding it; per node, the cheapest slots the pod needs.
         fp, st = ctx.victims.footprint, ctx.view.state
-        rows = rest[fp.slot_tag]
+        # An elastic workload's extra pod is in two units: its own and, right before it, its whole workload's.
+        # Where both may go, evicting the extra alone frees its room: its rows carry its own cost, less the
+        # whole unit's that its duplicate rows there added (else its GPU looked dearer than a whole unit's).
+        twin = rest & ~ctx.victims.whole
+        twin[1:] &= rest[:-1]
+        rows, dup = rest[fp.slot_tag], twin[fp.slot_tag]
         slot_cost = np.zeros(st.gpu_valid.shape)
         np.add.at(slot_cost, (fp.slot_node[rows], fp.slot_idx[rows]), cost[fp.slot_tag[rows]])
+        np.add.at(slot_cost, (fp.slot_node[dup], fp.slot_idx[dup]), -cost[fp.slot_tag[dup] - 1])
         need = pod.gpu.count if pod.gpu is not None else 0
         if pod.per_container:  # the mask holds the cards HAMi's Fit takes for all its containers: all needed
             assert mask.slots is not None
@@ -150,8 +156,9 @@ class Preemption:
             assert mask.slots is not None
             ranked = np.sort(np.where(mask.slots, slot_cost, np.inf), axis=1)[:, :need].sum(axis=1)
         else:
-            prow = rest[fp.pod_tag]
+            prow, pdup = rest[fp.pod_tag], twin[fp.pod_tag]
             ranked = np.bincount(fp.pod_node[prow], weights=cost[fp.pod_tag[prow]], minlength=st.num_nodes)
+            ranked -= np.bincount(fp.pod_node[pdup], weights=cost[fp.pod_tag[pdup] - 1], minlength=st.num_nodes)
         node = int(np.argmin(np.where(can, ranked, np.inf)))
         others = np.ones(st.num_nodes, dtype=bool)
         others[node] = False
