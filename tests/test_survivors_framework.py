@@ -74,6 +74,17 @@ def test_past_usage_beside_a_queue_without_a_half_life_is_computed_without_a_num
         assert _past_usage(s, 3600.0) == "(with past usage 75.0%) against an entitlement of 62.5% (ratio 1.20)"
 
 
+def test_workloads_are_listed_in_the_order_they_came_adopted_ones_first_then_those_submitted_after():
+    """After a restart the engine adopts what runs (first, then second) and then takes a new submission:
+    `workloads()` (the dashboard's and CLI's list) gives them in that order, not pending ones first."""
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    for i, name in enumerate(("first", "second")):
+        w = Workload(name, "q", (whole(1),))
+        s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=0.0)
+    s.submit(Workload("third", "q", (whole(1),), submit_time=5))
+    assert [w.name for w in s.workloads()] == ["first", "second", "third"]
+
+
 # -- framework/durations.py, status.py, profile.py ------------------------------------------------------------------
 
 
