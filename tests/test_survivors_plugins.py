@@ -75,16 +75,17 @@ def test_compiled_fragmentation_scores_as_its_numpy_path_where_shapes_fit_many_n
 # -- plugins/fragmentation_kernels.py: cpu_balance's starved-capacity term, compiled ---------------------------
 
 
-def _cpu_balance_profile():
+def _fragmentation_profile(args: dict[str, object]):
     from fairgpu.catalog import profile_from_dict
 
-    score = [{"name": "Fragmentation", "args": {"cpu_balance": 1.0}}]  # compiled, as by default
+    score = [{"name": "Fragmentation", "args": args}]  # compiled, as by default
     return profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": score})
 
 
-def _place_beside(nodes, fill: list[PodSpec], on: int, pod: PodSpec) -> int:
-    """Place `fill` on node `on` (as earlier cycles would have), then `pod` where the profile puts it."""
-    profile = _cpu_balance_profile()
+def _place_beside(nodes, fill: list[PodSpec], on: int, pod: PodSpec, args=None) -> int:
+    """Place `fill` on node `on` (as earlier cycles would have), then `pod` where a Fragmentation profile with
+    `args` (cpu_balance 1 unless given) puts it."""
+    profile = _fragmentation_profile({"cpu_balance": 1.0} if args is None else args)
     view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
     avoid = np.ones(len(nodes), dtype=bool)
     avoid[on] = False
@@ -117,3 +118,12 @@ def test_cpu_balance_counts_a_node_short_of_cpu_for_under_one_percent_of_a_gpu()
     capacity counts from the first fraction of a percent, not from a whole one."""
     nodes = [gpu_node("q"), gpu_node("p", cpu_m=8 * 100 * 128 - 64), gpu_node("r")]
     assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(0)) == 1
+
+
+def test_fragmentation_without_cpu_balance_is_fgds_measure_alone():
+    """cpu_balance is off unless a profile sets it (docs/profiles.md: 1 in `fairgpu`): the CPU-short node p
+    that cpu_balance prefers (test_survivors::test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short) is
+    no better to FGD's own measure, so the pod goes to q, first in node order."""
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=32_000), gpu_node("r")]
+    assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(1000), args={}) == 0
+    assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(1000)) == 1
