@@ -31,7 +31,7 @@ def run_cmd(
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader on a Lease (run several replicas).")] = True,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease.")] = "fairgpu-system",
     elector: Annotated[
-        ElectorIn, typer.Option(help="Where the leader elector runs: a thread, or a process of its own.")
+        ElectorIn, typer.Option(metavar="WHERE", help="Where the leader elector runs: thread, or process (its own).")
     ] = ElectorIn.thread,
     identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
     health_host: Annotated[str, typer.Option(help="Address of the /healthz and /readyz probes.")] = "0.0.0.0",
