@@ -70,3 +70,60 @@ def test_compiled_fragmentation_scores_as_its_numpy_path_where_shapes_fit_many_n
     assert not feasible(big, view, sched.profile).nodes.any()
     for i in range(3):
         compare(small, f"q{i}")
+
+
+# -- plugins/fragmentation_kernels.py: cpu_balance's starved-capacity term, compiled ---------------------------
+
+
+def _fragmentation_profile(args: dict[str, object]):
+    from fairgpu.catalog import profile_from_dict
+
+    score = [{"name": "Fragmentation", "args": args}]  # compiled, as by default
+    return profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": score})
+
+
+def _place_beside(nodes, fill: list[PodSpec], on: int, pod: PodSpec, args=None) -> int:
+    """Place `fill` on node `on` (as earlier cycles would have), then `pod` where a Fragmentation profile with
+    `args` (cpu_balance 1 unless given) puts it."""
+    profile = _fragmentation_profile({"cpu_balance": 1.0} if args is None else args)
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
+    avoid = np.ones(len(nodes), dtype=bool)
+    avoid[on] = False
+    for i, f in enumerate(fill):
+        p = place_pod(f, view, profile, avoid, key=f"fill{i}")
+        assert p is not None and p.node == on
+        view.state.assign(f"fill{i}", p)
+    p = place_pod(pod, view, profile, key="pod")
+    assert p is not None
+    return p.node
+
+
+def _whole(cpu_m: int) -> PodSpec:
+    return PodSpec(cpu_m=cpu_m, memory_mib=1024, gpu=GpuRequest(1, 100, 0, 100))
+
+
+def test_cpu_balance_weighs_cpu_a_cpu_light_mix_needs():
+    """The mix: four 1-GPU pods asking 80 m CPU each and the one placed, asking 10 m: 0.66 m per GPU percent
+    (CPU-light inference, say). p has 8 idle GPUs but 320 m, CPU for under 5 of them; q and r have CPU to
+    spare. The pod goes to p, where it uses a GPU that would idle for want of CPU, though q comes first and
+    FGD's own measure sees no difference: cpu_balance prices starved GPUs however little CPU the mix needs."""
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=320), gpu_node("r")]
+    assert _place_beside(nodes, [_whole(80)] * 4, 2, _whole(10)) == 1
+
+
+def test_cpu_balance_counts_a_node_short_of_cpu_for_under_one_percent_of_a_gpu():
+    """The mix: four 1-GPU pods asking 16 cores each and the one placed, asking none: 128 m per GPU percent.
+    p's 8 idle GPUs lack 64 m of CPU, half a percent of one GPU it cannot feed; q and r have CPU to spare. The
+    pod goes to p, where it takes a GPU the CPU could not fully feed, not to q, which comes first: starved
+    capacity counts from the first fraction of a percent, not from a whole one."""
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=8 * 100 * 128 - 64), gpu_node("r")]
+    assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(0)) == 1
+
+
+def test_fragmentation_without_cpu_balance_is_fgds_measure_alone():
+    """cpu_balance is off unless a profile sets it (docs/profiles.md: 1 in `fairgpu`): the CPU-short node p
+    that cpu_balance prefers (test_survivors::test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short) is
+    no better to FGD's own measure, so the pod goes to q, first in node order."""
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=32_000), gpu_node("r")]
+    assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(1000), args={}) == 0
+    assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(1000)) == 1
