@@ -857,17 +857,25 @@ def test_a_preemptor_waiting_for_its_victims_starts_at_once_on_a_free_node_outsi
     assert s.cycle(100).started == ["gang"]
 
 
-def test_backfill_that_ends_exactly_when_the_gang_is_due_uses_the_held_node():
-    """n0 is held for a starving gang from 100 s; at 20 s four of its GPUs are free and n1 is full. A 1-GPU
-    job of 80 s ends at 100 s, not past the gang's start: it backfills on n0 at once."""
+def _gang_holding_n0(busy_on_n1: int) -> Scheduler:
+    """A starving 8-GPU gang holds n0 from 100 s (a and b run there until 20 s and 100 s); c runs 1000 s on
+    `busy_on_n1` GPUs of n1."""
     queues = QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
-    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
+    running = (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(busy_on_n1), 1000))
+    for name, node, slots, duration in running:
         w = Workload(name, "stream", (whole(len(slots)),), duration=duration)
         s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
     s.submit(Workload("gang", "training", (whole(8),), duration=3600))
     s.cycle(0)
     assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    return s
+
+
+def test_backfill_that_ends_exactly_when_the_gang_is_due_uses_the_held_node():
+    """n0 is held for a starving gang from 100 s; at 20 s four of its GPUs are free and n1 is full. A 1-GPU
+    job of 80 s ends at 100 s, not past the gang's start: it backfills on n0 at once."""
+    s = _gang_holding_n0(8)
     s.remove("a", finished_at=20)
     s.submit(Workload("exact", "stream", (whole(1),), submit_time=20, duration=80))
     assert s.cycle(20).started == ["exact"] and s.status("exact").placements[0].node == 0
@@ -880,14 +888,7 @@ def test_a_workload_that_fits_beside_a_gangs_hold_is_not_told_the_nodes_are_held
     """n0 is held for a starving gang from 100 s; n1 has 6 free GPUs. A 1-GPU job too long to end before the
     gang's start, asked about before the next cycle, must avoid n0 but fits n1: its reason is its queue's
     turn, not the hold (which it is told of only when no node outside the hold fits it)."""
-    queues = QueueTree([QueueSpec("stream"), QueueSpec("training", starvation_after=0)])
-    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
-    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(2), 1000)):
-        w = Workload(name, "stream", (whole(len(slots)),), duration=duration)
-        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
-    s.submit(Workload("gang", "training", (whole(8),), duration=3600))
-    s.cycle(0)
-    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    s = _gang_holding_n0(2)
     s.submit(Workload("late", "stream", (whole(1),), submit_time=1, duration=500))
     (reason,) = s.explain("late", 1).reasons
     assert reason.startswith("fair share: waiting for its turn")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from fairgpu.errors import ElectorDied
 from fairgpu.k8s.client import KubeClient
-from fairgpu.k8s.leader import LeaderElector, check_timings, term_ended
+from fairgpu.k8s.leader import LeaderElector, renew_deadline_of, term_ended
 
 log = logging.getLogger(__name__)
 TERM, UNTIL = 0, 1  # the shared doubles
@@ -74,8 +74,7 @@ class ElectorProcess:
         renew_deadline: float | None = None,
         user_agent: str | None = None,
     ) -> None:
-        renew_deadline = lease_duration * 2 / 3 if renew_deadline is None else renew_deadline
-        check_timings(lease_duration, renew_deadline, retry_period)
+        renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.settings = LeaseSettings(
             kubeconfig, namespace, name, identity, lease_duration, renew_deadline, retry_period, user_agent
         )

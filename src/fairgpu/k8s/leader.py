@@ -54,12 +54,15 @@ def term_ended(leader: Leadership) -> None:
             callback()
 
 
-def check_timings(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+def renew_deadline_of(lease_duration: float, renew_deadline: float | None, retry_period: float) -> float:
+    """The renew deadline (client-go's default: two thirds of the lease), checked against the other two."""
+    renew_deadline = lease_duration * 2 / 3 if renew_deadline is None else renew_deadline
     if not lease_duration > renew_deadline > JITTER * retry_period > 0:
         raise ValueError(
             f"leader election needs leaseDuration ({lease_duration:g}s) > renewDeadline ({renew_deadline:g}s)"
             f" > {JITTER:g} × retryPeriod ({retry_period:g}s)"
         )
+    return renew_deadline
 
 
 def microtime(when: datetime) -> str:
@@ -80,8 +83,7 @@ class LeaderElector:
         monotonic: Callable[[], float] = time.monotonic,
         publish: Callable[[float, bool], None] | None = None,
     ) -> None:
-        renew_deadline = lease_duration * 2 / 3 if renew_deadline is None else renew_deadline
-        check_timings(lease_duration, renew_deadline, retry_period)
+        renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.port = port
         self.namespace = namespace
         self.name = name
