@@ -4,6 +4,9 @@ elastic workload's extra pod among the victims) that the suite let live (docs/te
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import types
 from dataclasses import replace
 
 import pytest
@@ -12,6 +15,7 @@ from conftest import gpu_node, tree, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.scheduler import Scheduler
+from fairgpu.k8s import elector_process as ep
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import PreemptionPolicy, QueueSpec, QueueTree
 from test_lending import Item, items, lending, timed
@@ -96,3 +100,124 @@ def test_an_extra_pod_goes_before_a_whole_workload_that_lost_less_work_on_anothe
     pod = whole(1, cpu_m=500) if needs == "a gpu" else PodSpec(cpu_m=3500, memory_mib=1024)
     s.submit(Workload("u", "b", (pod,), submit_time=100, priority=5))
     assert [(e.workload, e.pods) for e in s.cycle(100).evictions] == [("e", (1,))]
+
+
+# -- k8s/elector_process.py: ElectorProcess.run() keeping an elector process running, on a clock of the test's -----
+
+
+class _Clock:
+    """CLOCK_MONOTONIC for elector_process, moved only by its sleeps (each also yields to the loop once)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps.append(seconds)
+        await _real_sleep(0)
+
+
+_real_sleep = asyncio.sleep
+
+
+class _Process:
+    """An elector process that lives `life` seconds once started (for ever if None); on SIGTERM it exits 0.1 s
+    later, or never if it `hangs` (a stopped one)."""
+
+    def __init__(self, clock: _Clock, log: dict[str, list[float]], life: float | None, hangs: bool) -> None:
+        self.clock, self.log, self.life, self.hangs = clock, log, life, hangs
+        self.ends: float | None = None
+        self.exitcode: int | None = None
+        self.pid = 4242
+
+    def start(self) -> None:
+        if len(self.log["start"]) >= 8:
+            raise RuntimeError("restarted for ever")
+        self.log["start"].append(self.clock.now)
+        self.ends = None if self.life is None else self.clock.now + self.life
+
+    def is_alive(self) -> bool:
+        return self.ends is None or self.clock.now < self.ends
+
+    def terminate(self) -> None:
+        self.log["term"].append(self.clock.now)
+        if not self.hangs:
+            self.ends = self.clock.now + 0.1
+
+    def kill(self) -> None:
+        self.log["kill"].append(self.clock.now)
+        self.ends = self.clock.now
+
+    def join(self, timeout: float) -> None:
+        pass
+
+
+def _elector(monkeypatch, life: float | None = None, hangs: bool = False):
+    """An ElectorProcess (lease 3 s) whose processes are _Process, on a _Clock."""
+    clock = _Clock()
+    log: dict[str, list[float]] = {"start": [], "term": [], "kill": []}
+    monkeypatch.setattr(ep, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    fake = types.SimpleNamespace(**{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")})
+    fake.sleep = clock.sleep
+    monkeypatch.setattr(ep, "asyncio", fake)
+    e = ep.ElectorProcess(None, "fairgpu-system", "fairgpu", "r1", 3.0, 0.25, 2.0)
+    e._ctx = types.SimpleNamespace(Process=lambda **kw: _Process(clock, log, life, hangs))
+    return e, clock, log
+
+
+def test_an_elector_that_keeps_dying_is_restarted_two_lease_durations_later_until_its_third_death(monkeypatch, caplog):
+    """docs: a dead elector is restarted two lease durations later; its third death within ten lease durations
+    ends the scheduler (ElectorDied), each restart logged with its delay."""
+    e, _, log = _elector(monkeypatch, life=0.0)
+    with pytest.raises(ep.ElectorDied, match="died 3 times"):
+        asyncio.run(e.run())
+    assert [t - 1000.0 for t in log["start"]] == [0.0, 6.0, 12.0]
+    assert [r.getMessage().rpartition(" ")[2] for r in caplog.records if "restarting" in r.getMessage()] == ["6s"] * 2
+
+
+def test_an_elector_dying_less_often_than_three_times_in_ten_lease_durations_is_restarted_for_ever(monkeypatch):
+    """Each elector lives 15 s (5 lease durations), restarted 6 s after: deaths 21 s apart, never three in 30 s."""
+    e, _, log = _elector(monkeypatch, life=15.0)
+
+    async def go() -> None:
+        task = asyncio.create_task(e.run())
+        while len(log["start"]) < 6:
+            assert not task.done(), task
+            await _real_sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    gaps = [b - a for a, b in itertools.pairwise(log["start"])]  # each death is seen at the next 50 ms poll
+    assert len(gaps) == 5 and all(21.0 <= g < 21.1 for g in gaps), gaps
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_a_cancelled_run_stops_its_elector_with_sigterm_and_kills_it_only_if_it_hangs_two_seconds(monkeypatch, hangs):
+    """Cancelled, run() sends SIGTERM and waits for the elector (to step down); one that has not exited within
+    2 s (a stopped process) is killed. Either way run() has ended it before it returns."""
+    e, clock, log = _elector(monkeypatch, hangs=hangs)
+
+    async def go() -> float:
+        task = asyncio.create_task(e.run())
+        while not log["start"] or clock.now < log["start"][0] + 1.0:
+            await _real_sleep(0)
+        cancelled = clock.now
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return cancelled
+
+    cancelled = asyncio.run(go())
+    assert log["term"] == [cancelled] and not e.process.is_alive()
+    if hangs:
+        assert len(log["kill"]) == 1 and 2.0 <= log["kill"][0] - cancelled < 2.05
+    else:
+        assert log["kill"] == [] and clock.now - cancelled < 0.15
+
+
+def test_fairgpu_runs_its_elector_process_with_the_election_timing_docs_deploy_md_states():
+    """`fairgpu run --elector-in process` builds ElectorProcess with its defaults: lease 15 s > renew deadline
+    10 s > retry period 2 s (as the thread's LeaderElector)."""
+    s = ep.ElectorProcess(None, "fairgpu-system", "fairgpu", "A").settings
+    assert (s.lease_duration, s.renew_deadline, s.retry_period) == (15.0, 10.0, 2.0)
