@@ -5,7 +5,9 @@ elastic workload's extra pod among the victims) that the suite let live (docs/te
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
+import logging
 import types
 from dataclasses import replace
 
@@ -221,3 +223,28 @@ def test_fairgpu_runs_its_elector_process_with_the_election_timing_docs_deploy_m
     10 s > retry period 2 s (as the thread's LeaderElector)."""
     s = ep.ElectorProcess(None, "fairgpu-system", "fairgpu", "A").settings
     assert (s.lease_duration, s.renew_deadline, s.retry_period) == (15.0, 10.0, 2.0)
+
+
+class _Stream:
+    def __init__(self, fileno: int | None) -> None:
+        self._fileno = fileno
+
+    def fileno(self) -> int:
+        if self._fileno is None:
+            raise io.UnsupportedOperation("no descriptor")  # pytest's capture, a StringIO
+        return self._fileno
+
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("fileno", "fd"), [(1, 1), (2, 2), (5, 2), (None, 2)])
+def test_the_elector_logs_to_stdout_where_its_scheduler_logs_there_and_to_stderr_otherwise(monkeypatch, fileno, fd):
+    """The elector process inherits only stdout and stderr: it logs to stdout if the scheduler's log stream is
+    stdout, else (stderr, a file, a stream without a descriptor) to stderr, at the scheduler's level."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [logging.StreamHandler(_Stream(fileno))])
+    assert ep._log_target() == (fd, root.getEffectiveLevel())
