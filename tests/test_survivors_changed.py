@@ -8,6 +8,7 @@ import asyncio
 import io
 import itertools
 import logging
+import time
 import types
 from dataclasses import replace
 
@@ -248,3 +249,55 @@ def test_the_elector_logs_to_stdout_where_its_scheduler_logs_there_and_to_stderr
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [logging.StreamHandler(_Stream(fileno))])
     assert ep._log_target() == (fd, root.getEffectiveLevel())
+
+
+class _Torn:
+    """Shared doubles read while the elector writes: the term is `terms[0]` at the first read, `terms[1]` after."""
+
+    def __init__(self, terms: tuple[float, float], until: float) -> None:
+        self.terms, self.until, self.reads = terms, until, 0
+
+    def __getitem__(self, i: int) -> float:
+        if i == ep.UNTIL:
+            return self.until
+        self.reads += 1
+        return self.terms[self.reads > 1]
+
+
+def _following(term: int, shared_term: float, until: float, leading: bool = True):
+    """An ElectorProcess whose loop knows of `term` (leading or not), its elector having published (shared_term,
+    until) on CLOCK_MONOTONIC; and the list its on_lost callback appends to."""
+    e = ep.ElectorProcess(None, "fairgpu-system", "fairgpu", "r1", 3.0, 0.25, 2.0)
+    e.term = term
+    if leading:
+        e.leading.set()
+    e._shared[ep.TERM], e._shared[ep.UNTIL] = shared_term, until
+    lost: list[int] = []
+    e.on_lost.append(lambda: lost.append(e.term))
+    return e, lost
+
+
+def test_the_binding_fence_is_the_published_validity_left_in_the_term_the_loop_knows_and_zero_otherwise():
+    now = time.monotonic()
+    e, _ = _following(1, 1, now + 2.0)
+    assert 1.9 < e.remaining() <= 2.0
+    assert _following(1, 1, now - 1.0)[0].remaining() == 0.0  # T passed
+    assert _following(1, 2, now + 2.0)[0].remaining() == 0.0  # a term the loop has not seen begin
+    assert _following(1, 1, now + 2.0, leading=False)[0].remaining() == 0.0  # the loop does not lead
+    e._shared = _Torn((1, 2), now + 2.0)  # the elector began a term between the reads
+    assert e.remaining() == 0.0
+
+
+def test_the_loop_follows_the_published_terms_and_tells_of_each_end_once():
+    now = time.monotonic()
+    e, lost = _following(1, 1, now + 2.0)
+    e._look()  # nothing changed: still leading, nothing lost
+    assert e.leading.is_set() and e.term == 1 and lost == []
+    e._shared[ep.TERM] = 2  # stepped down and began a new term between two looks
+    e._look()
+    assert e.leading.is_set() and e.term == 2 and lost == [1]
+    e._shared[ep.UNTIL] = now - 1.0  # not renewed in time
+    e._look()
+    assert not e.leading.is_set() and lost == [1, 2]
+    e._look()  # not held, not leading: nothing happens
+    assert not e.leading.is_set() and lost == [1, 2]
