@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import gpu_node, whole
+from conftest import fraction, gpu_node, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
@@ -83,6 +83,36 @@ def test_workloads_are_listed_in_the_order_they_came_adopted_ones_first_then_tho
         s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=0.0)
     s.submit(Workload("third", "q", (whole(1),), submit_time=5))
     assert [w.name for w in s.workloads()] == ["first", "second", "third"]
+
+
+# -- framework/interfaces.py: EngineView.add_usage, each start's share before the next pick ----------------------------
+
+
+def test_within_a_cycle_a_start_raises_a_queues_share_on_top_of_its_past_usage_before_the_next_pick():
+    """Queue a held 2 of 6 GPUs for one half-life (past usage 1/6), b nothing. Room for three of a1, a2, b1,
+    b2 (2 GPUs each): b1 first (a's past usage), then a1 (a's ratio 1/3 below b's 2/3), then b2, as a's
+    ratio is now its usage and past usage together (1.0), not its usage less its past usage (1/3)."""
+    queues = QueueTree([QueueSpec("a", usage_half_life=3600.0), QueueSpec("b")])
+    s = Scheduler([gpu_node("n0", gpus=6)], queues, load_profile("fairgpu"))
+    s.submit(Workload("old", "a", (whole(2),)))
+    for t in (0.0, 3600.0):
+        s.cycle(t)
+    s.remove("old")
+    for name in ("a1", "a2", "b1", "b2"):
+        s.submit(Workload(name, name[0], (whole(2),), submit_time=3600.0))
+    assert s.cycle(3600.0).started == ["b1", "a1", "b2"]
+
+
+def test_in_a_one_gpu_cluster_a_fractional_start_counts_its_gpu_share_before_the_next_pick():
+    """One GPU, shared in fractions. b runs CPU work (a quarter of the CPUs), a nothing. a1, a2 and b1 want
+    40 % of the GPU each: a1 goes first, then b1, as a1 raised a's share to 40 % of the one GPU (ratio 0.67,
+    above b's 0.63), not to its 10 % of GPU memory. No room is left for a2."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    s.submit(Workload("cpu", "b", (PodSpec(cpu_m=32000, memory_mib=1024),)))
+    s.cycle(0)
+    for name, t in (("a1", 1), ("a2", 2), ("b1", 3)):
+        s.submit(Workload(name, name[0], (fraction(40, 8192),), submit_time=t))
+    assert s.cycle(10).started == ["a1", "b1"]
 
 
 # -- framework/durations.py, status.py, profile.py ------------------------------------------------------------------
@@ -524,6 +554,26 @@ def test_a_fair_share_eviction_is_worth_it_for_the_wait_behind_queue_mates_withi
     assert list(s.reservations) == ["a2"] * evictions
 
 
+@pytest.mark.parametrize(("soon", "evicted"), [(64, ["c0"]), (65, [])])
+def test_a_fair_share_preemptors_wait_is_judged_behind_at_most_64_queue_mates(soon, evicted):
+    """Queue a (weight 100: its share has room for all its work) has 65 one-GPU jobs waiting, then p. All 72
+    GPUs run c's work, `soon` of them free at 1100, the rest at 36000. p's wait behind its queue-mates is
+    replayed behind the first 64 only (a bound on the decision's cost): with 64 GPUs freeing soon they take
+    them all and p would wait till 36000, worth evicting work that ran 1000 s; with 65, the 65th is p's at
+    1100, 100 s away: not worth it, though a 65th queue-mate would have taken it."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    a = QueueSpec("a", weight=100.0, preemption=PreemptionPolicy(reclaim=False, fair_share=True))
+    s = Scheduler([gpu_node(f"n{i}") for i in range(9)], QueueTree([a, QueueSpec("c")]), load_profile("fairgpu"))
+    for i in range(72):
+        w = Workload(f"c{i}", "c", (whole(1),), duration=1100.0 if i < soon else 36000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], i // 8, (i % 8,))], started=0.0)
+    for i in range(65):
+        s.submit(Workload(f"m{i}", "a", (whole(1),), submit_time=1000, duration=36000.0))
+    s.submit(Workload("p", "a", (whole(1, cpu_m=1001),), submit_time=1000, duration=36000.0))
+    assert [e.workload for e in s.cycle(1000).evictions] == evicted
+
+
 def test_room_made_by_preemption_is_held_from_a_later_workload_of_the_same_queue_that_only_fits():
     """u evicts low0 (30 s grace) at t=100. v, of u's queue and of higher priority, arrives at 105; at 130
     low0 has left and v comes first in order, but the room was made for u: v may not just take it."""
@@ -548,6 +598,34 @@ def test_after_a_refused_eviction_and_a_start_the_next_preemptor_chooses_among_w
     assert s.cycle(105).started == ["u1"]
     s.submit(Workload("u2", "b", (whole(1),), submit_time=110, priority=5))
     assert [e.workload for e in s.cycle(110).evictions] == ["low2"]
+
+
+def test_a_preemptor_whose_eviction_was_refused_chooses_again_among_work_started_since():
+    """u1 (3 of n0's 4 GPUs) evicts low0 at t=100; w, 10 s long, backfills a GPU of u1's room meanwhile.
+    low0's eviction is refused: at 101 u1 chooses again among what runs now, w included (1 free GPU, low1
+    and w make its 3), not among what ran when it first chose (low1 alone is not enough)."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(2)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    s.submit(Workload("u1", "b", (whole(3),), submit_time=100, priority=5))
+    s.submit(Workload("w", "b", (whole(1),), submit_time=100, duration=10.0))
+    result = s.cycle(100)
+    assert [e.workload for e in result.evictions] == ["low0"] and result.started == ["w"]
+    s.eviction_refused("low0", 300)
+    assert sorted(e.workload for e in s.cycle(101).evictions) == ["low1", "w"]
+
+
+def test_an_eviction_refused_after_its_preemptor_was_deleted_leaves_the_victim_running_and_eligible():
+    """u evicts low0 at t=100 and is deleted before low0 goes; then low0's eviction is refused (a disruption
+    budget): the engine takes the refusal (it does not fail on u's missing hold), low0 runs on as before,
+    and v, urgent at 300 when the refusal's back-off ends, evicts it."""
+    s = _lower_priorities([gpu_node("n0", gpus=1)], [(Workload("low0", "b", (whole(1),)), [(0, (0,))])], grace=30)
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.remove("u")
+    s.eviction_refused("low0", 300)
+    assert s.status("low0").state == "running" and not s.status("low0").terminating
+    s.submit(Workload("v", "b", (whole(1),), submit_time=300, priority=5))
+    assert [e.workload for e in s.cycle(300).evictions] == ["low0"]
 
 
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
