@@ -198,6 +198,55 @@ def test_healthz_fails_when_the_loop_hangs_and_not_while_it_idles(fake_api, tmp_
     assert not still_leading
 
 
+def test_a_slow_list_at_a_terms_start_is_no_hung_loop_but_a_wedged_one_is(fake_api, tmp_path, monkeypatch):
+    """A new term lists every pod again before it decides (controller.run). A list that takes 1.5 s, twice the
+    heartbeat's bound (a large cluster's), keeps the lease: the loop beats while it waits. One that never comes
+    back is given RESYNC_LIMIT (made 2.5 s here), then the heartbeat stops and the leader steps down."""
+    from fairgpu.k8s import controller as controller_module
+    from fairgpu.k8s.informer import Informer
+
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    monkeypatch.setattr(controller_module, "RESYNC_LIMIT", 2.5)
+    resync = Informer.resync
+    lists: list[float] = []
+
+    async def slow_resync(self: Informer) -> None:
+        if self.kind == PODS:
+            lists.append(time.monotonic())
+            await asyncio.sleep(1.5 if len(lists) == 1 else 3600)  # the first slow, the next wedged
+        await resync(self)
+
+    monkeypatch.setattr(Informer, "resync", slow_resync)
+
+    async def go() -> tuple[int, list[float], list[float]]:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=2, tenants=("a",))
+        beat = Heartbeat(0.75, 0.25)
+        e = LeaderElector(port, NS, "fairgpu", "r1", DURATION, RETRY, RENEW, heartbeat=beat)
+        ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
+        lost: list[float] = []
+        e.on_lost.append(lambda: lost.append(time.monotonic()))
+        task = asyncio.create_task(run_replica(ctl, e))
+        try:
+            await until(lambda: ctl.stats.cycles, 10, "the first term's first cycle, after its slow list")
+            slow_lost = list(lost)
+            e._valid_until = 0.0  # the term ends (as when a renewal fails): the next one lists again, wedged
+            e._tell(e._ended)
+            await until(lambda: len(lists) == 2 and e.leading.is_set(), 10, "the next term's list")
+            await until(lambda: not e.leading.is_set(), 5, "the step-down")
+            wedged = time.monotonic() - lists[1]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await port.close()
+        return e.term, slow_lost, [wedged]
+
+    terms, slow_lost, (wedged,) = asyncio.run(asyncio.wait_for(go(), 30))
+    assert slow_lost == [] and terms == 2
+    # Beats until the limit (the last at most one interval before it), then stale after the bound.
+    assert 2.5 - 0.25 + 0.75 - 0.05 <= wedged <= 2.5 + 0.75 + RETRY + 1.0, wedged
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
