@@ -394,6 +394,18 @@ def test_in_a_queue_fair_among_users_the_one_free_gpu_goes_to_the_user_holding_n
     assert s.cycle(2).started == ["b1"]
 
 
+def test_in_a_queue_fair_among_users_the_user_holding_less_of_the_cluster_goes_first_not_the_one_with_more_jobs():
+    """alice runs one 4-GPU job (half of n0), bob two 1-GPU jobs (a quarter). Of their 2-GPU jobs waiting,
+    alice's older, one fits: bob's, as he holds less, though he runs more (and smaller) jobs."""
+    s = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("lab", fair_within="users")]), load_profile("fairgpu"))
+    for name, user, gpus in (("a0", "alice", 4), ("b0", "bob", 1), ("b1", "bob", 1)):
+        s.submit(Workload(name, "lab", (whole(gpus),), user=user))
+    assert len(s.cycle(0).started) == 3
+    s.submit(Workload("a2", "lab", (whole(2),), submit_time=1, user="alice"))
+    s.submit(Workload("b2", "lab", (whole(2),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["b2"]
+
+
 def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again():
     """alice's job ended: she holds nothing, as bob, who never ran anything; of their waiting jobs the older,
     alice's, takes the one free GPU."""
@@ -628,6 +640,51 @@ def test_an_eviction_refused_after_its_preemptor_was_deleted_leaves_the_victim_r
     assert [e.workload for e in s.cycle(300).evictions] == ["low0"]
 
 
+def test_a_starving_workload_behind_a_queue_mate_of_its_shape_that_could_not_preempt_takes_the_hold():
+    """The gang holds n0 from 1000. At 200 queue q (no preemption) has `urgent` (priority 10, not yet
+    starving) and `short` (starving), of one shape; q comes first. urgent fails outside the hold and may
+    not preempt; ahead of the gang in the order, it ends the gang's hold. short then fails everywhere, and
+    having preempted no more than urgent could, it takes the hold: starving, first in the cycle's order."""
+    from fairgpu.model.queue import NEVER
+
+    q = QueueSpec("q", starvation_after=100, preemption=NEVER)
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([q, QueueSpec("t", starvation_after=0)]), load_profile("fairgpu")
+    )
+    for name, node, end in (("long0", 0, 1000.0), ("long1", 1, 2000.0)):
+        w = Workload(name, "t", (whole(8),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=0.0)
+    s.submit(Workload("gang", "t", (whole(8),), duration=3600.0))
+    s.cycle(0)
+    assert list(s.reservations) == ["gang"]
+    s.submit(Workload("short", "q", (whole(8),), submit_time=50, duration=100.0))
+    s.submit(Workload("urgent", "q", (whole(8),), submit_time=200, duration=5000.0, priority=10))
+    assert s.cycle(200).started == []
+    assert list(s.reservations) == ["short"] and s.reservations["short"].fit.at == 1000
+
+
+def test_two_preemptors_of_one_queue_never_count_on_the_same_free_gpu():
+    """n0: one GPU free, low0-low2 on the others. p1 and p2 (2 GPUs each, urgent) come at once: p1 takes
+    the free GPU and evicts low0; p2 may not count on that free GPU again, so it evicts low1 and low2."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(3)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    for name in ("p1", "p2"):
+        s.submit(Workload(name, "b", (whole(2),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0", "low1", "low2"]
+
+
+def test_room_a_preemptors_victim_left_stays_its_own_while_its_other_victim_leaves():
+    """p1 (2 GPUs, urgent) evicts low0 and low1; low0 has left, low1 not yet. p2, as urgent, comes at 110:
+    the room both leave is p1's, so p2 evicts low2 and low3 rather than count on low0's free GPU."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(4)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    s.submit(Workload("p1", "b", (whole(2),), submit_time=100, priority=5))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["low0", "low1"]
+    s.remove("low0", finished_at=105)
+    s.submit(Workload("p2", "b", (whole(2),), submit_time=110, priority=5))
+    assert sorted(e.workload for e in s.cycle(110).evictions) == ["low2", "low3"]
+
+
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
 
 
@@ -647,6 +704,38 @@ def test_a_name_is_submitted_once_and_only_an_elastic_workloads_newest_extra_pod
             s.shrink("w", pods)
     newest = s.running["w"].placed[2]
     assert s.shrink("w", (2,)) == [newest] and len(s.running["w"].placed) == 2
+
+
+def test_a_queue_is_left_for_the_cycle_once_its_shape_fails_though_a_removed_workload_had_another():
+    """x (2 CPUs) was submitted and removed; five 1-GPU jobs wait behind a busy GPU. The first fails and
+    cannot preempt: the queue has no other shape waiting, so the cycle makes one attempt, not five (the
+    `schedule_attempts` metric, and a long backlog's cost per cycle); a shape gone with x does not count."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    busy = Workload("busy", "q", (whole(1),))
+    s.adopt(busy, [s.state.placement_for(busy.pods[0], 0, (0,))], started=0.0)
+    s.submit(Workload("x", "q", (whole(1, cpu_m=2000),), submit_time=1))
+    s.remove("x")
+    for i in range(5):
+        s.submit(Workload(f"y{i}", "q", (whole(1),), submit_time=2))
+    assert s.cycle(10).attempts == 1
+
+
+def test_a_partly_placed_workload_is_admitted_for_its_missing_pods_only_under_its_queues_limit():
+    """A profile with a quota but no gang keeps a workload's pods as they fit. a (limit 2 GPUs) asks for two
+    1-GPU pods where b holds one of the two GPUs: the first is placed. Once b's job ends, the second is
+    admitted (1 held + 1 asked is within the limit; counting the placed pod twice would refuse it) and a0 starts."""
+    from fairgpu.catalog import profile_from_dict
+    from test_survivors import _gpus
+
+    profile = profile_from_dict({"name": "t", "queueSort": "FairShare", "admit": ["Quota"], "filter": ["Resources"]})
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a", limit=_gpus(2)), QueueSpec("b")]), profile)
+    s.submit(Workload("b0", "b", (whole(1),)))
+    s.cycle(0)
+    s.submit(Workload("a0", "a", (whole(1), whole(1)), submit_time=10))
+    assert [(b.workload, b.pod) for b in s.cycle(10).bound] == [("a0", 0)]
+    s.remove("b0")
+    result = s.cycle(20)
+    assert [(b.workload, b.pod) for b in result.bound] == [("a0", 1)] and result.started == ["a0"]
 
 
 def test_the_counts_a_dashboard_shows_pending_running_backlogged_and_attempts_per_queue():
