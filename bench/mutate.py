@@ -47,6 +47,8 @@ TARGETS = (
     "src/fairgpu/plugins/*.py",
     "src/fairgpu/framework/*.py",
     "src/fairgpu/k8s/leader.py",
+    "src/fairgpu/k8s/heartbeat.py",
+    "src/fairgpu/k8s/replica.py",
     "src/fairgpu/k8s/webhook.py",
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
