@@ -663,11 +663,13 @@ def test_a_starving_workload_behind_a_queue_mate_of_its_shape_that_could_not_pre
     assert list(s.reservations) == ["short"] and s.reservations["short"].fit.at == 1000
 
 
-def test_two_preemptors_of_one_queue_never_count_on_the_same_free_gpu():
+@pytest.mark.parametrize("starving", [False, True])
+def test_two_preemptors_of_one_queue_never_count_on_the_same_free_gpu(starving):
     """n0: one GPU free, low0-low2 on the others. p1 and p2 (2 GPUs each, urgent) come at once: p1 takes
-    the free GPU and evicts low0; p2 may not count on that free GPU again, so it evicts low1 and low2."""
-    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(3)]
-    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    the free GPU and evicts low0; p2 may not count on that free GPU again, so it evicts low1 and low2. So
+    too when they starve at once: p1 holds the room its eviction makes, not nodes as a starving workload."""
+    running = [(Workload(f"low{i}", "b", (whole(1),), duration=1000.0), [(0, (i,))]) for i in range(3)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30, starvation_after=0 if starving else 600)
     for name in ("p1", "p2"):
         s.submit(Workload(name, "b", (whole(2),), submit_time=100, priority=5))
     assert [e.workload for e in s.cycle(100).evictions] == ["low0", "low1", "low2"]
@@ -683,6 +685,54 @@ def test_room_a_preemptors_victim_left_stays_its_own_while_its_other_victim_leav
     s.remove("low0", finished_at=105)
     s.submit(Workload("p2", "b", (whole(2),), submit_time=110, priority=5))
     assert sorted(e.workload for e in s.cycle(110).evictions) == ["low2", "low3"]
+
+
+def test_a_starving_preemptor_ahead_of_a_gang_evicts_outside_the_gangs_hold_when_it_cannot_take_it_over():
+    """The gang (queue t) holds n0 from 1000. At 150 E (queue q, fair share, ahead of t in the order) starves
+    and fits nowhere, not even on the gang's nodes: the gang keeps its hold, and E evicts v on n2 (r's, as
+    old as long0 on the held n0) rather than the work the gang waits for."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    t = QueueSpec("t", starvation_after=0, preemption=PreemptionPolicy(enabled=False, reclaim=False, min_runtime=1000))
+    q = QueueSpec("q", starvation_after=0, preemption=PreemptionPolicy(fair_share=True))
+    r = QueueSpec("r", preemption=PreemptionPolicy(min_runtime=100))
+    s = Scheduler([gpu_node(f"n{i}") for i in range(3)], QueueTree([t, q, r]), load_profile("fairgpu"))
+
+    def adopt(name: str, queue: str, node: int, start: float, end: float) -> None:
+        w = Workload(name, queue, (whole(8),), duration=end - start)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=start)
+
+    for name, node, end in (("long0", 0, 1000.0), ("long1", 1, 2000.0), ("v", 2, 5000.0)):
+        adopt(name, "r", node, 0.0, end)
+    s.submit(Workload("gang", "t", (whole(8),), duration=3600.0))
+    s.cycle(0)
+    s.remove("long1", finished_at=100)
+    adopt("mid", "t", 1, 100.0, 300.0)  # t now holds more than q: q goes first
+    s.submit(Workload("E", "q", (whole(8),), submit_time=150, duration=3600.0))
+    assert [e.workload for e in s.cycle(150).evictions] == ["v"]
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 1000
+
+
+def test_a_preemptor_due_to_end_before_another_queues_room_is_due_counts_on_its_free_gpu_as_backfill():
+    """n0: one GPU free, r's low0-low6 on the others (30 s grace). Y (queue y) takes the free GPU and evicts
+    low0: its room is due at 130. X (queue x, declared to run 0 s, so ending by 130 when it starts at 130)
+    may use that room like backfill: it counts on the free GPU too and evicts one more, not two."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    fair = PreemptionPolicy(fair_share=True)
+    r = QueueSpec("r", preemption=PreemptionPolicy(grace_period=30))
+    s = Scheduler(
+        [gpu_node("n0")],
+        QueueTree([r, QueueSpec("x", preemption=fair), QueueSpec("y", preemption=fair)]),
+        load_profile("fairgpu"),
+    )
+    for i in range(7):
+        w = Workload(f"low{i}", "r", (whole(1),), duration=1000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=0.0)
+    s.submit(Workload("Y", "y", (whole(2),), submit_time=99, duration=3600.0))
+    s.submit(Workload("X", "x", (whole(2),), submit_time=100, duration=0.0))
+    evictions = s.cycle(100).evictions
+    assert [(e.workload, e.reason) for e in evictions] == [("low0", "preempted for Y"), ("low1", "preempted for X")]
 
 
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
@@ -808,12 +858,13 @@ def test_a_gangs_pods_stay_on_its_node_without_scores_and_beside_a_node_held_for
 # -- framework/victims.py: an elastic workload's extra pod as a victim unit ------------------------------------------
 
 
-def _lower_priorities(nodes, running, grace: float = 0.0) -> Scheduler:
+def _lower_priorities(nodes, running, grace: float = 0.0, starvation_after: float = 600.0) -> Scheduler:
     """Queue b, which evicts its own lower-priority work with this grace, running these (workload, placements)
     since t=0."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=grace))
+    policy = PreemptionPolicy(within_queue="LowerPriority", grace_period=grace)
+    b = QueueSpec("b", starvation_after=starvation_after, preemption=policy)
     s = Scheduler(nodes, QueueTree([b]), load_profile("fairgpu"))
     for wl, placements in running:
         at = [s.state.placement_for(pod, node, slots) for pod, (node, slots) in zip(wl.pods, placements, strict=True)]
