@@ -178,3 +178,14 @@ def test_a_released_lease_goes_to_a_standby_at_once_and_a_missing_one_is_not_rel
     assert (record["holderIdentity"], record["leaseDurationSeconds"], record["leaseTransitions"]) == ("", 1, 0)
     assert taken is True and (after["holderIdentity"], after["leaseTransitions"]) == ("r2", 1)
     assert (missing, gone) == (False, "404")
+
+
+def test_the_election_accepts_exactly_the_timings_client_go_accepts():
+    """client-go's rule: leaseDuration > renewDeadline > JitterFactor (1.2) × retryPeriod > 0; a setting
+    valid there (renew 2 s, retry 1.6 s: 2 > 1.92) is valid here, one just past it (retry 1.7 s) is not."""
+    from fairgpu.k8s.leader import renew_deadline_of
+
+    assert renew_deadline_of(3.0, 2.0, 1.6) == 2.0 and renew_deadline_of(3.0, None, 1.6) == 2.0
+    for lease, renew, retry in ((3.0, 2.0, 1.7), (2.0, 2.0, 0.5), (3.0, 2.0, 0.0)):
+        with pytest.raises(ValueError, match="leader election needs"):
+            renew_deadline_of(lease, renew, retry)
