@@ -14,7 +14,7 @@ from fairgpu.catalog import load_profile
 from fairgpu.errors import ProfileError
 from fairgpu.framework.placement import feasible, place_pod
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model import GpuRequest, PodSpec, QueueSpec, QueueTree
+from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree
 from fairgpu.plugins.fragmentation import Fragmentation
 
 # -- plugins/fragmentation.py: the pods counted into the mix ----------------------------------------------------
@@ -329,3 +329,18 @@ def test_fragmentation_puts_a_shared_pod_on_the_gpu_of_its_node_it_fragments_lea
         frag.learn(f"q{i}", PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 60, 1024)))
     p = place_pod(pod, view, profile, key="pod")
     assert p is not None and p.slots == (1,)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fragmentation_puts_a_memory_only_pod_on_a_card_with_no_cores_to_share(compiled: bool):
+    """A card HAMi shares with no cores (deviceCoreScaling 0) still takes tasks asking GPU memory but no cores,
+    and no shape needing cores can ever use it: a memory-only pod there fragments nothing, as on y's idle
+    ordinary card, so the first node (z) wins the tie. It once scored such a card as no room at all, and the pod
+    went to y, taking memory beside cores that the mix's 50 % shape needs."""
+    z = NodeSpec("z", 128_000, 1 << 20, (GpuDevice("T4", 16384, uuid="GPU-z-0", cores=0),))
+    view, profile = _view([z, gpu_node("y", gpus=1, model="T4", mem_mib=16384)], {"compiled": compiled})
+    frag = _learned(profile)
+    for i in range(3):
+        frag.learn(f"h{i}", PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 50, 4096)))
+    p = place_pod(PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 0, 8000)), view, profile, key="pod")
+    assert p is not None and view.state.nodes[p.node].name == "z"
