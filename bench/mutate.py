@@ -50,6 +50,8 @@ TARGETS = (
     "src/fairgpu/plugins/*.py",
     "src/fairgpu/framework/*.py",
     "src/fairgpu/k8s/leader.py",
+    "src/fairgpu/k8s/heartbeat.py",
+    "src/fairgpu/k8s/replica.py",
     "src/fairgpu/k8s/elector_process.py",
     "src/fairgpu/k8s/webhook.py",
 )
