@@ -15,6 +15,7 @@ is *uncovered*.
     .venv/bin/python bench/mutate.py --only fragmentation     # the modules whose path contains this
     .venv/bin/python bench/mutate.py --upto 0.5               # only the first pass (tests up to 0.5 s)
     .venv/bin/python bench/mutate.py --list                   # count the mutants per module and stop
+    .venv/bin/python bench/mutate.py --changed-since 445efb4  # only those of code changed since (moves aside)
     .venv/bin/python bench/mutate.py --mutant FILE:INDEX --test tests/test_x.py   # one mutant, nothing recorded
 
 Progress goes to stderr, one line per mutant; every outcome is appended to <state>/results.jsonl (a rerun
@@ -41,12 +42,15 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import mutate_changed
+
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = (
     "src/fairgpu/fairness.py",
     "src/fairgpu/plugins/*.py",
     "src/fairgpu/framework/*.py",
     "src/fairgpu/k8s/leader.py",
+    "src/fairgpu/k8s/elector_process.py",
     "src/fairgpu/k8s/webhook.py",
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
@@ -102,6 +106,7 @@ class Mutant:
     lines: tuple[str, ...]
     digest: str  # of the file's source: a result is valid for this text only
     jit: bool = False  # in a function numba compiles (scope names it): the worker compiles the mutated one
+    span: tuple[int, int] = (0, 0)  # first and last line of its statement (a compound statement's header)
 
     @property
     def key(self) -> str:
@@ -180,17 +185,23 @@ def _scopes(tree: ast.Module) -> dict[int, str]:
     return out
 
 
-def _statement_lines(tree: ast.Module) -> dict[int, int]:
-    """id(expression node) → first line of the statement it belongs to (a compound statement's header)."""
-    out: dict[int, int] = {}
+def _statement_spans(tree: ast.Module) -> dict[int, tuple[int, int]]:
+    """id(expression node) → first and last line of the statement it belongs to (of a compound statement, its
+    header: what is not its body)."""
+    out: dict[int, tuple[int, int]] = {}
     for stmt in ast.walk(tree):
         if isinstance(stmt, ast.stmt):
-            for field, value in ast.iter_fields(stmt):
-                if field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                    continue
-                for v in value if isinstance(value, list) else [value]:
-                    if isinstance(v, ast.AST):
-                        out.update((id(n), stmt.lineno) for n in ast.walk(v))
+            nodes = [
+                n
+                for field, value in ast.iter_fields(stmt)
+                if field not in ("body", "orelse", "finalbody", "handlers", "cases")
+                for v in (value if isinstance(value, list) else [value])
+                if isinstance(v, ast.AST)
+                for n in ast.walk(v)
+            ]
+            end = max((getattr(n, "end_lineno", None) or stmt.lineno for n in nodes), default=stmt.lineno)
+            span = (stmt.lineno, end)
+            out.update((id(n), span) for n in nodes)
     return out
 
 
@@ -240,7 +251,7 @@ def mutants(files: list[str], root: Path = REPO) -> list[Mutant]:
         text = (root / rel).read_text()
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         tree = ast.parse(text)
-        scopes, starts, reach = _scopes(tree), _statement_lines(tree), _definition_reach(tree, rel, uses)
+        scopes, spans, reach = _scopes(tree), _statement_spans(tree), _definition_reach(tree, rel, uses)
         jitted = _jitted(tree)
         for i, (node, what) in enumerate(_mutable(tree)):
             scope = scopes.get(id(node), "")
@@ -250,11 +261,12 @@ def mutants(files: list[str], root: Path = REPO) -> list[Mutant]:
                 lines = tuple(sorted(uses.get(scope, ())))
             elif scope:
                 end = getattr(node, "end_lineno", None) or node.lineno
-                own = {starts.get(id(node), node.lineno), *range(node.lineno, end + 1)}
+                own = {spans.get(id(node), (node.lineno,))[0], *range(node.lineno, end + 1)}
                 lines = tuple(f"{rel}:{ln}" for ln in sorted(own))
             else:
                 lines = reach.get(id(node), ())
-            out.append(Mutant(rel, node.lineno, i, what, scope, lines, digest, scope in jitted))
+            span = spans.get(id(node), (node.lineno, getattr(node, "end_lineno", None) or node.lineno))
+            out.append(Mutant(rel, node.lineno, i, what, scope, lines, digest, scope in jitted, span))
     return out
 
 
@@ -519,6 +531,13 @@ def main() -> None:
         help="a file whose lines begin with FILE:INDEX: mutants already decided outside the run (killed by a new "
         "test, checked with --mutant, or argued equivalent), left out of the passes still to run",
     )
+    ap.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="only mutants of code changed since REV (bench/mutate_changed.py: lines `git diff -U0 REV` adds or "
+        "changes, but functions moved verbatim)",
+    )
+    ap.add_argument("--git", type=Path, default=REPO, help="the git repository that knows REV (for a snapshot)")
     args = ap.parse_args()
     files = sorted(
         str(p.relative_to(REPO))
@@ -529,6 +548,8 @@ def main() -> None:
         and not any(s in str(p) for s in args.skip)
     )
     every = mutants(files)
+    if args.changed_since:
+        every = mutate_changed.select(every, REPO, args.git, args.changed_since, TARGETS)
     if args.list:
         counts: dict[str, int] = {}
         for m in every:

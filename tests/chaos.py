@@ -29,6 +29,7 @@ from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.elector_process import ElectorProcess
+from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
 from fakeapi.server import _BY_PATH, FakeApi, FakeEndpoint
@@ -139,12 +140,15 @@ async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float],
     port = await KubeClient.connect(kubeconfig)
     port.api.user_agent = f"fairgpu/{ident}"
     duration, renew, retry = lease
+    beat = Heartbeat()  # `fairgpu run`'s default bound: a replica whose loop hangs gives up the lease
     elector: LeaderElector | ElectorProcess = (
-        ElectorProcess(kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}")
+        ElectorProcess(
+            kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}", heartbeat=beat
+        )
         if in_process
-        else LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew)
+        else LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, heartbeat=beat)
     )
-    ctl = Controller(port, load_profile("fairgpu"), leadership=elector)
+    ctl = Controller(port, load_profile("fairgpu"), leadership=elector, heartbeat=beat)
     ctl.retry_every = 0.5
     tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
     return Replica(ident, port, elector, ctl, tasks)

@@ -5,10 +5,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import cache
 
 import pytest
 
+from fairgpu.catalog import load_profile
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
+from fairgpu.sim.runner import SimResult, simulate
+from fairgpu.sim.scenario import load
+
+
+@cache
+def simulated(scenario: str, profile: str) -> SimResult:
+    """A built-in scenario replayed under a built-in profile, once per session: the runs are deterministic,
+    the demo alone takes ~30 s of CPU, and several test modules read the same runs."""
+    return simulate(load(scenario), load_profile(profile))
 
 
 def gpu_node(name: str, gpus: int = 8, model: str = "A100-80GB", mem_mib: int = 81920, **kw) -> NodeSpec:

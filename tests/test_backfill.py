@@ -181,6 +181,32 @@ def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start(
     assert s.cycle(100).started == ["gang"]
 
 
+def test_a_preemptor_plans_around_a_starving_gangs_hold_from_when_its_victims_grace_ends():
+    """As above, with a 40 s grace period and x1 a minute long. Started at 30 s, x1 would end before the
+    gang's 100 s; but it starts only once its victims' grace has passed (70 s), and would then run past it.
+    So x1 still evicts on n1, not the backfill on the held node."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=40))
+    x = QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")],
+        QueueTree([stream, QueueSpec("training", starvation_after=0), x]),
+        load_profile("fairgpu"),
+    )
+    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
+        w = wl(name, "stream", len(slots), duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
+    s.submit(wl("gang", "training", 8, 3600))
+    s.cycle(0)
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
+    s.remove("a")
+    s.submit(wl("short", "stream", 4, 60, t=20))
+    assert s.cycle(20).started == ["short"] and s.status("short").placements[0].node == 0
+    s.submit(wl("x1", "x", 4, 60, t=30))
+    assert [(e.workload, e.at) for e in s.cycle(30).evictions] == [("c", 70)]
+
+
 def test_a_preemptor_whose_victims_left_starts_in_its_own_room_not_on_a_starving_gangs_nodes():
     """As above, but without backfill on n0: from 20 s half of n0, held for the starving gang from 100 s,
     is free. x (an hour long) evicts `d` on n1, room planned around the hold. Once `d` is gone, x must start
@@ -207,6 +233,31 @@ def test_a_preemptor_whose_victims_left_starts_in_its_own_room_not_on_a_starving
     assert s.cycle(30).started == ["x1"] and s.status("x1").placements[0].node == 1
     s.remove("b", finished_at=100)
     assert s.cycle(100).started == ["gang"]
+
+
+def test_a_preemptor_starts_in_the_room_it_made_though_a_starving_gang_that_came_later_counts_on_it():
+    """x1 evicts `d` (300 s grace) for room on n1 (x2 waits behind it: x's demand makes x1's share fair). A
+    short gang then starves: it would end before x1 is due, so it may plan over x1's room, and does (n1 frees
+    first by the running work's ends). When `d` has left, x1 starts in the room it made all the same: holding
+    that back for the gang would leave n1 idle and x1 waiting for room its eviction already paid for."""
+    from fairgpu.model.queue import NEVER, PreemptionPolicy
+
+    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=300))
+    training = QueueSpec("training", starvation_after=0, preemption=NEVER)
+    queues = QueueTree([stream, training, QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    for name, node, duration, start in (("b", 0, 5000, 0.0), ("d", 1, 1000, 10.0)):
+        w = wl(name, "stream", 8, duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=start)
+    s.submit(wl("x1", "x", 4, 3600, t=20))
+    s.submit(wl("x2", "x", 8, 3600, t=20))
+    assert [e.workload for e in s.cycle(20).evictions] == ["d"]  # the least work lost
+    assert list(s.reservations["x1"].fit.nodes) == [1] and s.reservations["x1"].fit.at == 320
+    s.submit(wl("gang", "training", 8, 60, t=30))
+    assert s.cycle(30).started == []
+    assert list(s.reservations["gang"].fit.nodes) == [1] and s.reservations["gang"].fit.at == 1010
+    s.remove("d")
+    assert s.cycle(320).started == ["x1"] and s.status("x1").placements[0].node == 1
 
 
 def test_a_queue_below_its_share_holds_what_a_borrower_frees_without_waiting_to_starve():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import fraction, gpu_node, job, tree, whole
+from conftest import fraction, gpu_node, job, simulated, tree, whole
 from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.framework.idle import CAUSES
@@ -13,7 +13,6 @@ from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.model.node import GpuDevice, NodeSpec
 from fairgpu.sim import scenario as scenarios
-from fairgpu.sim.runner import Simulation
 
 
 def causes(s: Scheduler, now: float = 0.0) -> dict[str, float]:
@@ -91,7 +90,7 @@ def test_fractional_idle_is_counted_in_gpu_equivalents():
 @pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
 def test_simulated_idle_gpu_hours_add_up_to_the_idle_capacity(name, profile):
     sc = scenarios.load(name)
-    res = Simulation(sc, load_profile(profile)).run()
+    res = simulated(name, profile)
     total = sum(len(n.gpus) for n in sc.nodes) * res.horizon_s / 3600
     assert list(res.idle_gpu_hours) == list(CAUSES)
     assert sum(res.idle_gpu_hours.values()) == pytest.approx(total * (1 - res.utilization), rel=1e-9, abs=1e-9)

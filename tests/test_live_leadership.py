@@ -282,7 +282,7 @@ def test_a_cycle_of_a_term_lost_and_won_again_is_not_carried_out(fake_api, tmp_p
         leadership = Leadership()
         ctl = Controller(port, load_profile("fairgpu"), leadership=leadership)  # type: ignore[arg-type]
 
-        async def flip_in_the_first_cycle(steps, budget: float = math.inf) -> None:
+        async def flip_in_the_first_cycle(steps, budget: float = math.inf, *beat) -> None:
             if not flipped:
                 flipped.append(True)
                 q = chaos_pod("a", "q", ONE)
@@ -291,7 +291,7 @@ def test_a_cycle_of_a_term_lost_and_won_again_is_not_carried_out(fake_api, tmp_p
                 q["metadata"]["annotations"] = {hami.ALLOCATED: alloc, hami.TO_ALLOCATE: alloc}
                 await port.create(PODS, q, "a")  # the other leader's bind, in between
                 leadership.lost_and_won_again()
-            await slices(steps, budget)
+            await slices(steps, budget, *beat)
 
         monkeypatch.setattr(controller_module, "_in_slices", flip_in_the_first_cycle)
         task = asyncio.create_task(ctl.run())

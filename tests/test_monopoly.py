@@ -1,29 +1,20 @@
 """Acceptance figures of the foundation issue on the built-in scenarios: kube-default lets one tenant
 monopolise the cluster (by priority, or by submitting more); fairgpu shares it fairly without losing
-utilization. Each (scenario, profile) run takes seconds, so each runs once per session."""
+utilization. Each (scenario, profile) run takes seconds, so each runs once per session (conftest.simulated)."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
-from fairgpu.catalog import load_profile
-from fairgpu.sim.runner import SimResult, simulate
-from fairgpu.sim.scenario import builtin_scenarios, load
+from conftest import simulated
+from fairgpu.sim.scenario import builtin_scenarios
 
 MONOPOLIES = ["priority-monopoly", "batch-monopoly"]
 
 
-@cache
-def run(scenario: str, profile: str) -> SimResult:
-    return simulate(load(scenario), load_profile(profile))
-
-
 @pytest.fixture(scope="module")
 def results():
-    yield run
-    run.cache_clear()
+    return simulated
 
 
 @pytest.mark.parametrize("scenario", MONOPOLIES)

@@ -4,6 +4,7 @@ another value in it (bench/mutate_infect.py), and what counts as "another value"
 from __future__ import annotations
 
 import builtins
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from mutate import Infection, Mutant, mutants
+from mutate_changed import select
 from mutate_infect import Probe, _same, probed_tree
 
 SOURCE = """
@@ -68,3 +70,89 @@ def test_a_mutated_in_never_searches_an_iterator_again(rhs):
     with pytest.raises(TypeError):
         _once(_OPS[ast.NotIn])(2, it)
     assert next(it) == 2  # what the original left is still there
+
+
+OLD_A = """LIMIT = 3
+
+
+def kept(x):
+    return x + 1
+
+
+def edited(x, y):
+    total = x * y
+    return (total > LIMIT,
+            x)
+
+
+def guarded(x):
+    y = x - 1
+    if y < 0:
+        return 0
+    return y * 3
+
+
+class Box:
+    def moved(self, v):
+        \"\"\"Doc.\"\"\"
+        return v - 2
+"""
+NEW_A = """LIMIT = 4
+
+
+def kept(x):
+    return x + 1
+
+
+def edited(x, y):
+    total = x * y
+    return (total > LIMIT,
+            y)
+
+
+def guarded(x):
+    y = x - 1
+    return y * 3
+"""
+NEW_B = """class Crate:
+    def moved(self, v):
+        \"\"\"Doc, reworded on the way.\"\"\"
+        # and a comment
+        return v - 2
+
+
+def fresh(z):
+    return z * 5
+"""
+
+
+def test_changed_since_mutates_changed_statements_and_deletions_borders_not_code_moved_verbatim(tmp_path):
+    """`--changed-since REV`: a changed line selects every mutant of its statement (also one on a line of it
+    that is as it was), a deleted guard its two neighbours, a new file all of it; a function moved to another
+    module and class with only its docstring and comments changed, and unchanged code, none."""
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
+        )
+
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "a.py").write_text(OLD_A)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "old")
+    (tmp_path / "pol" / "a.py").write_text(NEW_A)
+    (tmp_path / "pol" / "b.py").write_text(NEW_B)
+    every = mutants(["pol/a.py", "pol/b.py"], tmp_path)
+    chosen = select(every, tmp_path, tmp_path, "HEAD", ("pol/*.py",))
+    assert sorted((m.file, m.scope or "-", m.what) for m in chosen) == [
+        ("pol/a.py", "-", "4 -> 8"),  # a module constant changed
+        ("pol/a.py", "edited", "Gt -> GtE"),  # its statement's second line changed
+        ("pol/a.py", "guarded", "1 -> 0"),  # `y = x - 1`: before the deleted guard
+        ("pol/a.py", "guarded", "3 -> 6"),  # `return y * 3`: after it
+        ("pol/a.py", "guarded", "Mult -> Div"),
+        ("pol/a.py", "guarded", "Sub -> Add"),
+        ("pol/b.py", "fresh", "5 -> 10"),  # a new function
+        ("pol/b.py", "fresh", "Mult -> Div"),
+    ]
+    assert {m.what for m in every} - {m.what for m in chosen} >= {"Add -> Sub", "2 -> 4"}  # kept, moved

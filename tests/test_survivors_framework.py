@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import gpu_node, whole
+from conftest import fraction, gpu_node, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.reconfigure import successor
 from fairgpu.framework.scheduler import Scheduler
@@ -83,6 +83,36 @@ def test_workloads_are_listed_in_the_order_they_came_adopted_ones_first_then_tho
         s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=0.0)
     s.submit(Workload("third", "q", (whole(1),), submit_time=5))
     assert [w.name for w in s.workloads()] == ["first", "second", "third"]
+
+
+# -- framework/interfaces.py: EngineView.add_usage, each start's share before the next pick ----------------------------
+
+
+def test_within_a_cycle_a_start_raises_a_queues_share_on_top_of_its_past_usage_before_the_next_pick():
+    """Queue a held 2 of 6 GPUs for one half-life (past usage 1/6), b nothing. Room for three of a1, a2, b1,
+    b2 (2 GPUs each): b1 first (a's past usage), then a1 (a's ratio 1/3 below b's 2/3), then b2, as a's
+    ratio is now its usage and past usage together (1.0), not its usage less its past usage (1/3)."""
+    queues = QueueTree([QueueSpec("a", usage_half_life=3600.0), QueueSpec("b")])
+    s = Scheduler([gpu_node("n0", gpus=6)], queues, load_profile("fairgpu"))
+    s.submit(Workload("old", "a", (whole(2),)))
+    for t in (0.0, 3600.0):
+        s.cycle(t)
+    s.remove("old")
+    for name in ("a1", "a2", "b1", "b2"):
+        s.submit(Workload(name, name[0], (whole(2),), submit_time=3600.0))
+    assert s.cycle(3600.0).started == ["b1", "a1", "b2"]
+
+
+def test_in_a_one_gpu_cluster_a_fractional_start_counts_its_gpu_share_before_the_next_pick():
+    """One GPU, shared in fractions. b runs CPU work (a quarter of the CPUs), a nothing. a1, a2 and b1 want
+    40 % of the GPU each: a1 goes first, then b1, as a1 raised a's share to 40 % of the one GPU (ratio 0.67,
+    above b's 0.63), not to its 10 % of GPU memory. No room is left for a2."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("a"), QueueSpec("b")]), load_profile("fairgpu"))
+    s.submit(Workload("cpu", "b", (PodSpec(cpu_m=32000, memory_mib=1024),)))
+    s.cycle(0)
+    for name, t in (("a1", 1), ("a2", 2), ("b1", 3)):
+        s.submit(Workload(name, name[0], (fraction(40, 8192),), submit_time=t))
+    assert s.cycle(10).started == ["a1", "b1"]
 
 
 # -- framework/durations.py, status.py, profile.py ------------------------------------------------------------------
@@ -364,6 +394,18 @@ def test_in_a_queue_fair_among_users_the_one_free_gpu_goes_to_the_user_holding_n
     assert s.cycle(2).started == ["b1"]
 
 
+def test_in_a_queue_fair_among_users_the_user_holding_less_of_the_cluster_goes_first_not_the_one_with_more_jobs():
+    """alice runs one 4-GPU job (half of n0), bob two 1-GPU jobs (a quarter). Of their 2-GPU jobs waiting,
+    alice's older, one fits: bob's, as he holds less, though he runs more (and smaller) jobs."""
+    s = Scheduler([gpu_node("n0")], QueueTree([QueueSpec("lab", fair_within="users")]), load_profile("fairgpu"))
+    for name, user, gpus in (("a0", "alice", 4), ("b0", "bob", 1), ("b1", "bob", 1)):
+        s.submit(Workload(name, "lab", (whole(gpus),), user=user))
+    assert len(s.cycle(0).started) == 3
+    s.submit(Workload("a2", "lab", (whole(2),), submit_time=1, user="alice"))
+    s.submit(Workload("b2", "lab", (whole(2),), submit_time=2, user="bob"))
+    assert s.cycle(2).started == ["b2"]
+
+
 def test_in_a_queue_fair_among_users_a_user_whose_work_ended_holds_nothing_again():
     """alice's job ended: she holds nothing, as bob, who never ran anything; of their waiting jobs the older,
     alice's, takes the one free GPU."""
@@ -524,6 +566,26 @@ def test_a_fair_share_eviction_is_worth_it_for_the_wait_behind_queue_mates_withi
     assert list(s.reservations) == ["a2"] * evictions
 
 
+@pytest.mark.parametrize(("soon", "evicted"), [(64, ["c0"]), (65, [])])
+def test_a_fair_share_preemptors_wait_is_judged_behind_at_most_64_queue_mates(soon, evicted):
+    """Queue a (weight 100: its share has room for all its work) has 65 one-GPU jobs waiting, then p. All 72
+    GPUs run c's work, `soon` of them free at 1100, the rest at 36000. p's wait behind its queue-mates is
+    replayed behind the first 64 only (a bound on the decision's cost): with 64 GPUs freeing soon they take
+    them all and p would wait till 36000, worth evicting work that ran 1000 s; with 65, the 65th is p's at
+    1100, 100 s away: not worth it, though a 65th queue-mate would have taken it."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    a = QueueSpec("a", weight=100.0, preemption=PreemptionPolicy(reclaim=False, fair_share=True))
+    s = Scheduler([gpu_node(f"n{i}") for i in range(9)], QueueTree([a, QueueSpec("c")]), load_profile("fairgpu"))
+    for i in range(72):
+        w = Workload(f"c{i}", "c", (whole(1),), duration=1100.0 if i < soon else 36000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], i // 8, (i % 8,))], started=0.0)
+    for i in range(65):
+        s.submit(Workload(f"m{i}", "a", (whole(1),), submit_time=1000, duration=36000.0))
+    s.submit(Workload("p", "a", (whole(1, cpu_m=1001),), submit_time=1000, duration=36000.0))
+    assert [e.workload for e in s.cycle(1000).evictions] == evicted
+
+
 def test_room_made_by_preemption_is_held_from_a_later_workload_of_the_same_queue_that_only_fits():
     """u evicts low0 (30 s grace) at t=100. v, of u's queue and of higher priority, arrives at 105; at 130
     low0 has left and v comes first in order, but the room was made for u: v may not just take it."""
@@ -550,6 +612,129 @@ def test_after_a_refused_eviction_and_a_start_the_next_preemptor_chooses_among_w
     assert [e.workload for e in s.cycle(110).evictions] == ["low2"]
 
 
+def test_a_preemptor_whose_eviction_was_refused_chooses_again_among_work_started_since():
+    """u1 (3 of n0's 4 GPUs) evicts low0 at t=100; w, 10 s long, backfills a GPU of u1's room meanwhile.
+    low0's eviction is refused: at 101 u1 chooses again among what runs now, w included (1 free GPU, low1
+    and w make its 3), not among what ran when it first chose (low1 alone is not enough)."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(2)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    s.submit(Workload("u1", "b", (whole(3),), submit_time=100, priority=5))
+    s.submit(Workload("w", "b", (whole(1),), submit_time=100, duration=10.0))
+    result = s.cycle(100)
+    assert [e.workload for e in result.evictions] == ["low0"] and result.started == ["w"]
+    s.eviction_refused("low0", 300)
+    assert sorted(e.workload for e in s.cycle(101).evictions) == ["low1", "w"]
+
+
+def test_an_eviction_refused_after_its_preemptor_was_deleted_leaves_the_victim_running_and_eligible():
+    """u evicts low0 at t=100 and is deleted before low0 goes; then low0's eviction is refused (a disruption
+    budget): the engine takes the refusal (it does not fail on u's missing hold), low0 runs on as before,
+    and v, urgent at 300 when the refusal's back-off ends, evicts it."""
+    s = _lower_priorities([gpu_node("n0", gpus=1)], [(Workload("low0", "b", (whole(1),)), [(0, (0,))])], grace=30)
+    s.submit(Workload("u", "b", (whole(1),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0"]
+    s.remove("u")
+    s.eviction_refused("low0", 300)
+    assert s.status("low0").state == "running" and not s.status("low0").terminating
+    s.submit(Workload("v", "b", (whole(1),), submit_time=300, priority=5))
+    assert [e.workload for e in s.cycle(300).evictions] == ["low0"]
+
+
+def test_a_starving_workload_behind_a_queue_mate_of_its_shape_that_could_not_preempt_takes_the_hold():
+    """The gang holds n0 from 1000. At 200 queue q (no preemption) has `urgent` (priority 10, not yet
+    starving) and `short` (starving), of one shape; q comes first. urgent fails outside the hold and may
+    not preempt; ahead of the gang in the order, it ends the gang's hold. short then fails everywhere, and
+    having preempted no more than urgent could, it takes the hold: starving, first in the cycle's order."""
+    from fairgpu.model.queue import NEVER
+
+    q = QueueSpec("q", starvation_after=100, preemption=NEVER)
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([q, QueueSpec("t", starvation_after=0)]), load_profile("fairgpu")
+    )
+    for name, node, end in (("long0", 0, 1000.0), ("long1", 1, 2000.0)):
+        w = Workload(name, "t", (whole(8),), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=0.0)
+    s.submit(Workload("gang", "t", (whole(8),), duration=3600.0))
+    s.cycle(0)
+    assert list(s.reservations) == ["gang"]
+    s.submit(Workload("short", "q", (whole(8),), submit_time=50, duration=100.0))
+    s.submit(Workload("urgent", "q", (whole(8),), submit_time=200, duration=5000.0, priority=10))
+    assert s.cycle(200).started == []
+    assert list(s.reservations) == ["short"] and s.reservations["short"].fit.at == 1000
+
+
+@pytest.mark.parametrize("starving", [False, True])
+def test_two_preemptors_of_one_queue_never_count_on_the_same_free_gpu(starving):
+    """n0: one GPU free, low0-low2 on the others. p1 and p2 (2 GPUs each, urgent) come at once: p1 takes
+    the free GPU and evicts low0; p2 may not count on that free GPU again, so it evicts low1 and low2. So
+    too when they starve at once: p1 holds the room its eviction makes, not nodes as a starving workload."""
+    running = [(Workload(f"low{i}", "b", (whole(1),), duration=1000.0), [(0, (i,))]) for i in range(3)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30, starvation_after=0 if starving else 600)
+    for name in ("p1", "p2"):
+        s.submit(Workload(name, "b", (whole(2),), submit_time=100, priority=5))
+    assert [e.workload for e in s.cycle(100).evictions] == ["low0", "low1", "low2"]
+
+
+def test_room_a_preemptors_victim_left_stays_its_own_while_its_other_victim_leaves():
+    """p1 (2 GPUs, urgent) evicts low0 and low1; low0 has left, low1 not yet. p2, as urgent, comes at 110:
+    the room both leave is p1's, so p2 evicts low2 and low3 rather than count on low0's free GPU."""
+    running = [(Workload(f"low{i}", "b", (whole(1),)), [(0, (i,))]) for i in range(4)]
+    s = _lower_priorities([gpu_node("n0", gpus=4)], running, grace=30)
+    s.submit(Workload("p1", "b", (whole(2),), submit_time=100, priority=5))
+    assert sorted(e.workload for e in s.cycle(100).evictions) == ["low0", "low1"]
+    s.remove("low0", finished_at=105)
+    s.submit(Workload("p2", "b", (whole(2),), submit_time=110, priority=5))
+    assert sorted(e.workload for e in s.cycle(110).evictions) == ["low2", "low3"]
+
+
+def test_a_starving_preemptor_ahead_of_a_gang_evicts_outside_the_gangs_hold_when_it_cannot_take_it_over():
+    """The gang (queue t) holds n0 from 1000. At 150 E (queue q, fair share, ahead of t in the order) starves
+    and fits nowhere, not even on the gang's nodes: the gang keeps its hold, and E evicts v on n2 (r's, as
+    old as long0 on the held n0) rather than the work the gang waits for."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    t = QueueSpec("t", starvation_after=0, preemption=PreemptionPolicy(enabled=False, reclaim=False, min_runtime=1000))
+    q = QueueSpec("q", starvation_after=0, preemption=PreemptionPolicy(fair_share=True))
+    r = QueueSpec("r", preemption=PreemptionPolicy(min_runtime=100))
+    s = Scheduler([gpu_node(f"n{i}") for i in range(3)], QueueTree([t, q, r]), load_profile("fairgpu"))
+
+    def adopt(name: str, queue: str, node: int, start: float, end: float) -> None:
+        w = Workload(name, queue, (whole(8),), duration=end - start)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=start)
+
+    for name, node, end in (("long0", 0, 1000.0), ("long1", 1, 2000.0), ("v", 2, 5000.0)):
+        adopt(name, "r", node, 0.0, end)
+    s.submit(Workload("gang", "t", (whole(8),), duration=3600.0))
+    s.cycle(0)
+    s.remove("long1", finished_at=100)
+    adopt("mid", "t", 1, 100.0, 300.0)  # t now holds more than q: q goes first
+    s.submit(Workload("E", "q", (whole(8),), submit_time=150, duration=3600.0))
+    assert [e.workload for e in s.cycle(150).evictions] == ["v"]
+    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 1000
+
+
+def test_a_preemptor_due_to_end_before_another_queues_room_is_due_counts_on_its_free_gpu_as_backfill():
+    """n0: one GPU free, r's low0-low6 on the others (30 s grace). Y (queue y) takes the free GPU and evicts
+    low0: its room is due at 130. X (queue x, declared to run 0 s, so ending by 130 when it starts at 130)
+    may use that room like backfill: it counts on the free GPU too and evicts one more, not two."""
+    from fairgpu.model.queue import PreemptionPolicy
+
+    fair = PreemptionPolicy(fair_share=True)
+    r = QueueSpec("r", preemption=PreemptionPolicy(grace_period=30))
+    s = Scheduler(
+        [gpu_node("n0")],
+        QueueTree([r, QueueSpec("x", preemption=fair), QueueSpec("y", preemption=fair)]),
+        load_profile("fairgpu"),
+    )
+    for i in range(7):
+        w = Workload(f"low{i}", "r", (whole(1),), duration=1000.0)
+        s.adopt(w, [s.state.placement_for(w.pods[0], 0, (i,))], started=0.0)
+    s.submit(Workload("Y", "y", (whole(2),), submit_time=99, duration=3600.0))
+    s.submit(Workload("X", "x", (whole(2),), submit_time=100, duration=0.0))
+    evictions = s.cycle(100).evictions
+    assert [(e.workload, e.reason) for e in evictions] == [("low0", "preempted for Y"), ("low1", "preempted for X")]
+
+
 # -- framework/scheduler.py: requests, counts --------------------------------------------------------------------
 
 
@@ -569,6 +754,38 @@ def test_a_name_is_submitted_once_and_only_an_elastic_workloads_newest_extra_pod
             s.shrink("w", pods)
     newest = s.running["w"].placed[2]
     assert s.shrink("w", (2,)) == [newest] and len(s.running["w"].placed) == 2
+
+
+def test_a_queue_is_left_for_the_cycle_once_its_shape_fails_though_a_removed_workload_had_another():
+    """x (2 CPUs) was submitted and removed; five 1-GPU jobs wait behind a busy GPU. The first fails and
+    cannot preempt: the queue has no other shape waiting, so the cycle makes one attempt, not five (the
+    `schedule_attempts` metric, and a long backlog's cost per cycle); a shape gone with x does not count."""
+    s = Scheduler([gpu_node("n0", gpus=1)], QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    busy = Workload("busy", "q", (whole(1),))
+    s.adopt(busy, [s.state.placement_for(busy.pods[0], 0, (0,))], started=0.0)
+    s.submit(Workload("x", "q", (whole(1, cpu_m=2000),), submit_time=1))
+    s.remove("x")
+    for i in range(5):
+        s.submit(Workload(f"y{i}", "q", (whole(1),), submit_time=2))
+    assert s.cycle(10).attempts == 1
+
+
+def test_a_partly_placed_workload_is_admitted_for_its_missing_pods_only_under_its_queues_limit():
+    """A profile with a quota but no gang keeps a workload's pods as they fit. a (limit 2 GPUs) asks for two
+    1-GPU pods where b holds one of the two GPUs: the first is placed. Once b's job ends, the second is
+    admitted (1 held + 1 asked is within the limit; counting the placed pod twice would refuse it) and a0 starts."""
+    from fairgpu.catalog import profile_from_dict
+    from test_survivors import _gpus
+
+    profile = profile_from_dict({"name": "t", "queueSort": "FairShare", "admit": ["Quota"], "filter": ["Resources"]})
+    s = Scheduler([gpu_node("n0", gpus=2)], QueueTree([QueueSpec("a", limit=_gpus(2)), QueueSpec("b")]), profile)
+    s.submit(Workload("b0", "b", (whole(1),)))
+    s.cycle(0)
+    s.submit(Workload("a0", "a", (whole(1), whole(1)), submit_time=10))
+    assert [(b.workload, b.pod) for b in s.cycle(10).bound] == [("a0", 0)]
+    s.remove("b0")
+    result = s.cycle(20)
+    assert [(b.workload, b.pod) for b in result.bound] == [("a0", 1)] and result.started == ["a0"]
 
 
 def test_the_counts_a_dashboard_shows_pending_running_backlogged_and_attempts_per_queue():
@@ -641,12 +858,13 @@ def test_a_gangs_pods_stay_on_its_node_without_scores_and_beside_a_node_held_for
 # -- framework/victims.py: an elastic workload's extra pod as a victim unit ------------------------------------------
 
 
-def _lower_priorities(nodes, running, grace: float = 0.0) -> Scheduler:
+def _lower_priorities(nodes, running, grace: float = 0.0, starvation_after: float = 600.0) -> Scheduler:
     """Queue b, which evicts its own lower-priority work with this grace, running these (workload, placements)
     since t=0."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    b = QueueSpec("b", preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=grace))
+    policy = PreemptionPolicy(within_queue="LowerPriority", grace_period=grace)
+    b = QueueSpec("b", starvation_after=starvation_after, preemption=policy)
     s = Scheduler(nodes, QueueTree([b]), load_profile("fairgpu"))
     for wl, placements in running:
         at = [s.state.placement_for(pod, node, slots) for pod, (node, slots) in zip(wl.pods, placements, strict=True)]

@@ -11,6 +11,7 @@ import typer
 from fairgpu.catalog import load_profile
 from fairgpu.cli.base import app
 from fairgpu.errors import FairgpuError, InputError
+from fairgpu.k8s.heartbeat import STALE_AFTER, Heartbeat
 from fairgpu.k8s.identity import FAIRGPU_SA, TRUSTED_CONFIGMAP
 from fairgpu.terminal import fail
 from fairgpu.twin.writer import TraceWriter
@@ -34,6 +35,14 @@ def run_cmd(
         ElectorIn, typer.Option(metavar="WHERE", help="Where the leader elector runs: thread, or process (its own).")
     ] = ElectorIn.thread,
     identity: Annotated[str | None, typer.Option(help="This replica's name in the Lease (default: hostname).")] = None,
+    heartbeat_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="A scheduling loop that has not passed for this long is hung: the replica gives up the lease and"
+            " /healthz fails.",
+        ),
+    ] = STALE_AFTER,
     health_host: Annotated[str, typer.Option(help="Address of the /healthz and /readyz probes.")] = "0.0.0.0",
     health_port: Annotated[int, typer.Option(help="Port of the probes.")] = 8080,
     metrics_host: Annotated[str, typer.Option(help="Address of /metrics.")] = "0.0.0.0",
@@ -87,7 +96,9 @@ def run_cmd(
 ) -> None:
     """Schedule pods on a live cluster (secondary scheduler, HAMi enforcement)."""
     import asyncio
+    import contextlib
     import logging
+    import signal
     import socket
     import sys
 
@@ -108,6 +119,10 @@ def run_cmd(
     if (tls_cert is None) != (tls_key is None):
         raise fail("--tls-cert and --tls-key go together")
     tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+    try:
+        Heartbeat(heartbeat_timeout)
+    except InputError as err:
+        raise fail(str(err)) from err
     listen = live.Listen(
         (health_host, health_port),
         (metrics_host, metrics_port),
@@ -134,8 +149,17 @@ def run_cmd(
     # stdout, where the lease's elector process writes too (k8s/elector_process.py); errors stay on stderr.
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = (kubeconfig, prof, scheduler_name, identity or socket.gethostname(), leader_elect, lease_namespace)
+
+    async def until_stopped() -> None:
+        """SIGTERM (the kubelet stopping the pod) stops it as Ctrl-C does: gracefully, the lease handed over."""
+        main = asyncio.current_task()
+        assert main is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await live.run(*args, listen, tls, trust, hami, writer, trust_configmap, elector.value, heartbeat_timeout)
+
     try:
-        asyncio.run(live.run(*args, listen, tls, trust, hami, writer, trust_configmap, elector.value))
+        asyncio.run(until_stopped())
     except KeyboardInterrupt:
         pass
     except Exception as err:

@@ -29,10 +29,12 @@ from fairgpu.k8s.authn import KubeAuth
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.elector_process import ElectorProcess
+from fairgpu.k8s.heartbeat import STALE_AFTER, Heartbeat
 from fairgpu.k8s.identity import TRUSTED_CONFIGMAP, Trust, TrustedIdentities
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.queues import queue_from_cr
 from fairgpu.k8s.recording import PodTimes
+from fairgpu.k8s.replica import run_replica
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
@@ -72,8 +74,8 @@ def dashboard_app(controller: Controller, name: str) -> Starlette:
 
 
 def live_apps(controller: Controller, name: str, also: tuple[CycleObserver, ...] = ()) -> LiveApps:
-    """What `fairgpu run` serves, read from the controller's engine as it stands: /healthz (the process
-    answers), /readyz (the caches are synced; a standby is ready too, it is warm), /metrics
+    """What `fairgpu run` serves, read from the controller's engine as it stands: /healthz (the scheduling
+    loop passes: heartbeat.py), /readyz (the caches are synced; a standby is ready too, it is warm), /metrics
     (docs/metrics.md), the dashboard and its JSON API (docs/dashboard.md). `name` names the cluster."""
     registry = CollectorRegistry()  # private: nothing else in the process shows up on /metrics
     metrics = SchedulingMetrics(registry)
@@ -101,7 +103,17 @@ def live_apps(controller: Controller, name: str, also: tuple[CycleObserver, ...]
     def ready(_: Request) -> Response:
         return PlainTextResponse("ok") if source.ready() else PlainTextResponse("not ready", 503)
 
-    probes = Starlette(routes=[Route("/healthz", lambda _: PlainTextResponse("ok")), Route("/readyz", ready)])
+    def healthy(_: Request) -> Response:
+        """The scheduling loop passes (heartbeat.py); a hung one fails the liveness probe: the kubelet restarts it."""
+        beat = controller.heartbeat
+        if beat.stale():
+            age = beat.age() or 0.0
+            return PlainTextResponse(
+                f"the scheduling loop has not passed for {age:.1f}s (bound {beat.stale_after:g}s)", 503
+            )
+        return PlainTextResponse("ok")
+
+    probes = Starlette(routes=[Route("/healthz", healthy), Route("/readyz", ready)])
     return LiveApps(dashboard, probes, Starlette(routes=[Route("/metrics", metrics_route)]))
 
 
@@ -146,17 +158,19 @@ async def run(
     record: TraceWriter | None = None,
     trust_configmap: tuple[str, str] = TRUSTED_CONFIGMAP,
     elector_in: str = "thread",
+    stale_after: float = STALE_AFTER,
 ) -> None:
     listen.check()
+    heartbeat = Heartbeat(stale_after)  # the loop's proof of life, read by the elector and /healthz
     port = await KubeClient.connect(kubeconfig)
     # A thread by default: in a process of its own (k8s/elector_process.py) the lease survives long steps that
     # hold the interpreter lock, but it was not shown better under CPU starvation (docs/deploy.md).
     elector: LeaderElector | ElectorProcess | None = None
     if leader_elect and elector_in == "process":
-        elector = ElectorProcess(kubeconfig, lease_namespace, scheduler_name, identity)
+        elector = ElectorProcess(kubeconfig, lease_namespace, scheduler_name, identity, heartbeat=heartbeat)
     elif leader_elect:
-        elector = LeaderElector(port, lease_namespace, scheduler_name, identity)
-    controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami)
+        elector = LeaderElector(port, lease_namespace, scheduler_name, identity, heartbeat=heartbeat)
+    controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami, heartbeat=heartbeat)
     if isinstance(trust, TrustedIdentities):
         report_trust(trust, controller.reporter, trust_configmap)
     recorder: tuple[EngineRecorder, ...] = ()
@@ -190,15 +204,7 @@ async def run(
                 *listen.metrics,
                 *listen.dashboard,
             )
-            tasks = [asyncio.create_task(controller.run())]
-            if elector is not None:
-                tasks.append(asyncio.create_task(elector.run()))
-            try:
-                await asyncio.gather(*tasks)
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await run_replica(controller, elector)  # stopped, it hands the lease over (replica.py)
     finally:
         if hooks is not None:
             hooks.stop()

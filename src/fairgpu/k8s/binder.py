@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -77,6 +79,11 @@ class Binder:
         # since; fencing keeps a deposed leader from sending the Binding now. Without it such a lock held
         # the node for HAMi's whole lock expiry (5 min): leaders flapping under load left most nodes locked.
         self.abandoned = abandoned
+        # Bindings sent and not answered yet, and when the last one whose fate is unknown was given up on (no
+        # answer, or cancelled on the wire: it may still land). Releasing the lease waits for both
+        # (replica.py): a Binding landing after a standby took over could book a GPU twice.
+        self.sending = 0
+        self.unanswered_at = -math.inf
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
         # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
         # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
@@ -149,13 +156,21 @@ class Binder:
     async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
         if self.fence is not None:
             self.fence()
+        answered = False
+        self.sending += 1
         try:
             await self.port.bind(pod.namespace, pod.name, pod.uid, node, annotations)
+            answered = True
         except KubeError as err:
+            answered = err.code != 0  # 0: no answer came back (errors.KubeError)
             # A retried request whose first attempt landed: the pod already sits where we put it.
             if err.code == 409 and f'already assigned to node "{node}"' in err.message:
                 return
             raise BindError(f"binding: {err}") from err
+        finally:
+            self.sending -= 1
+            if not answered:
+                self.unanswered_at = time.monotonic()
 
     async def _lock(self, pod: PodInfo, node: str) -> str:
         """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it.

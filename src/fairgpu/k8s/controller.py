@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from fairgpu.framework.profile import Profile
 from fairgpu.framework.scheduler import CycleObserver, CycleResult
@@ -20,6 +20,7 @@ from fairgpu.hamiconfig import DEFAULT as DEFAULT_HAMI
 from fairgpu.hamiconfig import HamiConfig
 from fairgpu.k8s.binder import Binder
 from fairgpu.k8s.carryout import CarryOut, Stats
+from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.informer import Informer
 from fairgpu.k8s.leader import Leadership
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
@@ -31,6 +32,7 @@ CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
 # Seconds of explaining pending workloads per pass; those not reached are explained at the next passes. Each
 # explanation replays the queue ahead of it: a thousand at once held the loop for tens of seconds.
 REPORT_BUDGET = 0.1
+RESYNC_LIMIT = 60.0  # seconds a new term's fresh list may take before the loop counts as hung (see _beating)
 
 
 class Controller(Reconciler):
@@ -44,6 +46,7 @@ class Controller(Reconciler):
         leadership: Leadership | None = None,
         observer: CycleObserver | None = None,
         hami_config: HamiConfig = DEFAULT_HAMI,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.port = port
         self.hami = hami_config  # resource names and request defaults; the binder's lock expiry
@@ -64,14 +67,18 @@ class Controller(Reconciler):
         self.retry_every = 1.0
         self.status_every = 2.0  # seconds between queue status updates
         self._status_at = -1e18
+        # Stamped at every pass (and every slice of a cycle): the elector given the same one keeps the lease
+        # only while the loop moves, and /healthz fails when it stops (heartbeat.py).
+        self.heartbeat = heartbeat or Heartbeat()
+        self._stopping = False  # a graceful stop has begun: no Binding is sent any more (replica.py)
         if leadership is None:  # without an elector this replica always leads
             self.leading = asyncio.Event()
             self.leading.set()
-            self.lease_left: Callable[[], float] = lambda: math.inf
+            self._lease: Callable[[], float] = lambda: math.inf
             self.term: Callable[[], int] = lambda: 0
         else:
             self.leading = leadership.leading
-            self.lease_left = leadership.remaining
+            self._lease = leadership.remaining
             self.term = lambda: leadership.term
             leadership.on_lost.append(self._lost)
         self._term = 0  # the term this replica's engine and decisions belong to
@@ -95,6 +102,22 @@ class Controller(Reconciler):
             fence=self.carry.fence,
             abandoned=self._abandoned,
         )
+
+    def lease_left(self) -> float:
+        """Seconds this replica may still bind for (the fence: carryout.CarryOut.fence); 0 once it stops."""
+        return 0.0 if self._stopping else self._lease()
+
+    def stop_binding(self) -> None:
+        """The first step of a graceful stop: from now on no Binding passes the fence."""
+        self._stopping = True
+
+    async def drained(self, timeout: float) -> bool:
+        """After stop_binding: wait until no Binding is on the wire (each answered or given up), at most
+        `timeout` seconds. True if none is."""
+        end = time.monotonic() + timeout
+        while self.binder.sending and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        return not self.binder.sending
 
     def _abandoned(self, obj: dict, node: str) -> bool:
         """An unbound pod of ours that nothing of this term is binding to `node` (binder.Binder.abandoned)."""
@@ -137,12 +160,17 @@ class Controller(Reconciler):
         try:
             await asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.queues)))
             while True:
+                self.heartbeat.beat()
                 if not self._in_term():  # standbys keep their caches warm and decide nothing
-                    await self.leading.wait()
+                    while not self.leading.is_set():  # alive meanwhile: a hung standby must not take over
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(self.heartbeat.every):
+                                await self.leading.wait()
+                        self.heartbeat.beat()
                     self._term = self.term()
                     # A new term: the cache must hold every bind made before it (ours cancelled at the last
                     # loss, or another leader's) before anything is placed; the engine is rebuilt from it.
-                    await self.pods.resync()
+                    await self._beating(self.pods.resync(), RESYNC_LIMIT)
                     # A rebuild is decided where inputs changed: without both marks a term that began with no
                     # node or queue news kept the last term's engine, whose workloads with binds cancelled at
                     # the loss stayed booked as running (never bound); flapping leaders piled them up until
@@ -150,11 +178,16 @@ class Controller(Reconciler):
                     self._built_from, self._inputs_changed = None, True
                     self.wake.set()
                 waiting = self.engine is not None and bool(self.engine.pending)
-                # Waiting work is retried without news, too. asyncio.timeout, not wait_for: in Python 3.11
-                # wait_for loses a cancellation that meets the wake, and a stopped controller ran on.
+                # Waiting work is retried without news, too, and an idle loop passes every heartbeat interval
+                # (an idle cluster keeps its leader). asyncio.timeout, not wait_for: in Python 3.11 wait_for
+                # loses a cancellation that meets the wake, and a stopped controller ran on.
+                every = self.heartbeat.every
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.retry_every if waiting else None):
+                    async with asyncio.timeout(min(self.retry_every, every) if waiting else every):
                         await self.wake.wait()
+                self.heartbeat.beat()
+                if not waiting and not self.wake.is_set():
+                    continue  # an idle pass: nothing to do but show the loop moves
                 self.wake.clear()
                 if self._in_term():
                     await self.step()
@@ -182,7 +215,7 @@ class Controller(Reconciler):
         engine = self.engine
         result = CycleResult()
         started = time.perf_counter()
-        await _in_slices(engine.steps(now, result))
+        await _in_slices(engine.steps(now, result), math.inf, self.heartbeat.beat)
         if engine is not self.engine or not self._in_term():
             return  # the lease was lost meanwhile (perhaps won again: a new term): nothing of it is carried out
         if self.observer is not None:
@@ -190,6 +223,20 @@ class Controller(Reconciler):
         self.stats.cycles += 1
         self.carry.start(result)
         await self._report(now)
+
+    async def _beating(self, waited: Awaitable[None], limit: float) -> None:
+        """Await `waited` (a fresh list) beating meanwhile, for at most `limit` seconds: a list of a large
+        cluster is slow, not hung; one that has not come back after `limit` (it is retried on failure, each
+        attempt under a timeout) is treated as wedged, and the heartbeat stops."""
+        task = asyncio.ensure_future(waited)
+        end = time.monotonic() + limit
+        try:
+            while not task.done() and time.monotonic() < end:
+                self.heartbeat.beat()
+                await asyncio.wait({task}, timeout=self.heartbeat.every)
+            await task
+        finally:
+            task.cancel()
 
     def _in_term(self) -> bool:
         """This replica leads, in the term its engine was rebuilt for (not one lost and won again since)."""
@@ -211,7 +258,7 @@ class Controller(Reconciler):
         explaining = self.reporter.report_pending(
             engine, lambda name: self.members.get(name, ()), lambda k: k not in self.inflight, uid, now
         )
-        await _in_slices(explaining, REPORT_BUDGET)
+        await _in_slices(explaining, REPORT_BUDGET, self.heartbeat.beat)
         if engine is not self.engine or not self._in_term():
             return
         if now - self._status_at >= self.status_every:
@@ -219,9 +266,12 @@ class Controller(Reconciler):
             self.reporter.report_queues(engine)
 
 
-async def _in_slices(steps: Iterator[object], budget: float = math.inf) -> None:
+async def _in_slices(
+    steps: Iterator[object], budget: float = math.inf, beat: Callable[[], None] = lambda: None
+) -> None:
     """Drive `steps` with the event loop free at least every CYCLE_SLICE seconds, so informers and binds on the
-    same loop are not held up; stop after `budget` seconds."""
+    same loop are not held up; stop after `budget` seconds. `beat` at each slice: a long cycle that progresses
+    is a live loop."""
     started = time.perf_counter()
     slice_end = started + CYCLE_SLICE
     for _ in steps:
@@ -229,5 +279,6 @@ async def _in_slices(steps: Iterator[object], budget: float = math.inf) -> None:
         if now - started > budget:
             return
         if now > slice_end:
+            beat()
             await asyncio.sleep(0)
             slice_end = time.perf_counter() + CYCLE_SLICE

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 from fairgpu.errors import ElectorDied
 from fairgpu.k8s.client import KubeClient
-from fairgpu.k8s.leader import LeaderElector, renew_deadline_of, term_ended
+from fairgpu.k8s.heartbeat import Heartbeat
+from fairgpu.k8s.leader import LeaderElector, release_lease, renew_deadline_of, term_ended
+from fairgpu.k8s.port import KubePort
 
 log = logging.getLogger(__name__)
 TERM, UNTIL = 0, 1  # the shared doubles
@@ -73,12 +75,14 @@ class ElectorProcess:
         retry_period: float = 2.0,
         renew_deadline: float | None = None,
         user_agent: str | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.settings = LeaseSettings(
             kubeconfig, namespace, name, identity, lease_duration, renew_deadline, retry_period, user_agent
         )
         self.identity = identity
+        self.heartbeat = heartbeat  # the scheduling loop's, in shared memory: the elector reads it (heartbeat.py)
         # forkserver: spawn's fresh interpreter (nothing of this threaded process is forked), started once with
         # this module imported; each elector then forks from it ready. Spawned, every elector imported the API
         # client anew: 10 s on a starved CPU, during which a new replica was no standby.
@@ -91,6 +95,15 @@ class ElectorProcess:
         self.term = 0
         self.on_lost: list[Callable[[], None]] = []
         self.process: multiprocessing.process.BaseProcess | None = None
+
+    @property
+    def lease_duration(self) -> float:
+        return self.settings.lease_duration
+
+    async def release(self, port: KubePort) -> bool:
+        """Once run() has ended (the elector process is gone): give the lease up (leader.release_lease)."""
+        s = self.settings
+        return await release_lease(port, s.namespace, s.name, s.identity)
 
     def _read(self) -> tuple[int, float]:
         """(term, T), T 0 when the read was torn."""
@@ -123,7 +136,7 @@ class ElectorProcess:
         while True:
             process = self.process = self._ctx.Process(
                 target=elect_in_child,
-                args=(self.settings, self._shared, *_log_target()),
+                args=(self.settings, self._shared, self.heartbeat, *_log_target()),
                 name=f"lease-{self.identity}",
                 daemon=True,
             )
@@ -176,15 +189,17 @@ def _log_target() -> tuple[int, int]:
 
 
 # -- in the elector's process -----------------------------------------------------------------------------
-def elect_in_child(settings: LeaseSettings, shared: Shared, log_fd: int, level: int) -> None:
+def elect_in_child(
+    settings: LeaseSettings, shared: Shared, heartbeat: Heartbeat | None, log_fd: int, level: int
+) -> None:
     logging.basicConfig(stream=open(log_fd, "w", buffering=1, closefd=False), level=level, format=FORMAT)  # noqa: SIM115
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the scheduler's to handle: it stops this one
     parent = multiprocessing.parent_process()
     assert parent is not None
-    asyncio.run(_elect(settings, shared, parent.sentinel))
+    asyncio.run(_elect(settings, shared, parent.sentinel, heartbeat))
 
 
-async def _elect(settings: LeaseSettings, shared: Shared, parent: int) -> None:
+async def _elect(settings: LeaseSettings, shared: Shared, parent: int, heartbeat: Heartbeat | None) -> None:
     port = await KubeClient.connect(settings.kubeconfig)
     if settings.user_agent:
         port.api.user_agent = settings.user_agent
@@ -203,6 +218,7 @@ async def _elect(settings: LeaseSettings, shared: Shared, parent: int) -> None:
         settings.retry_period,
         settings.renew_deadline,
         publish=publish,
+        heartbeat=heartbeat,
     )
     election = asyncio.create_task(elector.elect())
     loop = asyncio.get_running_loop()

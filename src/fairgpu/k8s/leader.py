@@ -14,6 +14,10 @@ work (a rebuild, a cycle's slice, parsing a large list), which on a starved CPU 
 the renew deadline and made leadership flap. The caller's loop learns of each term through `leading`,
 `term` and `on_lost`; `remaining()`, which fences every Binding, reads the thread's own deadline, so it is
 right from any thread even before that loop has heard of a step-down.
+
+A lease for a live scheduler only. Given the scheduling loop's heartbeat (heartbeat.py), the elector neither
+takes nor renews the lease while the loop has not passed within its bound, and steps down at once. Stopped
+gracefully, the replica releases the lease (release_lease, replica.py) so a standby need not wait it out.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from fairgpu.errors import KubeError
+from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.port import LEASES, KubePort
 
 log = logging.getLogger(__name__)
@@ -82,6 +87,7 @@ class LeaderElector:
         renew_deadline: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         publish: Callable[[float, bool], None] | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.port = port
@@ -95,6 +101,9 @@ class LeaderElector:
         # Told, on the election's loop, of each validity: (until, began a term), (0, False) at a step-down,
         # before anything else is done about it (elector_process.py hands it to the scheduler's process).
         self.publish = publish
+        # The scheduling loop's: the lease is neither taken nor kept while it is not fresh (heartbeat.py).
+        self.heartbeat = heartbeat
+        self._hung = False  # told once per spell of a stale heartbeat
         # The caller's loop's view, changed only on that loop: set while this replica leads; `term` counts
         # the terms begun (a term lost and won again between two looks at `leading` is a new one).
         self.leading = asyncio.Event()
@@ -140,6 +149,10 @@ class LeaderElector:
         if outcome is not None and not isinstance(outcome, asyncio.CancelledError):
             raise outcome
 
+    async def release(self, port: KubePort) -> bool:
+        """Once run() has ended (its thread renews nothing more): give the lease up (release_lease)."""
+        return await release_lease(port, self.namespace, self.name, self.identity)
+
     async def elect(self) -> None:
         """Elect until cancelled on this loop, with `port` as it is, telling this loop (in a process of the
         election's own: elector_process.py)."""
@@ -149,6 +162,9 @@ class LeaderElector:
     async def _elect(self, port: KubePort) -> None:
         try:
             while True:
+                if not self._scheduler_alive():
+                    await asyncio.sleep(self.retry_period)
+                    continue
                 started = self.monotonic()
                 # A renewal must finish before the current term ends; an acquisition within a renewDeadline.
                 deadline = self._valid_until or started + self.renew_deadline
@@ -166,6 +182,25 @@ class LeaderElector:
         finally:
             if self._valid_until:
                 self._step_down()
+
+    def _scheduler_alive(self) -> bool:
+        """The scheduling loop has passed within the heartbeat's bound; else this replica steps down at once
+        (not at its term's end: a hung scheduler gains nothing from the rest of the term) and renews nothing."""
+        if self.heartbeat is None or self.heartbeat.fresh():
+            self._hung = False
+            return True
+        age = self.heartbeat.age()
+        if age is not None and not self._hung:
+            self._hung = True
+            log.error(
+                "%s: the scheduling loop has not passed for %.1fs (bound %gs): not renewing the lease",
+                self.identity,
+                age,
+                self.heartbeat.stale_after,
+            )
+        if self._valid_until:
+            self._step_down()
+        return False
 
     async def _elect_on_own_port(self) -> None:
         port = await self.port.reconnect()  # this loop's own: a session belongs to the loop it was made on
@@ -259,6 +294,39 @@ class LeaderElector:
                 return False
             raise
         return True
+
+
+async def release_lease(port: KubePort, namespace: str, name: str, identity: str) -> bool:
+    """Give up the lease at once, as client-go's ReleaseOnCancel does: the record is updated to no holder and
+    a one-second duration, so a standby takes it at its next attempt instead of a lease duration later. Only
+    a record that names `identity`, and only the version read (its resourceVersion): a record another replica
+    wrote meanwhile is never overwritten (409). Call it only once this replica's elector has stopped and
+    nothing the lease guards is under way. True if the lease was released."""
+    try:
+        lease = await port.get(LEASES, name, namespace)
+    except KubeError as err:
+        if err.code != 404:  # none: nothing to release
+            log.warning("lease %s/%s not released: %s", namespace, name, err)
+        return False
+    held = lease.get("spec") or {}
+    if held.get("holderIdentity") != identity:
+        return False
+    now = microtime(datetime.now(UTC))
+    spec = {
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "acquireTime": now,
+        "renewTime": now,
+        "leaseTransitions": held.get("leaseTransitions", 0),
+    }
+    meta = {"name": name, "namespace": namespace, "resourceVersion": lease["metadata"]["resourceVersion"]}
+    try:
+        await port.replace(LEASES, name, {"metadata": meta, "spec": spec}, namespace)
+    except KubeError as err:  # 409: another replica wrote it meanwhile, and keeps it
+        log.warning("lease %s/%s not released: %s", namespace, name, err)
+        return False
+    log.info("%s released the lease %s/%s", identity, namespace, name)
+    return True
 
 
 def _settle(future: asyncio.Future[BaseException | None], outcome: BaseException | None) -> None:
