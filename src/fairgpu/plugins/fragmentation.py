@@ -278,7 +278,8 @@ class Fragmentation:
         GPUs of one node with equal free cores are equivalent: each such group is computed once."""
         assert pod.gpu is not None
         free = agg.free[rows]
-        least = max(pod.gpu.cores, 1)
+        # a task asking no cores has room on a card with no cores to share (the filter keeps it off a full one)
+        least = pod.gpu.cores
         if self.compiled:
             first, sub, slots = kernels.distinct_slots(free, least)
             deltas = self._slot_deltas(pod, agg, rows[sub], slots)
