@@ -151,16 +151,13 @@ def test_a_starving_workload_that_takes_over_a_due_hold_starts_in_it_at_once():
     assert s.reservations["y"].fit.at == 1100  # y holds the GPU again, for when z ends
 
 
-def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start():
-    """n0 is held for the starving 8-GPU gang from 100 s; `short` backfills half of it (ends 80 s). x, below
-    its fair share, wants 4 GPUs for an hour at 30 s: the cheapest victim is `short`, on the held node, but x
-    would still run there at 100 s. So x evicts on n1 instead, and the gang starts at 100 s as planned."""
+def _gang_held_on_n0_with_short_backfilled_there(stream: QueueSpec) -> Scheduler:
+    """n0 held for the starving 8-GPU gang of `training` from 100 s (a ends at 20 s, b at 100 s; c fills n1 until
+    1000 s); `short` of `stream` backfills n0's freed half at 20 s (ends 80 s); x may evict for fair share."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    fair = PreemptionPolicy(fair_share=True)
-    queues = QueueTree(
-        [QueueSpec("stream"), QueueSpec("training", starvation_after=0), QueueSpec("x", preemption=fair)]
-    )
+    x = QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))
+    queues = QueueTree([stream, QueueSpec("training", starvation_after=0), x])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
     for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
         w = wl(name, "stream", len(slots), duration)
@@ -171,6 +168,14 @@ def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start(
     s.remove("a")
     s.submit(wl("short", "stream", 4, 60, t=20))
     assert s.cycle(20).started == ["short"] and s.status("short").placements[0].node == 0
+    return s
+
+
+def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start():
+    """n0 is held for the starving 8-GPU gang from 100 s; `short` backfills half of it (ends 80 s). x, below
+    its fair share, wants 4 GPUs for an hour at 30 s: the cheapest victim is `short`, on the held node, but x
+    would still run there at 100 s. So x evicts on n1 instead, and the gang starts at 100 s as planned."""
+    s = _gang_held_on_n0_with_short_backfilled_there(QueueSpec("stream"))
     s.submit(wl("x1", "x", 4, 3600, t=30))
     assert [e.workload for e in s.cycle(30).evictions] == ["c"]
     s.remove("c")
@@ -187,22 +192,7 @@ def test_a_preemptor_plans_around_a_starving_gangs_hold_from_when_its_victims_gr
     So x1 still evicts on n1, not the backfill on the held node."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=40))
-    x = QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))
-    s = Scheduler(
-        [gpu_node("n0"), gpu_node("n1")],
-        QueueTree([stream, QueueSpec("training", starvation_after=0), x]),
-        load_profile("fairgpu"),
-    )
-    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
-        w = wl(name, "stream", len(slots), duration)
-        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
-    s.submit(wl("gang", "training", 8, 3600))
-    s.cycle(0)
-    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
-    s.remove("a")
-    s.submit(wl("short", "stream", 4, 60, t=20))
-    assert s.cycle(20).started == ["short"] and s.status("short").placements[0].node == 0
+    s = _gang_held_on_n0_with_short_backfilled_there(QueueSpec("stream", preemption=PreemptionPolicy(grace_period=40)))
     s.submit(wl("x1", "x", 4, 60, t=30))
     assert [(e.workload, e.at) for e in s.cycle(30).evictions] == [("c", 70)]
 
