@@ -151,16 +151,13 @@ def test_a_starving_workload_that_takes_over_a_due_hold_starts_in_it_at_once():
     assert s.reservations["y"].fit.at == 1100  # y holds the GPU again, for when z ends
 
 
-def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start():
-    """n0 is held for the starving 8-GPU gang from 100 s; `short` backfills half of it (ends 80 s). x, below
-    its fair share, wants 4 GPUs for an hour at 30 s: the cheapest victim is `short`, on the held node, but x
-    would still run there at 100 s. So x evicts on n1 instead, and the gang starts at 100 s as planned."""
+def _gang_held_on_n0_with_short_backfilled_there(stream: QueueSpec) -> Scheduler:
+    """n0 held for the starving 8-GPU gang of `training` from 100 s (a ends at 20 s, b at 100 s; c fills n1 until
+    1000 s); `short` of `stream` backfills n0's freed half at 20 s (ends 80 s); x may evict for fair share."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    fair = PreemptionPolicy(fair_share=True)
-    queues = QueueTree(
-        [QueueSpec("stream"), QueueSpec("training", starvation_after=0), QueueSpec("x", preemption=fair)]
-    )
+    x = QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))
+    queues = QueueTree([stream, QueueSpec("training", starvation_after=0), x])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
     for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
         w = wl(name, "stream", len(slots), duration)
@@ -171,6 +168,14 @@ def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start(
     s.remove("a")
     s.submit(wl("short", "stream", 4, 60, t=20))
     assert s.cycle(20).started == ["short"] and s.status("short").placements[0].node == 0
+    return s
+
+
+def test_a_preemptor_does_not_evict_backfill_to_run_past_a_starving_gangs_start():
+    """n0 is held for the starving 8-GPU gang from 100 s; `short` backfills half of it (ends 80 s). x, below
+    its fair share, wants 4 GPUs for an hour at 30 s: the cheapest victim is `short`, on the held node, but x
+    would still run there at 100 s. So x evicts on n1 instead, and the gang starts at 100 s as planned."""
+    s = _gang_held_on_n0_with_short_backfilled_there(QueueSpec("stream"))
     s.submit(wl("x1", "x", 4, 3600, t=30))
     assert [e.workload for e in s.cycle(30).evictions] == ["c"]
     s.remove("c")
@@ -187,22 +192,7 @@ def test_a_preemptor_plans_around_a_starving_gangs_hold_from_when_its_victims_gr
     So x1 still evicts on n1, not the backfill on the held node."""
     from fairgpu.model.queue import PreemptionPolicy
 
-    stream = QueueSpec("stream", preemption=PreemptionPolicy(grace_period=40))
-    x = QueueSpec("x", preemption=PreemptionPolicy(fair_share=True))
-    s = Scheduler(
-        [gpu_node("n0"), gpu_node("n1")],
-        QueueTree([stream, QueueSpec("training", starvation_after=0), x]),
-        load_profile("fairgpu"),
-    )
-    for name, node, slots, duration in (("a", 0, range(4), 20), ("b", 0, range(4, 8), 100), ("c", 1, range(8), 1000)):
-        w = wl(name, "stream", len(slots), duration)
-        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
-    s.submit(wl("gang", "training", 8, 3600))
-    s.cycle(0)
-    assert list(s.reservations["gang"].fit.nodes) == [0] and s.reservations["gang"].fit.at == 100
-    s.remove("a")
-    s.submit(wl("short", "stream", 4, 60, t=20))
-    assert s.cycle(20).started == ["short"] and s.status("short").placements[0].node == 0
+    s = _gang_held_on_n0_with_short_backfilled_there(QueueSpec("stream", preemption=PreemptionPolicy(grace_period=40)))
     s.submit(wl("x1", "x", 4, 60, t=30))
     assert [(e.workload, e.at) for e in s.cycle(30).evictions] == [("c", 70)]
 
@@ -258,3 +248,25 @@ def test_a_preemptor_starts_in_the_room_it_made_though_a_starving_gang_that_came
     assert list(s.reservations["gang"].fit.nodes) == [1] and s.reservations["gang"].fit.at == 1010
     s.remove("d")
     assert s.cycle(320).started == ["x1"] and s.status("x1").placements[0].node == 1
+
+
+def test_a_queue_below_its_share_holds_what_a_borrower_frees_without_waiting_to_starve():
+    """b (default starvation_after, 10 min) is owed its half while a borrows the whole cluster: GPUs a frees
+    go to b's 2-GPU pod when the first node has two free (110 s), not to a's next 1,000 s job one by one until
+    b starves. a still starts on the node b does not hold (105 s): borrowing stays work-conserving."""
+    queues = QueueTree([QueueSpec("a"), QueueSpec("b")])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
+    ends = {0: [100, 110, *[5000] * 6], 1: [105, *[5000] * 7]}
+    for node, durations in ends.items():
+        for slot, d in enumerate(durations):
+            w = wl(f"a{node}-{slot}", "a", 1, d)
+            s.adopt(w, [s.state.placement_for(w.pods[0], node, [slot])], started=0.0)
+    for i in range(4):
+        s.submit(wl(f"next{i}", "a", 1, 1000, t=i))
+    s.submit(wl("b", "b", 2, 1000, t=0))
+    s.cycle(0)
+    starts = {}
+    for t, node, slot in ((100, 0, 0), (105, 1, 0), (110, 0, 1)):
+        s.remove(f"a{node}-{slot}", finished_at=t)
+        starts.update({name: (t, s.status(name).placements[0].node) for name in s.cycle(t).started})
+    assert starts == {"next0": (105, 1), "b": (110, 0)}

@@ -54,6 +54,18 @@ async def start(kubeconfig: str, ident: str, where: str, beat: Heartbeat, lease=
     return e, ctl, asyncio.create_task(run_replica(ctl, e)), port
 
 
+async def alone_on_one_node(kubeconfig: str, beat: Heartbeat):
+    """One replica (thread elector) on a fresh one-node cluster, running: (elector, controller, its task, its
+    port, when it lost the lease)."""
+    port = await KubeClient.connect(kubeconfig)
+    await setup(port, nodes=1, gpus=2, tenants=("a",))
+    e = LeaderElector(port, NS, "fairgpu", "r1", DURATION, RETRY, RENEW, heartbeat=beat)
+    ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
+    lost: list[float] = []
+    e.on_lost.append(lambda: lost.append(time.monotonic()))
+    return e, ctl, asyncio.create_task(run_replica(ctl, e)), port, lost
+
+
 async def finish(*replicas) -> None:
     for _, _, task, port in replicas:
         task.cancel()
@@ -164,14 +176,8 @@ def test_healthz_fails_when_the_loop_hangs_and_not_while_it_idles(fake_api, tmp_
             return err.code, err.read().decode()
 
     async def go():
-        port = await KubeClient.connect(kubeconfig)
-        await setup(port, nodes=1, gpus=2, tenants=("a",))
         beat = Heartbeat(stale, every)
-        e = LeaderElector(port, NS, "fairgpu", "r1", DURATION, RETRY, RENEW, heartbeat=beat)
-        ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
-        lost: list[float] = []
-        e.on_lost.append(lambda: lost.append(time.monotonic()))
-        task = asyncio.create_task(run_replica(ctl, e))
+        e, ctl, task, port, lost = await alone_on_one_node(kubeconfig, beat)
         try:
             async with Beside(live_apps(ctl, "test").probes, "127.0.0.1", 0) as probes:
                 url = f"{probes.url}/healthz"
@@ -219,14 +225,8 @@ def test_a_slow_list_at_a_terms_start_is_no_hung_loop_but_a_wedged_one_is(fake_a
     monkeypatch.setattr(Informer, "resync", slow_resync)
 
     async def go() -> tuple[int, list[float], list[float]]:
-        port = await KubeClient.connect(kubeconfig)
-        await setup(port, nodes=1, gpus=2, tenants=("a",))
         beat = Heartbeat(0.75, 0.25)
-        e = LeaderElector(port, NS, "fairgpu", "r1", DURATION, RETRY, RENEW, heartbeat=beat)
-        ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
-        lost: list[float] = []
-        e.on_lost.append(lambda: lost.append(time.monotonic()))
-        task = asyncio.create_task(run_replica(ctl, e))
+        e, ctl, task, port, lost = await alone_on_one_node(kubeconfig, beat)
         try:
             await until(lambda: ctl.stats.cycles, 10, "the first term's first cycle, after its slow list")
             slow_lost = list(lost)

@@ -1,6 +1,7 @@
-"""Starving workloads: one that has waited its queue's `starvation_after` and still does not fit holds the
-nodes that free soonest (reservations.py), one holder at a time; one ahead of the holder in a cycle's order
-takes the hold over. What others may still do on held nodes (backfill) is reservations.py's and backfill.py's.
+"""Starving workloads: one that has waited its queue's `starvation_after` (or whose queue is owed its share by
+a borrower) and still does not fit holds the nodes that free soonest (reservations.py), one holder at a time;
+one ahead of the holder in a cycle's order takes the hold over. What others may still do on held nodes
+(backfill) is reservations.py's and backfill.py's.
 """
 
 from __future__ import annotations
@@ -40,7 +41,26 @@ class Starving:
         self.running_ends = running_ends
 
     def starving(self, entry: Entry, now: float) -> bool:
-        return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
+        """Waited its queue's `starvation_after`, or is owed: it fits in what its queue is entitled to beyond
+        what it holds, while another queue holds more than its own share. Then the room the borrower frees is
+        the owner's at once; otherwise the borrower refills each GPU as it frees, and a pod that needs several
+        on one node waits until it starves (demo: training's 2-GPU pods sat out research's borrowed GPUs going
+        back to batch one by one). A queue whose
+        policy evicts for its fair share, or work within a guarantee its queue reclaims, takes it back by
+        eviction instead (its preemptors hold the room they make, and a hold of its own would keep them off
+        it)."""
+        spec, q = self.tree.queues[entry.queue], entry.queue
+        if now - entry.workload.submit_time >= spec.starvation_after:
+            return True
+        v, policy = self.view, spec.preemption
+        if policy.enabled and (
+            policy.fair_share
+            or (policy.reclaim and bool(np.all(v.usage[q] + entry.charge <= self.tree.guaranteed[q] + 1e-9)))
+        ):
+            return False
+        over = (v.usage_dom > v.entitled_dom + 1e-9) & v.tree.is_leaf
+        over[q] = False
+        return bool(v.usage_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9 and over.any())
 
     def take_over(
         self, entry: Entry, now: float, memo: CycleMemo, place: Callable[[Entry, np.ndarray | None], bool]
