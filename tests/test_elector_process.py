@@ -16,13 +16,12 @@ import pytest
 
 from audit import audit
 from chaos import chaos_pod
-from fairgpu.catalog import load_profile
 from fairgpu.errors import ElectorDied
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.elector_process import MAX_DEATHS, RESTART_AFTER, UNTIL, ElectorProcess
 from fairgpu.k8s.port import PODS
-from live_setup import TINY, setup
+from live_setup import TINY, replica, setup
 from test_live_scheduling import until
 
 DURATION, RENEW, RETRY = 3.0, 2.0, 0.25
@@ -36,10 +35,7 @@ def elector(kubeconfig: str, ident: str) -> ElectorProcess:
 async def replicas(kubeconfig: str) -> list[tuple[ElectorProcess, Controller, list[asyncio.Task], KubeClient]]:
     out = []
     for ident in ("r1", "r2"):
-        rport = await KubeClient.connect(kubeconfig)
-        rport.api.user_agent = f"fairgpu/{ident}"
-        e = elector(kubeconfig, ident)
-        ctl = Controller(rport, load_profile("fairgpu"), leadership=e)
+        e, ctl, rport = await replica(kubeconfig, ident, lambda _, i=ident: elector(kubeconfig, i))
         out.append((e, ctl, [asyncio.create_task(e.run()), asyncio.create_task(ctl.run())], rport))
     return out
 

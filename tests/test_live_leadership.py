@@ -21,7 +21,7 @@ from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.leader import Leadership as Elector
 from fairgpu.k8s.port import LEASES, PODS
-from live_setup import ONE, TINY, pods_now, setup
+from live_setup import ONE, TINY, pods_now, replica, setup
 from test_live_scheduling import stop, until
 
 
@@ -46,10 +46,7 @@ def test_two_replicas_never_bind_in_the_same_lease_window(fake_api, tmp_path, wh
         await setup(port, nodes=40, gpus=4)
         replicas = []
         for ident in ("r1", "r2"):
-            rport = await KubeClient.connect(kubeconfig)
-            rport.api.user_agent = f"fairgpu/{ident}"
-            e = elector(rport, ident)
-            ctl = Controller(rport, load_profile("fairgpu"), leadership=e)
+            e, ctl, _ = await replica(kubeconfig, ident, lambda rport, i=ident: elector(rport, i))
             replicas.append((e, ctl, [asyncio.create_task(e.run()), asyncio.create_task(ctl.run())]))
         await until(lambda: any(e.leading.is_set() for e, _, _ in replicas), 20, "a leader")
         leader = next(e for e, _, _ in replicas if e.leading.is_set())

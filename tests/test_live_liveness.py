@@ -17,7 +17,6 @@ import pytest
 
 from audit import audit
 from chaos import chaos_pod
-from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
 from fairgpu.k8s import replica as replica_module
 from fairgpu.k8s.app import live_apps
@@ -29,7 +28,7 @@ from fairgpu.k8s.leader import LeaderElector, release_lease
 from fairgpu.k8s.port import LEASES, PODS
 from fairgpu.k8s.replica import run_replica
 from fairgpu.observe.server import Beside
-from live_setup import ONE, TINY, setup
+from live_setup import ONE, TINY, replica, setup
 from test_live_leadership import busy
 from test_live_scheduling import until
 
@@ -47,20 +46,19 @@ def elector(where: str, port: KubeClient, kubeconfig: str, ident: str, beat: Hea
 
 async def start(kubeconfig: str, ident: str, where: str, beat: Heartbeat, lease=(DURATION, RETRY, RENEW)):
     """A replica as `fairgpu run` runs it (run_replica): (elector, controller, its task, its port)."""
-    port = await KubeClient.connect(kubeconfig)
-    port.api.user_agent = f"fairgpu/{ident}"
-    e = elector(where, port, kubeconfig, ident, beat, lease)
-    ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
+    e, ctl, port = await replica(
+        kubeconfig, ident, lambda port: elector(where, port, kubeconfig, ident, beat, lease), heartbeat=beat
+    )
     return e, ctl, asyncio.create_task(run_replica(ctl, e)), port
 
 
 async def alone_on_one_node(kubeconfig: str, beat: Heartbeat):
     """One replica (thread elector) on a fresh one-node cluster, running: (elector, controller, its task, its
     port, when it lost the lease)."""
-    port = await KubeClient.connect(kubeconfig)
+    e, ctl, port = await replica(
+        kubeconfig, "r1", lambda p: elector("thread", p, kubeconfig, "r1", beat), heartbeat=beat
+    )
     await setup(port, nodes=1, gpus=2, tenants=("a",))
-    e = LeaderElector(port, NS, "fairgpu", "r1", DURATION, RETRY, RENEW, heartbeat=beat)
-    ctl = Controller(port, load_profile("fairgpu"), leadership=e, heartbeat=beat)
     lost: list[float] = []
     e.on_lost.append(lambda: lost.append(time.monotonic()))
     return e, ctl, asyncio.create_task(run_replica(ctl, e)), port, lost
