@@ -45,9 +45,10 @@ class Starving:
         what it holds, while another queue holds more than its own share. Then the room the borrower frees is
         the owner's at once; otherwise the borrower refills each GPU as it frees, and a pod that needs several
         on one node waits until it starves (demo: training's 2-GPU pods sat out research's borrowed GPUs going
-        back to batch one by one). A queue whose policy evicts for its fair share, or work within a guarantee
-        its queue reclaims, takes it back by eviction instead (its preemptors hold the room they make, and a
-        hold of its own would keep them off it)."""
+        back to batch one by one). A queue whose
+        policy evicts for its fair share, or work within a guarantee its queue reclaims, takes it back by
+        eviction instead (its preemptors hold the room they make, and a hold of its own would keep them off
+        it)."""
         spec, q = self.tree.queues[entry.queue], entry.queue
         if now - entry.workload.submit_time >= spec.starvation_after:
             return True
