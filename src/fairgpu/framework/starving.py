@@ -46,18 +46,14 @@ class Starving:
         the owner's at once; otherwise the borrower refills each GPU as it frees, and a pod that needs several
         on one node waits until it starves (demo: training's 2-GPU pods sat out research's borrowed GPUs going
         back to batch one by one). A queue whose
-        policy evicts for its fair share, or work within a guarantee its queue reclaims, takes it back by
-        eviction instead (its preemptors hold the room they make, and a hold of its own would keep them off
-        it)."""
-        spec, q = self.tree.queues[entry.queue], entry.queue
+        policy evicts for its fair share takes it back that way (its preemptors hold the room they make, and a
+        hold of its own would keep them off it), so it is never owed here."""
+        spec = self.tree.queues[entry.queue]
         if now - entry.workload.submit_time >= spec.starvation_after:
             return True
-        v, policy = self.view, spec.preemption
-        if policy.enabled and (
-            policy.fair_share
-            or (policy.reclaim and bool(np.all(v.usage[q] + entry.charge <= self.tree.guaranteed[q] + 1e-9)))
-        ):
+        if spec.preemption.enabled and spec.preemption.fair_share:
             return False
+        v, q = self.view, entry.queue
         over = (v.usage_dom > v.entitled_dom + 1e-9) & v.tree.is_leaf
         over[q] = False
         return bool(v.usage_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9 and over.any())
