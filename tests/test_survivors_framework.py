@@ -644,12 +644,13 @@ def test_a_starving_workload_behind_a_queue_mate_of_its_shape_that_could_not_pre
     """The gang holds n0 from 1000. At 200 queue q (no preemption) has `urgent` (priority 10, not yet
     starving) and `short` (starving), of one shape; q comes first. urgent fails outside the hold and may
     not preempt; ahead of the gang in the order, it ends the gang's hold. short then fails everywhere, and
-    having preempted no more than urgent could, it takes the hold: starving, first in the cycle's order.
-    (t's weight entitles it to all it holds: q is not owed a share, which would make urgent starve at once.)"""
+    having preempted no more than urgent could, it takes the hold: starving, first in the cycle's order."""
     from fairgpu.model.queue import NEVER
 
-    q, t = QueueSpec("q", starvation_after=100, preemption=NEVER), QueueSpec("t", weight=100.0, starvation_after=0)
-    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([q, t]), load_profile("fairgpu"))
+    q = QueueSpec("q", starvation_after=100, preemption=NEVER)
+    s = Scheduler(
+        [gpu_node("n0"), gpu_node("n1")], QueueTree([q, QueueSpec("t", starvation_after=0)]), load_profile("fairgpu")
+    )
     for name, node, end in (("long0", 0, 1000.0), ("long1", 1, 2000.0)):
         w = Workload(name, "t", (whole(8),), duration=end)
         s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=0.0)

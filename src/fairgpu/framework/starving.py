@@ -41,22 +41,16 @@ class Starving:
         self.running_ends = running_ends
 
     def starving(self, entry: Entry, now: float) -> bool:
-        """Waited its queue's `starvation_after`, or is owed: it fits in what its queue is entitled to beyond
-        what it holds, while another queue holds more than its own share. Then the room the borrower frees is
-        the owner's at once; otherwise the borrower refills each GPU as it frees, and a pod that needs several
-        on one node waits until it starves (demo: training's 2-GPU pods sat out research's borrowed GPUs going
-        back to batch one by one). A queue whose
-        policy evicts for its fair share takes it back that way (its preemptors hold the room they make, and a
-        hold of its own would keep them off it), so it is never owed here."""
-        spec = self.tree.queues[entry.queue]
-        if now - entry.workload.submit_time >= spec.starvation_after:
+        """Waited its queue's `starvation_after`, or is owed: its queue holds less than its fair share while
+        another holds more. Then the room the borrower frees is the owner's at once; otherwise the borrower
+        refills each GPU as it frees, and a pod that needs several on one node waits until it starves (demo:
+        training's 2-GPU pods sat out research's borrowed GPUs going back to batch one by one)."""
+        if now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after:
             return True
-        if spec.preemption.enabled and spec.preemption.fair_share:
-            return False
         v, q = self.view, entry.queue
         over = (v.usage_dom > v.entitled_dom + 1e-9) & v.tree.is_leaf
         over[q] = False
-        return bool(v.usage_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9 and over.any())
+        return bool(v.usage_dom[q] < v.entitled_dom[q] - 1e-9 and over.any())
 
     def take_over(
         self, entry: Entry, now: float, memo: CycleMemo, place: Callable[[Entry, np.ndarray | None], bool]
