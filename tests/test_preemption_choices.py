@@ -122,10 +122,7 @@ def digest(decisions: list[object]) -> str:
 # more, each a second Evict in the same decision) and freed twice, in dry runs and in the room held; and its
 # GPU was priced at its own unit's cost plus its whole workload's. Both seeds now evict more extra pods (10
 # each, against 6 and 5), and no workload twice in a cycle.
-# Recorded again when a queue owed its share came to reserve at once (framework/starving.py; was 103 /
-# c2d068ee7f6f9a2e and 89 / 9e4bb0f972cdbdaa): seed 2's first difference is a new hold at 180 s for w136, of
-# a queue below its share while c borrows, before its 10 minutes of starvation_after.
-BEFORE = {2: (103, "f8da3eaf8c2e4314"), 3: (83, "6fe757ff5518c388")}
+BEFORE = {2: (103, "c2d068ee7f6f9a2e"), 3: (89, "9e4bb0f972cdbdaa")}
 
 
 @pytest.mark.parametrize("seed", sorted(BEFORE))
