@@ -249,24 +249,3 @@ def test_a_preemptor_starts_in_the_room_it_made_though_a_starving_gang_that_came
     s.remove("d")
     assert s.cycle(320).started == ["x1"] and s.status("x1").placements[0].node == 1
 
-
-def test_a_queue_below_its_share_holds_what_a_borrower_frees_without_waiting_to_starve():
-    """b (default starvation_after, 10 min) is owed its half while a borrows the whole cluster: GPUs a frees
-    go to b's 2-GPU pod when the first node has two free (110 s), not to a's next 1,000 s job one by one until
-    b starves. a still starts on the node b does not hold (105 s): borrowing stays work-conserving."""
-    queues = QueueTree([QueueSpec("a"), QueueSpec("b")])
-    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
-    ends = {0: [100, 110, *[5000] * 6], 1: [105, *[5000] * 7]}
-    for node, durations in ends.items():
-        for slot, d in enumerate(durations):
-            w = wl(f"a{node}-{slot}", "a", 1, d)
-            s.adopt(w, [s.state.placement_for(w.pods[0], node, [slot])], started=0.0)
-    for i in range(4):
-        s.submit(wl(f"next{i}", "a", 1, 1000, t=i))
-    s.submit(wl("b", "b", 2, 1000, t=0))
-    s.cycle(0)
-    starts = {}
-    for t, node, slot in ((100, 0, 0), (105, 1, 0), (110, 0, 1)):
-        s.remove(f"a{node}-{slot}", finished_at=t)
-        starts.update({name: (t, s.status(name).placements[0].node) for name in s.cycle(t).started})
-    assert starts == {"next0": (105, 1), "b": (110, 0)}

@@ -1,7 +1,6 @@
-"""Starving workloads: one that has waited its queue's `starvation_after` (or whose queue is owed its share by
-a borrower) and still does not fit holds the nodes that free soonest (reservations.py), one holder at a time;
-one ahead of the holder in a cycle's order takes the hold over. What others may still do on held nodes
-(backfill) is reservations.py's and backfill.py's.
+"""Starving workloads: one that has waited its queue's `starvation_after` and still does not fit holds the
+nodes that free soonest (reservations.py), one holder at a time; one ahead of the holder in a cycle's order
+takes the hold over. What others may still do on held nodes (backfill) is reservations.py's and backfill.py's.
 """
 
 from __future__ import annotations
@@ -41,16 +40,7 @@ class Starving:
         self.running_ends = running_ends
 
     def starving(self, entry: Entry, now: float) -> bool:
-        """Waited its queue's `starvation_after`, or is owed: its queue holds less than its fair share while
-        another holds more. Then the room the borrower frees is the owner's at once; otherwise the borrower
-        refills each GPU as it frees, and a pod that needs several on one node waits until it starves (demo:
-        training's 2-GPU pods sat out research's borrowed GPUs going back to batch one by one)."""
-        if now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after:
-            return True
-        v, q = self.view, entry.queue
-        over = (v.usage_dom > v.entitled_dom + 1e-9) & v.tree.is_leaf
-        over[q] = False
-        return bool(v.usage_dom[q] < v.entitled_dom[q] - 1e-9 and over.any())
+        return now - entry.workload.submit_time >= self.tree.queues[entry.queue].starvation_after
 
     def take_over(
         self, entry: Entry, now: float, memo: CycleMemo, place: Callable[[Entry, np.ndarray | None], bool]
