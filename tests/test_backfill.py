@@ -248,4 +248,3 @@ def test_a_preemptor_starts_in_the_room_it_made_though_a_starving_gang_that_came
     assert list(s.reservations["gang"].fit.nodes) == [1] and s.reservations["gang"].fit.at == 1010
     s.remove("d")
     assert s.cycle(320).started == ["x1"] and s.status("x1").placements[0].node == 1
-
