@@ -366,6 +366,18 @@ def test_mig_containers_fit_exactly_what_is_left_and_never_share_slices() -> Non
     assert fits(replace(three, more_gpus=three.more_gpus[:1]), 81_920, 200) and not fits(three, 81_920, 200)
 
 
+def test_a_container_after_a_cores_100_one_may_share_its_mig_card_as_in_hami() -> None:
+    """A cores-100 container on a MIG card is a 1g.5gb instance booked at 14 cores, not the card: HAMi's Fit
+    refuses only another cores-100 task on a used 100-core card, so the pod's next container (30 cores) takes
+    another instance of the same card (the only one). It was once refused, as if the card were whole."""
+    mig = tuple(MigTemplate(p.name, p.memory_mib, p.cores, p.slices, p.placements) for p in A100_MIG)
+    sched = _engine((GpuDevice("NVIDIA A100", 40960, "g", split=7, mode="mig", mig=mig),))
+    pod = PodSpec(gpu=GpuRequest(1, 100, 5000), more_gpus=(GpuRequest(1, 30, 5000),))
+    p = place_pod(pod, sched.view, sched.profile)
+    assert p is not None and p.slots == (0, 0) and p.cores == (14, 14)
+    assert sched.state.fits(p)
+
+
 def test_a_whole_gpu_request_on_a_mig_card_is_a_mig_instance_too() -> None:
     """On an idle MIG card a request for 100 cores is fitted to a MIG profile like any other, not given the
     card: 5,000 MiB gets a 1g.5gb, booked at its 14 cores; asking for the card's whole memory finds no

@@ -1139,3 +1139,46 @@ def test_a_workload_that_fits_beside_a_gangs_hold_is_not_told_the_nodes_are_held
     s.submit(Workload("late", "stream", (whole(1),), submit_time=1, duration=500))
     (reason,) = s.explain("late", 1).reasons
     assert reason.startswith("fair share: waiting for its turn")
+
+
+# -- state.py fits: a pod whose containers share a card, as HAMi's fitInDevices fits them in turn ---------------------
+
+
+@pytest.mark.parametrize(
+    ("cores", "mem", "busy", "fits"),
+    [
+        ((40, 60), (4000, 4000), 0, True),  # 100 cores, 8000 MiB: exactly the card
+        ((40, 61), (4000, 4000), 0, False),  # the second container sees the first's cores
+        ((40, 60), (4000, 4001), 0, False),  # ... and its memory
+        ((10, 10), (100, 100), 0, True),
+        ((10, 10), (100, 100), 1, False),  # a task already there: the second container would be the card's 3rd
+    ],
+)
+def test_a_pods_containers_on_one_card_are_checked_against_what_the_ones_before_them_took(cores, mem, busy, fits):
+    """One card of 100 cores and 8000 MiB that takes 2 tasks. Two containers of one pod on it fit only as HAMi
+    fits them, each seeing what the ones before it took: their cores, their memory, and a task each (so the
+    card is never booked past what it has)."""
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+    from fairgpu.state import ClusterState, Placement
+
+    st = ClusterState([NodeSpec("n0", 64_000, 1 << 18, (GpuDevice("T4", 8000, uuid="GPU-n0-0", split=2),))])
+    if busy:
+        st.assign("busy", st.placement_for(PodSpec(gpu=GpuRequest(1, 0, 0, 0)), 0, (0,)))
+    p = Placement(0, (0, 0), cores, mem, 100, 100, (1, 1))
+    assert st.fits(p) is fits
+
+
+def test_on_a_mixed_node_a_cores_100_pod_counts_an_idle_100_core_card_as_room():
+    """A node with an idle 100-core card and a full 200-core one: the idle card has room for a cores-100 pod,
+    so one asking more GPU memory than the card has fails for GPU memory, not for fragmentation."""
+    from fairgpu.framework.placement import unplaced_cause
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+    from fairgpu.state import ClusterState
+
+    cards = (GpuDevice("T4", 16384, uuid="GPU-n0-0"), GpuDevice("T4", 16384, uuid="GPU-n0-1", cores=200))
+    st = ClusterState([NodeSpec("n0", 64_000, 1 << 18, cards)])
+    half = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 1000))
+    for key in ("a", "b"):
+        st.assign(key, st.placement_for(half, 0, (1,)))
+    big = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 20000))
+    assert unplaced_cause(big, st) == "GPU memory or task limit"

@@ -108,8 +108,8 @@ def fit_containers(
         np.add.at(u.tasks, (r, s), 1)
         np.add.at(u.cores_free, (r, s), -cores)
         np.add.at(u.mem_free, (r, s), -mem)
-        if g.exclusive:
-            u.exclusive[r, s] |= exclusive_on(g.cores, st.gpu_whole[rows][r, s])
+        if g.exclusive:  # by the cores booked, as the state marks it: a MIG instance is no whole card
+            u.exclusive[r, s] |= exclusive_on(cores, st.gpu_whole[rows][r, s])
     return fits, picks
 
 
