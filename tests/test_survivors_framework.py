@@ -1182,3 +1182,18 @@ def test_on_a_mixed_node_a_cores_100_pod_counts_an_idle_100_core_card_as_room():
         st.assign(key, st.placement_for(half, 0, (1,)))
     big = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 20000))
     assert unplaced_cause(big, st) == "GPU memory or task limit"
+
+
+def test_a_gangs_next_pod_goes_to_the_best_scored_of_the_nodes_the_gang_already_uses():
+    """Binpack, in a gang profile. n0 (4 GPUs) holds another pod on one: p1 (1 GPU) takes n0, the fuller; p2 (6
+    GPUs) no longer fits there and takes n1 (8 GPUs). p3 (1 GPU) stays on the gang's nodes, and of the two
+    Binpack prefers the fuller, n1 (7 of 8 used after it, against 3 of 4), not the first."""
+    from fairgpu.catalog import profile_from_dict
+    from fairgpu.framework.placement import place_all
+
+    doc = {"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": ["Binpack"]}
+    profile = profile_from_dict({**doc, "gang": True, "permit": ["Gang"]})
+    s = Scheduler([gpu_node("n0", gpus=4), gpu_node("n1", gpus=8)], QueueTree([QueueSpec("q")]), profile)
+    s.state.assign("other", s.state.placement_for(whole(1), 0, (3,)))
+    placed = place_all([whole(1), whole(6), whole(1)], ["p1", "p2", "p3"], s.view, profile)
+    assert [p.node for p in placed] == [0, 1, 1]
