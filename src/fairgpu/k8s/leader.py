@@ -227,11 +227,11 @@ class LeaderElector:
     async def _pause(self) -> None:
         """A retry period between attempts. A leader's heartbeat that goes stale meanwhile wakes it then: its
         step-down and hand-over do not wait for the next attempt."""
-        pause = self.retry_period
-        left = self.heartbeat.stale_in() if self.heartbeat is not None and self._valid_until else None
-        if left is not None and left < pause:
+        pause, beat = self.retry_period, self.heartbeat
+        left = beat.stale_in() if beat is not None and self._valid_until else None
+        if beat is not None and left is not None and left < pause:
             await asyncio.sleep(max(0.0, left) + PAST_STALE)
-            if self.heartbeat is not None and self.heartbeat.stale():
+            if beat.stale():
                 return
             pause -= left
         await asyncio.sleep(pause)
@@ -239,11 +239,10 @@ class LeaderElector:
     async def _hand_over(self, port: KubePort) -> None:
         """The hung leader's release (see the module's docstring), tried at each look until it is done or the
         lease would have expired anyway."""
-        assert self.writes is not None
-        if self.monotonic() >= self._hand_over_by:
+        writes, duration = self.writes, self.lease_duration
+        if writes is None or self.monotonic() >= self._hand_over_by:
             self._hand_over_by = 0.0
             return
-        writes, duration = self.writes, self.lease_duration
         try:
             async with asyncio.timeout(self.renew_deadline):
                 released = await release_lease(
