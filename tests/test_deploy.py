@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
+from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.heartbeat import STALE_AFTER
 from fairgpu.k8s.leader import LeaderElector
 
@@ -79,8 +80,13 @@ def test_the_liveness_probe_fits_the_heartbeat_and_the_lease(rendered):
     timeout, failures = probe.get("timeoutSeconds", 1), probe.get("failureThreshold", 3)
     flags = dict(a.split("=", 1) for a in container["args"][1:])
     stale = float(flags.get("--heartbeat-timeout", STALE_AFTER))
-    lease = inspect.signature(LeaderElector).parameters  # `fairgpu run` elects with the defaults
-    duration, retry = lease["lease_duration"].default, lease["retry_period"].default
+    # `fairgpu run` elects with the defaults, the same whichever --elector (docs/deploy.md: 15 s, 2 s)
+    defaults = {
+        (p["lease_duration"].default, p["retry_period"].default)
+        for p in (inspect.signature(e).parameters for e in (LeaderElector, ElectorProcess))
+    }
+    assert defaults == {(15.0, 2.0)}
+    ((duration, retry),) = defaults
     assert timeout >= stale
     assert failures >= 2
     assert (failures - 1) * period >= retry

@@ -18,7 +18,7 @@ from fairgpu.k8s.port import LEASES, PODS
 from fairgpu.k8s.writes import Writes
 from live_setup import TINY, setup
 from test_live_fencing import decision_writes
-from test_live_liveness import NS, binds_by, finish, lease_puts, start
+from test_live_liveness import NS, binds_by, finish, lease_puts, on_the_wire, start
 from test_live_scheduling import until
 
 DURATION, RETRY, RENEW = 8.0, 0.25, 5.0  # a lease long enough that its expiry cannot pass for a hand-over
@@ -114,7 +114,7 @@ def test_a_hung_leader_with_a_binding_on_the_wire_leaves_its_lease_to_expire(fak
         try:
             fake_process.control("delay", seconds=6.0, path_contains="/binding")
             await port.create(PODS, chaos_pod("a", "p0", TINY), "a")
-            await until(lambda: r1[1].writes.sending, 10, "r1's Binding on the wire")
+            await on_the_wire(r1[1])
             phase["hang"] = True
             await port.create(PODS, chaos_pod("a", "h0", TINY), "a")
             await until(lambda: phase["hung_at"], 10, "the loop to hang")

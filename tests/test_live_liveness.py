@@ -313,6 +313,14 @@ def test_sigterm_to_fairgpu_run_releases_the_lease_and_a_standby_takes_it_at_onc
     assert took < 5.0, took  # the lease duration is 15 s
 
 
+async def on_the_wire(ctl: Controller) -> None:
+    """Wait until the Binding the fake holds is on the wire: a write is, and still is once the pod's annotations
+    and node lock (answered at once) are done."""
+    await until(lambda: ctl.writes.sending, 10, "a write on the wire")
+    await asyncio.sleep(0.3)
+    assert ctl.writes.sending, "no Binding on the wire"
+
+
 async def until_async(port, cond, kind, name, namespace, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while True:
@@ -382,7 +390,7 @@ def test_a_stop_with_a_binding_unanswered_leaves_the_lease_to_expire(fake_api, t
             await until(r1[0].leading.is_set, 20, "r1 leading")
             fake_api.control("delay", seconds=5.0, path_contains="/binding")
             await port.create(PODS, chaos_pod("a", "p", ONE), "a")
-            await until(lambda: r1[1].writes.sending, 10, "the Binding on the wire")
+            await on_the_wire(r1[1])
             r1[2].cancel()
             await asyncio.gather(r1[2], return_exceptions=True)
             return await port.get(LEASES, "fairgpu", NS)
