@@ -49,7 +49,13 @@ def place_pod(
         if not within.size:
             return None
         _teach(profile, key, pod)
-        node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])]) if profile.score else int(within[0])
+        # One node left to choose (a gang filling the node it is on): its score cannot change the choice, so
+        # the scores are not brought up to date now; the next pod that needs them catches up on every node
+        # changed since in one call (they are a function of the state, however many placements behind).
+        if within.size == 1 or not profile.score:
+            node = int(within[0])
+        else:
+            node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])])
     else:
         nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
         if not nodes.any():

@@ -276,7 +276,9 @@ class Scheduler:
 
     def admission_refusal(self, entry: Entry) -> str | None:
         """Why the profile's Admit plugins refuse the rest of this workload now; None if they admit it."""
-        remaining = entry.charge - self.accounting.charge_of(entry.workload.pods[: len(entry.placed)])
+        remaining = entry.charge
+        if entry.placed:  # a gang retried with some pods placed: what is left of it
+            remaining = remaining - self.accounting.charge_of(entry.workload.pods[: len(entry.placed)])
         for plugin in self.profile.admit:
             reason = plugin.admit(entry.workload, entry.queue, remaining, self.view)
             if reason is not None:

@@ -107,6 +107,7 @@ class QueueTree:
         # A static queue is a partition: never above its guarantee (inf in a dimension it does not name).
         self.limit[static] = np.minimum(self.limit[static], self.guaranteed[static])
         self.static = static
+        self.limited = bool(np.isfinite(self.limit).any())  # some queue has a limit (admission checks it)
         lendable = np.array(
             [q.guaranteed if q.lendable is None else np.minimum(q.lendable, q.guaranteed) for q in order],
             dtype=np.float64,

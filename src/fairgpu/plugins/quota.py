@@ -22,8 +22,9 @@ class Quota:
     def admit(self, workload: Workload, queue: int, charge: np.ndarray, view: EngineView) -> str | None:
         tree = view.tree
         path = tree.paths_of[queue]
-        over = view.usage[path] + charge > tree.limit[path] + 1e-9  # (the path root → queue, dims): one check
-        if over.any():
+        # (the path root → queue, dims): one check, none when no queue has a limit (usage is never inf)
+        over = view.usage[path] + charge > tree.limit[path] + 1e-9 if tree.limited else None
+        if over is not None and over.any():
             for q, row in zip(path[::-1].tolist(), over[::-1], strict=True):  # the nearest queue over says why
                 if row.any():
                     dim = r.FAIR_DIMS[int(np.argmax(row))]
