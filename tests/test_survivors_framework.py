@@ -487,6 +487,35 @@ def test_the_estimated_start_of_a_share_of_a_busy_gpu_that_fits_now_is_now():
     assert [s.explain(n, 10).estimated_start for n in ("cpu", "share")] == [10, 10]
 
 
+def test_the_estimated_start_of_a_cores_100_pod_beside_another_on_a_200_core_card_is_now():
+    """On a card of 200 cores (HAMi deviceCoreScaling 2) a cores-100 pod takes half: with one running there until
+    t=100 and no card idle, a second fits now, and is told so (once told t=100, as if it needed an idle card)."""
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+
+    node = NodeSpec("n0", 64_000, 1 << 18, (GpuDevice("A100-80GB", 81920, uuid="GPU-n0-0", cores=200),))
+    s = Scheduler([node], QueueTree([QueueSpec("a")]), load_profile("fairgpu"))
+    half = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 4096))
+    s.submit(Workload("run", "a", (half,), duration=100))
+    s.cycle(0)
+    s.submit(Workload("half", "a", (half,), submit_time=1))
+    assert s.state.node_idle_gpus[0] == 0 and s.explain("half", 10).estimated_start == 10
+
+
+def test_a_cores_100_pod_that_a_200_core_card_lacks_gpu_memory_for_fails_for_memory_not_fragmentation():
+    """The fill's failure breakdown: a 200-core card with a 50-core task keeps 150 cores, room for a cores-100
+    pod (HAMi shares such a card), so a pod asking more GPU memory than is left fails for GPU memory, not for
+    want of an idle card ("fragmentation", as it once said)."""
+    from fairgpu.framework.placement import unplaced_cause
+    from fairgpu.model import GpuDevice, GpuRequest, NodeSpec
+    from fairgpu.state import ClusterState
+
+    st = ClusterState([NodeSpec("n0", 64_000, 1 << 18, (GpuDevice("T4", 16384, uuid="GPU-n0-0", cores=200),))])
+    share = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 50, 12000))
+    st.assign("share", st.placement_for(share, 0, (0,)))
+    big = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 100, 8000))
+    assert unplaced_cause(big, st) == "GPU memory or task limit"
+
+
 def test_work_that_would_end_together_is_freed_in_the_order_it_was_planned_for_the_estimated_start():
     """r holds both nodes until t=5. Then a (4 GPUs) takes n0 and b (2 GPUs) n1, both for 10 s: they end
     together at 15. a's n0 is freed first, so c (2 GPUs, 100 s) goes there, and d, which needs a whole

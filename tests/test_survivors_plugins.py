@@ -344,3 +344,61 @@ def test_fragmentation_puts_a_memory_only_pod_on_a_card_with_no_cores_to_share(c
         frag.learn(f"h{i}", PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 50, 4096)))
     p = place_pod(PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, 0, 8000)), view, profile, key="pod")
     assert p is not None and view.state.nodes[p.node].name == "z"
+
+
+# -- a cores-100 pod on cards of 200 cores (HAMi deviceCoreScaling 2): a share, not a whole card ----------------
+
+
+def _share(cores: int) -> PodSpec:
+    return PodSpec(cpu_m=500, memory_mib=512, gpu=GpuRequest(1, cores, 1024))
+
+
+def _scaled(name: str, cards: int) -> NodeSpec:
+    devices = tuple(GpuDevice("A100-80GB", 81920, uuid=f"GPU-{name}-{j}", cores=200) for j in range(cards))
+    return NodeSpec(name, 128_000, 1 << 20, devices)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fragmentation_puts_a_cores_100_pod_on_the_200_core_card_it_fragments_least(compiled: bool):
+    """HAMi's Fit makes a cores-100 task exclusive only on a card of 100 cores; on one of 200 it takes half and
+    the rest stays open. The mix: 60-core pods. n's card 0 has 140 cores free, card 1 is idle: on card 0 the pod
+    would leave 40 cores no 60-core pod can use, on card 1 it leaves 100, so it goes to card 1, which keeps room
+    for another task. (Its cards were once taken in index order, as if every candidate were an idle card.)"""
+    view, profile = _view([_scaled("n", 2)], {"compiled": compiled})
+    view.state.assign("busy", view.state.placement_for(_share(60), 0, (0,)))
+    frag = _learned(profile)
+    for i in range(3):
+        frag.learn(f"s{i}", _share(60))
+    p = place_pod(_share(100), view, profile, key="pod")
+    assert p is not None and p.slots == (1,)
+    view.state.assign("pod", p)
+    assert view.state.gpu_cores_free[0, :2].tolist() == [140, 100] and not view.state.gpu_exclusive.any()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fragmentation_sends_a_cores_100_pod_where_its_200_core_card_keeps_room_for_the_mix(compiled: bool):
+    """Nodes a (one 200-core card, 130 cores free) and b (one idle 200-core card); the mix: 60-core pods. On a the
+    cores-100 pod leaves 30 cores no 60-core pod can use, on b 100 that one can: it goes to b. (It was once scored
+    as taking a whole GPU: a's card then looked like 30 cores lost, b's like 100, and it went to a.)"""
+    view, profile = _view([_scaled("a", 1), _scaled("b", 1)], {"compiled": compiled})
+    view.state.assign("busy", view.state.placement_for(_share(70), 0, (0,)))
+    frag = _learned(profile)
+    for i in range(3):
+        frag.learn(f"s{i}", _share(60))
+    p = place_pod(_share(100), view, profile, key="pod")
+    assert p is not None and view.state.nodes[p.node].name == "b"
+
+
+def test_fragmentation_with_nothing_learned_leaves_the_gpu_to_the_next_plugin():
+    """Before any GPU pod was placed for real (a dry run: an explanation, a reservation), Fragmentation has no
+    mix and no opinion: it scores every node 0 and leaves the card to the next score plugin, as it leaves the
+    node. Here Spread takes the emptier card, 1 (card 0 holds a 70-core pod); Fragmentation once kept index
+    order, and ordering by its empty measure would take the fullest card."""
+    from fairgpu.catalog import profile_from_dict
+
+    score = [{"name": "Fragmentation", "args": {"compiled": False}}, {"name": "Spread", "weight": 0.001}]
+    profile = profile_from_dict({"name": "t", "queueSort": "PrioritySort", "filter": ["Resources"], "score": score})
+    view = Scheduler([gpu_node("n", gpus=2)], QueueTree([QueueSpec("q")]), profile).view
+    view.state.assign("busy", view.state.placement_for(_share(70), 0, (0,)))
+    p = place_pod(_share(30), view, profile)
+    assert p is not None and p.slots == (1,)

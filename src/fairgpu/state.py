@@ -16,11 +16,11 @@ from fairgpu.dry_run import Journal
 from fairgpu.errors import InputError, StateError
 from fairgpu.mig_slices import MigSlices
 from fairgpu.model.mig import MigTable
-from fairgpu.model.node import GPU_CORES, NodeSpec
+from fairgpu.model.node import GPU_CORES, NodeSpec, exclusive_on
 from fairgpu.model.placement import MIG_WHOLE as MIG_WHOLE
 from fairgpu.model.placement import Footprint as Footprint
 from fairgpu.model.placement import Placement as Placement
-from fairgpu.model.pod import PodSpec
+from fairgpu.model.pod import GpuRequest, PodSpec
 
 
 def scratch_key(*parts: object) -> str:
@@ -105,8 +105,7 @@ class ClusterState(MigSlices):
                 self.gpu_mem_cap[i, j] = dev.memory_mib
                 self.gpu_cores_cap[i, j] = dev.cores
                 self.gpu_numa[i, j] = dev.numa
-        # HAMi's Fit makes a cores-100 task exclusive only on a card of exactly 100 cores (devcore); with
-        # deviceCoreScaling ≠ 1 it is an ordinary share of the card's cores.
+        # cards a cores-100 task takes to itself (model.node.exclusive_on)
         self.gpu_whole = self.gpu_valid & (self.gpu_cores_cap == GPU_CORES)
         self.uniform_cores = bool(np.array_equal(self.gpu_whole, self.gpu_valid))
         table = MigTable.of([[(d.mode, d.mig) for d in nd.gpus] for nd in self.nodes], g)
@@ -194,7 +193,7 @@ class ClusterState(MigSlices):
         np.add.at(self.gpu_mem_free.reshape(-1), flat, fp.slot_mem.astype(self.gpu_mem_free.dtype))
         np.add.at(self.gpu_tasks.reshape(-1), flat, self.gpu_tasks.dtype.type(-1))
         np.add.at(self.node_cores_free, n, cores)
-        whole = (cores >= GPU_CORES) & self.gpu_whole[n, s]
+        whole = exclusive_on(cores, self.gpu_whole[n, s])
         self.gpu_exclusive[n[whole], s[whole]] = False
         rows = np.zeros(self.num_nodes, dtype=bool)
         rows[n] = True
@@ -258,6 +257,12 @@ class ClusterState(MigSlices):
             each = f" with nvidia.com/gpumem {g.mem_mib} MiB each" if g.mem_mib else ""
             return f"nvidia.com/gpu {g.count}{each} is more than any node has"
         return None
+
+    def takes_whole_cards(self, g: GpuRequest) -> bool:
+        """Whether the request takes each of its cards to itself whichever cards it gets: cores 100 where every
+        card has 100 cores. Otherwise its cards are shares, told apart card by card (a cores-100 task alone
+        only on 100-core cards): the filter, the scores and the card order go per card."""
+        return bool(exclusive_on(g.cores, self.uniform_cores))
 
     def allocated_gpu_equivalents(self) -> float:
         return float((self.gpu_cores_cap - self.gpu_cores_free).sum()) / GPU_CORES
@@ -351,14 +356,14 @@ class ClusterState(MigSlices):
                 s, (int(self.gpu_tasks[i, s]), int(self.gpu_cores_free[i, s]), int(self.gpu_mem_free[i, s]),
                     bool(self.gpu_exclusive[i, s]))
             )  # fmt: skip
-            whole = bool(self.gpu_whole[i, s])
+            alone = bool(exclusive_on(c, self.gpu_whole[i, s]))
             if exclusive or tasks >= self.gpu_split[i, s] or free_cores < c or free_mem < m:
                 return False
-            if whole and c >= GPU_CORES and tasks > 0:
+            if alone and tasks > 0:
                 return False  # HAMi: cores 100 on a 100-core card wants it to itself
             if c == 0 and free_cores == 0 and self.gpu_cores_cap[i, s] != 0:
                 return False  # HAMi: a 0-core task cannot land on a card whose cores are all taken
-            used[s] = (tasks + 1, free_cores - c, free_mem - m, whole and c >= GPU_CORES)
+            used[s] = (tasks + 1, free_cores - c, free_mem - m, alone)
         return True
 
     def _apply(self, p: Placement, sign: int) -> None:
@@ -375,7 +380,7 @@ class ClusterState(MigSlices):
             self.node_cores_free[i] += sign * cores
             self.gpu_mem_free[i, s] += sign * mem
             self.gpu_tasks[i, s] -= sign
-            if cores >= GPU_CORES and self.gpu_whole[i, s]:
+            if exclusive_on(cores, self.gpu_whole[i, s]):
                 self.gpu_exclusive[i, s] = sign < 0
             now = bool(self.gpu_tasks[i, s] == 0 and self.gpu_healthy[i, s])
             idle += int(now) - int(self.gpu_idle[i, s])
@@ -399,7 +404,7 @@ class ClusterState(MigSlices):
                 cores[p.node, s] -= c
                 gmem[p.node, s] -= m
                 tasks[p.node, s] += 1
-                exclusive[p.node, s] |= c >= GPU_CORES and self.gpu_whole[p.node, s]
+                exclusive[p.node, s] |= exclusive_on(c, self.gpu_whole[p.node, s])
         checks: dict[str, tuple[np.ndarray, np.ndarray]] = {
             "free CPU": (self.cpu_free, cpu),
             "free memory": (self.mem_free, mem),

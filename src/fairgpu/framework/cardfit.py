@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairgpu.model.constraints import gpu_sort_chain
-from fairgpu.model.node import GPU_CORES
+from fairgpu.model.node import exclusive_on
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.state import ClusterState
 
@@ -49,8 +49,8 @@ def card_ok(st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage
     need = g.mem_mib if g.mem_mib else st.gpu_mem_cap[rows] * g.mem_pct // 100
     ok = st.gpu_usable[rows] & ~exclusive & (tasks < st.gpu_split[rows])
     ok &= (cores_free >= g.cores) & (mem_free >= need)
-    if g.cores >= GPU_CORES:
-        ok &= ~st.gpu_whole[rows] | (tasks == 0)
+    if g.exclusive:  # only a cores-100 task may want a card to itself: skip the arrays for the rest
+        ok &= ~exclusive_on(g.cores, st.gpu_whole[rows]) | (tasks == 0)
     if g.cores == 0:
         ok &= (cores_free > 0) | (st.gpu_cores_cap[rows] == 0)
     if st.has_mig:
@@ -108,8 +108,8 @@ def fit_containers(
         np.add.at(u.tasks, (r, s), 1)
         np.add.at(u.cores_free, (r, s), -cores)
         np.add.at(u.mem_free, (r, s), -mem)
-        if g.cores >= GPU_CORES:
-            u.exclusive[r, s] |= st.gpu_whole[rows][r, s]
+        if g.exclusive:
+            u.exclusive[r, s] |= exclusive_on(g.cores, st.gpu_whole[rows][r, s])
     return fits, picks
 
 

@@ -58,7 +58,7 @@ def replay(
     fit: StartPlan | None = None
     for n, planned in enumerate(order):
         keys = [scratch_key("replay", n, i) for i in range(len(planned.pods))]
-        gpus = sum(p.gpu.count for p in planned.pods if p.gpu is not None and p.gpu.exclusive)
+        gpus = sum(p.gpu.count for p in planned.pods if p.gpu is not None and state.takes_whole_cards(p.gpu))
         while True:
             enough = gpus <= state.node_idle_gpus.sum()
             placed = place_all(planned.pods, keys, dry, profile, exclude) if enough else []

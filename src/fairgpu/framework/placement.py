@@ -14,6 +14,7 @@ import numpy as np
 from fairgpu.framework import evaluations as ev
 from fairgpu.framework.cardfit import placement_cards
 from fairgpu.framework.interfaces import EngineView, ExplainsFilter, FitMask, Profile
+from fairgpu.model.node import exclusive_on
 from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState, Placement
 
@@ -173,10 +174,11 @@ def unplaced_cause(pod: PodSpec, state: ClusterState) -> str:
     allowed = st.model_slots(pod.allows_model) & usable
     if int(free[allowed].sum()) < g.count * g.cores:
         return "no allowed GPU model has room"
-    if g.exclusive:
+    if st.takes_whole_cards(g):
         room = allowed & st.gpu_idle
-    else:
+    else:  # shares, but cores 100 still wants a 100-core card of a mixed cluster to itself
         room = allowed & ~st.gpu_exclusive & (st.gpu_cores_free >= max(g.cores, 1))
+        room &= ~exclusive_on(g.cores, st.gpu_whole) | (st.gpu_tasks == 0)
     hosts = room.sum(axis=1) >= g.count
     if not hosts.any():
         return "too few GPUs on one node" if g.count > 1 else "fragmentation"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairgpu.errors import InputError
 from fairgpu.model.constraints import Taint
@@ -12,6 +13,14 @@ from fairgpu.model.mig import mig_candidates as mig_candidates
 
 GPU_CORES = 100  # percent of one GPU's compute
 DEFAULT_SPLIT_COUNT = 10  # HAMi deviceSplitCount: tasks one GPU may hold
+
+
+def exclusive_on(cores: Any, whole: Any) -> Any:
+    """Whether a task asking `cores` of a card takes it to itself, on cards that are `whole` (devcore exactly
+    100), scalars or arrays alike. HAMi's Fit (pkg/device/nvidia/device.go: `dev.Totalcore == 100 &&
+    k.Coresreq == 100 && dev.Used > 0`) keeps a cores-100 task alone only on a 100-core card; on a card of
+    another devcore (deviceCoreScaling ≠ 1) it is an ordinary share of the card's cores."""
+    return (cores >= GPU_CORES) & whole
 
 
 @dataclass(slots=True, frozen=True)

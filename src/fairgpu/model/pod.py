@@ -29,12 +29,13 @@ class GpuRequest:
     """Per-container GPU request after HAMi's defaults: `count` distinct GPUs, each with these amounts."""
 
     count: int
-    cores: int  # percent of each GPU; 100 means an exclusive card
+    cores: int  # percent of each GPU (of 100 cores); 100 asks for a card to itself, given only on a card of 100
     mem_mib: int  # MiB of each GPU; 0 means "mem_pct of the GPU's memory"
     mem_pct: int = 100
 
     @property
     def exclusive(self) -> bool:
+        """Asks for a whole card: granted card by card (node.exclusive_on, ClusterState.takes_whole_cards)."""
         return self.cores >= GPU_CORES
 
     def mem_for(self, gpu_memory_mib: int | np.ndarray) -> int | np.ndarray:

@@ -122,7 +122,7 @@ class GpuPacking(NodeLocal):
         idle_node = idle == st.gpu_usable[r].sum(axis=1)
         uses_idle = np.full(n, k)  # GPUs wholly free that the pod would take
         shared = np.zeros(n)
-        if pod.gpu is not None and not pod.gpu.exclusive:
+        if pod.gpu is not None and not st.takes_whole_cards(pod.gpu):
             chosen = _chosen_free(pod, view, mask)
             uses_idle = (chosen >= GPU_CORES).astype(np.int64)
             shared = chosen * 100 // GPU_CORES // 10
@@ -152,7 +152,7 @@ class GpuClustering(NodeLocal):
         exclusive = st.gpu_exclusive[r]
         shared = ((st.gpu_tasks[r] > 0) & ~exclusive).any(axis=1)
         whole = exclusive.any(axis=1)
-        same, other = (whole, shared) if pod.gpu.exclusive else (shared, whole)
+        same, other = (whole, shared) if st.takes_whole_cards(pod.gpu) else (shared, whole)
         band = np.where(same & ~other, 3, np.where(same, 2, np.where(~(shared | whole), 1, 0)))
         max_gpu = max(int(st.node_cores_cap.max()), 1)
         fill = 25 * (max_gpu - st.node_cores_free[r]) // max_gpu

@@ -26,7 +26,7 @@ class Resources:
         if pod.per_container:
             self._per_container(pod, st, mask)
             return
-        if g.exclusive and st.uniform_cores and not st.has_mig:
+        if st.takes_whole_cards(g) and not st.has_mig:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
                 mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
@@ -64,7 +64,7 @@ class Resources:
         if g is None:
             return out
         out.append(("too few GPUs", st.gpu_usable.sum(axis=1) < g.count))
-        if g.exclusive and st.uniform_cores and not st.has_mig:
+        if st.takes_whole_cards(g) and not st.has_mig:
             out.append(("too few idle GPUs", st.node_idle_gpus < g.count))
             return out
         need = memory_need(g, st)

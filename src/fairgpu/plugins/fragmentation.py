@@ -246,7 +246,9 @@ class Fragmentation:
         if not self._mix.keys:
             return out
         agg = self._aggregates(view.state)
-        shared = pod.gpu is not None and not pod.gpu.exclusive
+        # whole cards are idle cards, priced per node; any other GPU pod per card (on cards of 200 cores a
+        # cores-100 pod takes half of one, HAMi's share, and leaves the rest to the mix)
+        shared = pod.gpu is not None and not view.state.takes_whole_cards(pod.gpu)
         key = shape_key(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
         hit = agg.deltas.get(key)
         if hit is None:
@@ -295,9 +297,11 @@ class Fragmentation:
         out = np.take_along_axis(out, first, axis=1)
         return np.asarray(np.where(room, out, np.inf) + self._starved(pod, agg, rows)[:, None])
 
-    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
-        if pod.gpu is None or pod.gpu.exclusive or not self._mix.keys or len(slots) < 2:
-            return slots
+    def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray | None:
+        if not self._mix.keys:
+            return None  # nothing learned: no opinion, as on the nodes; the next plugin orders the cards
+        if pod.gpu is None or view.state.takes_whole_cards(pod.gpu) or len(slots) < 2:
+            return slots  # whole cards: idle cards of 100 cores, all alike
         agg = self._aggregates(view.state)
         delta = self._slot_deltas(pod, agg, np.full(len(slots), node), slots)
         # least increase first; among equals the fullest GPU, so whole GPUs stay free
