@@ -5,8 +5,10 @@ for the graceful stop and the hung leader's hand-over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 
 import pytest
 
@@ -57,6 +59,50 @@ async def connect(kubeconfig: str, ident: str) -> KubeClient:
     return port
 
 
+async def one_node(kubeconfig: str, b_pods: int = 0) -> KubeClient:
+    """The test's own client, after creating one node (test_live_scheduling.node), the queues and `b_pods`
+    one-GPU pods of queue b."""
+    port = await KubeClient.connect(kubeconfig)
+    await port.create(NODES, node(0))
+    for q in queues():
+        await port.create(QUEUES, q)
+    for i in range(b_pods):
+        await port.create(PODS, pod("b", f"b-{i}", ONE_GPU), "b")
+    return port
+
+
+@contextlib.asynccontextmanager
+async def fenced_when(
+    kubeconfig: str, monkeypatch, decided: Callable, close: Callable, *also: Coroutine
+) -> AsyncIterator[tuple[Controller, Controller, Lease, Lease, list[float]]]:
+    """r1 leads and r2 waits; as r1 starts carrying out the first cycle result `decided` picks, `close(lease1,
+    r1)` shuts r1's fence (its loop not told yet) and the moment is recorded. Yields (r1, r2, their leases,
+    [that moment]); `also` (a fake kubelet) runs beside them."""
+    lease1, lease2 = Lease(), Lease()
+    r1 = Controller(await connect(kubeconfig, "r1"), load_profile("fairgpu"), leadership=lease1)
+    r2 = Controller(await connect(kubeconfig, "r2"), load_profile("fairgpu"), leadership=lease2)
+    fenced: list[float] = []
+    start = r1.carry.start
+
+    def fence_then_start(result) -> None:
+        if decided(result) and not fenced:
+            fenced.append(time.monotonic())
+            close(lease1, r1)
+        start(result)
+
+    monkeypatch.setattr(r1.carry, "start", fence_then_start)
+    lease1.begin()
+    tasks = [asyncio.create_task(t) for t in (*also, r1.run(), r2.run())]
+    try:
+        yield r1, r2, lease1, lease2, fenced
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in (r1.port, r2.port):
+            await p.close()
+
+
 def decision_writes(requests: list[dict], agent: str, after: float = -math.inf) -> list[tuple[str, str]]:
     """(verb, path) of the writes carrying out a decision that `agent` sent after `after` (the fake's log):
     Bindings, Evictions, and PATCHes of pods (not their status) and nodes."""
@@ -85,28 +131,8 @@ def test_a_fenced_leader_evicts_nobody_and_the_new_leader_does(fake_api, tmp_pat
     kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
 
     async def go() -> tuple[float, list[str], int]:
-        port = await KubeClient.connect(kubeconfig)
-        await port.create(NODES, node(0))
-        for q in queues():
-            await port.create(QUEUES, q)
-        for i in range(8):
-            await port.create(PODS, pod("b", f"b-{i}", ONE_GPU), "b")
+        port = await one_node(kubeconfig, b_pods=8)
         nodes = FakeNodes(port)
-        lease1, lease2 = Lease(), Lease()
-        r1 = Controller(await connect(kubeconfig, "r1"), load_profile("fairgpu"), leadership=lease1)
-        r2 = Controller(await connect(kubeconfig, "r2"), load_profile("fairgpu"), leadership=lease2)
-        fenced: list[float] = []
-        start = r1.carry.start
-
-        def fence_then_start(result) -> None:
-            if result.evictions and not fenced:
-                fenced.append(time.monotonic())
-                lease1.close() if how == "the lease ends mid-cycle" else r1.stop_binding()
-            start(result)
-
-        monkeypatch.setattr(r1.carry, "start", fence_then_start)
-        lease1.begin()
-        tasks = [asyncio.create_task(t) for t in (nodes.run(), r1.run(), r2.run())]
 
         def running(ns: str) -> set[str]:
             cache = nodes.informer.cache
@@ -118,23 +144,29 @@ def test_a_fenced_leader_evicts_nobody_and_the_new_leader_does(fake_api, tmp_pat
                 and not o["metadata"].get("deletionTimestamp")
             }
 
+        def close(lease: Lease, r1: Controller) -> None:
+            lease.close() if how == "the lease ends mid-cycle" else r1.stop_binding()
+
         try:
-            await until(lambda: len(running("b")) == 8, 20, "b to fill the node")
-            for i in range(2):
-                await port.create(PODS, pod("a", f"a-{i}", ONE_GPU), "a")
-            await until(lambda: fenced, 10, "r1's cycle deciding the evictions")
-            await asyncio.sleep(1.0)  # time enough for an Eviction (and b's grace) before r2 leads
-            b_running = len(running("b"))
-            lease1.end()
-            lease2.begin()
-            await until(lambda: len(running("a")) == 2, 20, "a's pods to run, after r2's evictions")
-            assert not nodes.violations, nodes.violations  # no GPU held by a victim and its preemptor at once
+            async with fenced_when(kubeconfig, monkeypatch, lambda r: r.evictions, close, nodes.run()) as (
+                _,
+                _,
+                lease1,
+                lease2,
+                fenced,
+            ):
+                await until(lambda: len(running("b")) == 8, 20, "b to fill the node")
+                for i in range(2):
+                    await port.create(PODS, pod("a", f"a-{i}", ONE_GPU), "a")
+                await until(lambda: fenced, 10, "r1's cycle deciding the evictions")
+                await asyncio.sleep(1.0)  # time enough for an Eviction (and b's grace) before r2 leads
+                b_running = len(running("b"))
+                lease1.end()
+                lease2.begin()
+                await until(lambda: len(running("a")) == 2, 20, "a's pods to run, after r2's evictions")
+                assert not nodes.violations, nodes.violations  # no GPU held by a victim and its preemptor at once
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for p in (port, r1.port, r2.port):
-                await p.close()
+            await port.close()
         return fenced[0], sorted(running("b")), b_running
 
     fenced_at, b_left, b_running = asyncio.run(asyncio.wait_for(go(), 60))
@@ -153,38 +185,23 @@ def test_a_fenced_leader_neither_annotates_nor_locks_for_a_pod_it_placed(fake_ap
     kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
 
     async def go() -> float:
-        port = await KubeClient.connect(kubeconfig)
-        await port.create(NODES, node(0))
-        for q in queues():
-            await port.create(QUEUES, q)
-        lease1, lease2 = Lease(), Lease()
-        r1 = Controller(await connect(kubeconfig, "r1"), load_profile("fairgpu"), leadership=lease1)
-        r2 = Controller(await connect(kubeconfig, "r2"), load_profile("fairgpu"), leadership=lease2)
-        fenced: list[float] = []
-        start = r1.carry.start
-
-        def fence_then_start(result) -> None:
-            if result.bound and not fenced:
-                fenced.append(time.monotonic())
-                lease1.close()
-            start(result)
-
-        monkeypatch.setattr(r1.carry, "start", fence_then_start)
-        lease1.begin()
-        tasks = [asyncio.create_task(t) for t in (r1.run(), r2.run())]
+        port = await one_node(kubeconfig)
         try:
-            await port.create(PODS, pod("a", "p", ONE_GPU), "a")
-            await until(lambda: fenced and not r1.carry.inflight, 10, "r1's bind to give up")
-            await asyncio.sleep(0.3)
-            lease1.end()
-            lease2.begin()
-            await until(lambda: r2.stats.binds == 1, 10, "r2's bind")
+            async with fenced_when(kubeconfig, monkeypatch, lambda r: r.bound, lambda lease, _: lease.close()) as (
+                r1,
+                r2,
+                lease1,
+                lease2,
+                fenced,
+            ):
+                await port.create(PODS, pod("a", "p", ONE_GPU), "a")
+                await until(lambda: fenced and not r1.carry.inflight, 10, "r1's bind to give up")
+                await asyncio.sleep(0.3)
+                lease1.end()
+                lease2.begin()
+                await until(lambda: r2.stats.binds == 1, 10, "r2's bind")
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for p in (port, r1.port, r2.port):
-                await p.close()
+            await port.close()
         return fenced[0]
 
     fenced_at = asyncio.run(asyncio.wait_for(go(), 30))
@@ -203,12 +220,7 @@ def test_a_stop_with_an_eviction_unanswered_leaves_the_lease_to_expire(fake_api,
     kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
 
     async def go() -> dict:
-        port = await KubeClient.connect(kubeconfig)
-        await port.create(NODES, node(0))
-        for q in queues():
-            await port.create(QUEUES, q)
-        for i in range(8):
-            await port.create(PODS, pod("b", f"b-{i}", ONE_GPU), "b")
+        port = await one_node(kubeconfig, b_pods=8)
         nodes = FakeNodes(port)
         kubelet = asyncio.create_task(nodes.run())
         r1_port = await connect(kubeconfig, "r1")
