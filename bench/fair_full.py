@@ -17,6 +17,7 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
     .venv/bin/python bench/fair_full.py --fair-share-preemption  # every queue evicts for its fair share
     .venv/bin/python bench/fair_full.py --fair-share-preemption --fair-share-max-runtime 30m  # bounded
     .venv/bin/python bench/fair_full.py --borrowed soonest-end  # FairShare's order on borrowed capacity
+    .venv/bin/python bench/fair_full.py --scenario philly:224 --profile fairgpu  # another size, fairgpu only
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ GRACE_S = 120.0  # --fair-share-preemption: an evicted pod's notice before its G
 def scenario(
     name: str, fair_share_preemption: bool = False, max_runtime: float = math.inf
 ) -> tuple[Scenario, float | None]:
-    sc, horizon = (load_philly(PHILLY.resolve(), 256), 14 * 86400.0) if name == "philly" else (load(name), None)
+    if name.startswith("philly"):  # philly, or philly:<GPUs> for the same replay on another cluster size
+        sc, horizon = load_philly(PHILLY.resolve(), int(name.partition(":")[2] or 256)), 14 * 86400.0
+    else:
+        sc, horizon = load(name), None
     if fair_share_preemption:  # the same policy on every queue of every scenario, never per file
         policy = {"fair_share": True, "grace_period": GRACE_S, "fair_share_max_runtime": max_runtime}
         sc.queues = [
@@ -123,7 +127,10 @@ def row(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", action="append", help="built-in name or 'philly' (default: all of them)")
+    ap.add_argument(
+        "--scenario", action="append", help="built-in name, 'philly' or 'philly:<GPUs>' (default: all, Philly on 256)"
+    )
+    ap.add_argument("--profile", action="append", choices=PROFILES, help="only this profile (default: both)")
     ap.add_argument("--table", action="store_true", help="one Markdown table instead of JSON lines")
     ap.add_argument("--undeclared-durations", action="store_true", help="the engine is told no run times")
     ap.add_argument("--fair-share-preemption", action="store_true", help="every queue evicts for its fair share")
@@ -132,10 +139,12 @@ def main() -> None:
     )
     ap.add_argument("--borrowed", choices=BORROWED, default="fifo", help="FairShare's order on borrowed capacity")
     args = ap.parse_args()
+    if args.table and args.profile:
+        ap.error("--table compares both profiles: leave out --profile")
     names = args.scenario or [*sorted(builtin_scenarios()), "philly"]
     rows = []
     for name in names:
-        for profile in PROFILES:
+        for profile in args.profile or PROFILES:
             bound = math.inf if args.fair_share_max_runtime is None else parse_duration(args.fair_share_max_runtime)
             rows.append(
                 row(name, profile, not args.undeclared_durations, args.fair_share_preemption, bound, args.borrowed)

@@ -32,6 +32,7 @@ from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import NODES, PODS, QUEUES, Kind
+from fairgpu.k8s.writes import Writes
 from fakeapi.server import _BY_PATH, FakeApi, FakeEndpoint
 from fakeapi.store import clone
 
@@ -140,15 +141,19 @@ async def _start(kubeconfig: str, ident: str, lease: tuple[float, float, float],
     port = await KubeClient.connect(kubeconfig)
     port.api.user_agent = f"fairgpu/{ident}"
     duration, renew, retry = lease
-    beat = Heartbeat()  # `fairgpu run`'s default bound: a replica whose loop hangs gives up the lease
+    # As `fairgpu run` wires them: a replica whose loop hangs gives up the lease, handed over once its writes
+    # (k8s/writes.py) cannot land any more.
+    beat, writes = Heartbeat(), Writes()
     elector: LeaderElector | ElectorProcess = (
         ElectorProcess(
-            kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}", heartbeat=beat
+            kubeconfig, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, f"fairgpu/{ident}", beat, writes
         )
         if in_process
-        else LeaderElector(port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, heartbeat=beat)
+        else LeaderElector(
+            port, LEASE_NAMESPACE, "fairgpu", ident, duration, retry, renew, heartbeat=beat, writes=writes
+        )
     )
-    ctl = Controller(port, load_profile("fairgpu"), leadership=elector, heartbeat=beat)
+    ctl = Controller(port, load_profile("fairgpu"), leadership=elector, heartbeat=beat, writes=writes)
     ctl.retry_every = 0.5
     tasks = [asyncio.create_task(elector.run()), asyncio.create_task(ctl.run())]
     return Replica(ident, port, elector, ctl, tasks)

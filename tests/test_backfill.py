@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from conftest import gpu_node, whole
 from fairgpu.catalog import load_profile
 from fairgpu.framework.durations import MARGIN, MIN_SAMPLES, PERCENTILE
+from fairgpu.framework.interfaces import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.model.pod import Workload
@@ -248,3 +251,59 @@ def test_a_preemptor_starts_in_the_room_it_made_though_a_starving_gang_that_came
     assert list(s.reservations["gang"].fit.nodes) == [1] and s.reservations["gang"].fit.at == 1010
     s.remove("d")
     assert s.cycle(320).started == ["x1"] and s.status("x1").placements[0].node == 1
+
+
+def soonest_end() -> Profile:
+    """fairgpu with borrowed capacity going to the work that ends soonest: queues owed their share hold."""
+    prof = load_profile("fairgpu")
+    return replace(prof, queue_sort=replace(prof.queue_sort, borrowed="soonest-end"))
+
+
+def test_a_queue_below_its_share_holds_what_a_borrower_frees_without_waiting_to_starve():
+    """b (default starvation_after, 10 min) is owed its half while a borrows the whole cluster: GPUs a frees
+    go to b's 2-GPU pod when the first node has two free (110 s), not to a's next 1,000 s job one by one until
+    b starves. a still starts on the node b does not hold (105 s): borrowing stays work-conserving."""
+    queues = QueueTree([QueueSpec("a"), QueueSpec("b")])
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, soonest_end())
+    ends = {0: [100, 110, *[5000] * 6], 1: [105, *[5000] * 7]}
+    for node, durations in ends.items():
+        for slot, d in enumerate(durations):
+            w = wl(f"a{node}-{slot}", "a", 1, d)
+            s.adopt(w, [s.state.placement_for(w.pods[0], node, [slot])], started=0.0)
+    for i in range(4):
+        s.submit(wl(f"next{i}", "a", 1, 1000, t=i))
+    s.submit(wl("b", "b", 2, 1000, t=0))
+    s.cycle(0)
+    starts = {}
+    for t, node, slot in ((100, 0, 0), (105, 1, 0), (110, 0, 1)):
+        s.remove(f"a{node}-{slot}", finished_at=t)
+        starts.update({name: (t, s.status(name).placements[0].node) for name in s.cycle(t).started})
+    assert starts == {"next0": (105, 1), "b": (110, 0)}
+
+
+def test_an_owed_hold_is_planned_once_a_cycle_and_not_again_while_nothing_changed(monkeypatch):
+    """A plan copies the cluster and lists every running end: one per failed shape of every owed queue made
+    the engine 7x slower. a borrows both nodes with work of unknown length, so b's and c's three shapes
+    (each within its queue's share) never get a start: each (queue, shape) is planned once, one a cycle,
+    then not again until the cluster changes; a GPU freeing plans anew."""
+    import fairgpu.framework.starving as starving_module
+
+    plans = []
+    real = starving_module.replay
+    monkeypatch.setattr(starving_module, "replay", lambda *a, **k: plans.append(1) or real(*a, **k))
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec(q) for q in "abc"]), soonest_end())
+    for node in (0, 1):
+        for slot in range(8):
+            w = Workload(f"a{node}-{slot}", "a", (whole(1),))  # no duration: never counted as ending
+            s.adopt(w, [s.state.placement_for(w.pods[0], node, [slot])], started=0.0)
+    for name, queue, gpus in (("b1", "b", 1), ("b3", "b", 3), ("c2", "c", 2)):
+        s.submit(Workload(name, queue, (whole(gpus),)))
+    per_cycle = []
+    for t in range(5):
+        plans.clear()
+        s.cycle(float(t))
+        per_cycle.append(len(plans))
+    assert per_cycle == [1, 1, 1, 0, 0] and not s.reservations
+    s.remove("a0-0")  # the cluster changed: a plan may now find a start (b1 starts at once instead)
+    plans.clear()
+    assert s.cycle(5.0).started == ["b1"] and len(plans) == 1

@@ -189,3 +189,39 @@ def test_a_lock_naming_the_same_pod_is_already_ours(fake_api, tmp_path):
         assert lock_of(await port.get(NODES, "node-00")) == mine  # held, not rewritten (LockNode returns nil)
 
     run(fake_api, tmp_path, body)
+
+
+@pytest.mark.parametrize("open_for", [0, 1, 2])
+def test_each_write_of_a_bind_passes_the_fence_and_none_after_it_closes(fake_api, tmp_path, open_for):
+    """The fence lets `open_for` writes through, then closes (the lease ends mid-bind): the pod's annotations,
+    the node lock and the Binding each stop there (the fake's log: only our own lock is removed after),
+    FenceClosed is raised, and nothing is left counted as on the wire (k8s/writes.py). Before, only the
+    Binding was fenced."""
+    from fairgpu.errors import FenceClosed
+    from fairgpu.k8s.writes import Writes
+
+    async def body(port):
+        passed: list[int] = []
+
+        def fence() -> None:
+            if len(passed) == open_for:
+                raise FenceClosed("closed")
+            passed.append(1)
+
+        p = await make(port, "p")
+        writes = Writes()
+        with pytest.raises(FenceClosed):
+            await Binder(port, fence=fence, writes=writes).bind(p, "node-00", DEV)
+        got, lock = await port.get(PODS, "p", "a"), lock_of(await port.get(NODES, "node-00"))
+        annotated = hami.ALLOCATED in (got["metadata"].get("annotations") or {})
+        assert (annotated, lock is not None, got["spec"].get("nodeName")) == (open_for >= 1, False, None)
+        assert writes.sending == 0 and writes.quiet(60.0)
+
+    run(fake_api, tmp_path, body)
+    pod_, node_ = ("PATCH", "/api/v1/namespaces/a/pods/p"), ("PATCH", "/api/v1/nodes/node-00")
+    sent = [
+        (r["verb"], r["path"])
+        for r in fake_api.control("requests")["requests"]
+        if r["verb"] != "GET" and r["path"].startswith((pod_[1], node_[1]))
+    ]
+    assert sent == [[], [pod_], [pod_, node_, node_]][open_for]  # annotations; lock, Binding fenced, our unlock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import shutil
 import subprocess
@@ -13,6 +14,9 @@ import yaml
 from typer.testing import CliRunner
 
 from fairgpu.cli import app
+from fairgpu.k8s.elector_process import ElectorProcess
+from fairgpu.k8s.heartbeat import STALE_AFTER
+from fairgpu.k8s.leader import LeaderElector
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 KUBECTL = shutil.which("kubectl")
@@ -62,6 +66,31 @@ def test_wiring_is_consistent(rendered):
     for arg in container["args"][1:]:
         flag = re.match(r"(--[a-z-]+)", arg).group(1)
         assert flag in help_text, flag
+
+
+def test_the_liveness_probe_fits_the_heartbeat_and_the_lease(rendered):
+    """docs/deploy.md#probes. /healthz is answered by the scheduling loop itself, 503 once its heartbeat is
+    stale: a probe gives a healthy loop as long as the heartbeat does (a stretch the heartbeat tolerates is no
+    failure), one failed probe restarts nothing, the hung leader's elector has handed the lease over (within
+    a retry period of the heartbeat going stale) before the earliest restart, and a hung pod is restarted
+    within a lease duration of it (before: 10 s × 3 with a 1 s timeout, about 30 s)."""
+    container = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    probe = container["livenessProbe"]
+    period = probe.get("periodSeconds", 10)  # Kubernetes' defaults where the manifest says nothing
+    timeout, failures = probe.get("timeoutSeconds", 1), probe.get("failureThreshold", 3)
+    flags = dict(a.split("=", 1) for a in container["args"][1:])
+    stale = float(flags.get("--heartbeat-timeout", STALE_AFTER))
+    # `fairgpu run` elects with the defaults, the same whichever --elector (docs/deploy.md: 15 s, 2 s)
+    defaults = {
+        (p["lease_duration"].default, p["retry_period"].default)
+        for p in (inspect.signature(e).parameters for e in (LeaderElector, ElectorProcess))
+    }
+    assert defaults == {(15.0, 2.0)}
+    ((duration, retry),) = defaults
+    assert timeout >= stale
+    assert failures >= 2
+    assert (failures - 1) * period >= retry
+    assert failures * period + timeout <= duration
 
 
 def test_rbac_is_least_privilege(rendered):

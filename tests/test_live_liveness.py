@@ -38,16 +38,22 @@ EVERY, STALE = 0.5, 2.5  # heartbeat: an idle pass every 0.5 s; hung after 2.5 s
 SLOW = 1.2  # seconds each slow pass holds the loop
 
 
-def elector(where: str, port: KubeClient, kubeconfig: str, ident: str, beat: Heartbeat, lease=(DURATION, RETRY, RENEW)):
+def elector(where: str, port: KubeClient, kubeconfig: str, ident: str, beat: Heartbeat, lease, writes=None):
     if where == "thread":
-        return LeaderElector(port, NS, "fairgpu", ident, *lease, heartbeat=beat)
-    return ElectorProcess(kubeconfig, NS, "fairgpu", ident, *lease, f"fairgpu/{ident}", heartbeat=beat)
+        return LeaderElector(port, NS, "fairgpu", ident, *lease, heartbeat=beat, writes=writes)
+    return ElectorProcess(kubeconfig, NS, "fairgpu", ident, *lease, f"fairgpu/{ident}", heartbeat=beat, writes=writes)
 
 
-async def start(kubeconfig: str, ident: str, where: str, beat: Heartbeat, lease=(DURATION, RETRY, RENEW)):
-    """A replica as `fairgpu run` runs it (run_replica): (elector, controller, its task, its port)."""
+async def start(kubeconfig: str, ident: str, where: str, beat: Heartbeat, lease=(DURATION, RETRY, RENEW), writes=None):
+    """A replica as `fairgpu run` runs it (run_replica): (elector, controller, its task, its port). Without
+    `writes` (k8s/writes.py) its elector cannot know whether the loop's writes have stopped, so a hung leader's
+    lease is left to expire; with them it is handed over (test_live_handover.py)."""
     e, ctl, port = await replica(
-        kubeconfig, ident, lambda port: elector(where, port, kubeconfig, ident, beat, lease), heartbeat=beat
+        kubeconfig,
+        ident,
+        lambda port: elector(where, port, kubeconfig, ident, beat, lease, writes),
+        heartbeat=beat,
+        **({} if writes is None else {"writes": writes}),
     )
     return e, ctl, asyncio.create_task(run_replica(ctl, e)), port
 
@@ -55,8 +61,9 @@ async def start(kubeconfig: str, ident: str, where: str, beat: Heartbeat, lease=
 async def alone_on_one_node(kubeconfig: str, beat: Heartbeat):
     """One replica (thread elector) on a fresh one-node cluster, running: (elector, controller, its task, its
     port, when it lost the lease)."""
+    lease = (DURATION, RETRY, RENEW)
     e, ctl, port = await replica(
-        kubeconfig, "r1", lambda p: elector("thread", p, kubeconfig, "r1", beat), heartbeat=beat
+        kubeconfig, "r1", lambda p: elector("thread", p, kubeconfig, "r1", beat, lease), heartbeat=beat
     )
     await setup(port, nodes=1, gpus=2, tenants=("a",))
     lost: list[float] = []
@@ -90,7 +97,8 @@ def test_a_hung_loop_loses_the_lease_to_the_standby_and_a_slow_one_keeps_it(fake
     loop hangs on an await that never returns while its elector is healthy: before, the elector renewed on and
     no standby could ever take over; now it stops renewing once the heartbeat is 2.5 s old, steps down, and
     the standby takes over within that bound plus a retry and the lease duration, and binds. From the fake's
-    log: r1's Bindings all precede r2's take-over, which came a lease duration after r1's last renewal."""
+    log: r1's Bindings all precede r2's take-over, which came a lease duration after r1's last renewal (its
+    elector is not given the loop's writes: the lease is left to expire; test_live_handover.py hands it over)."""
     fake_process.control("device-plugin")
     kubeconfig = fake_process.kubeconfig(str(tmp_path / "kc"))
     step = Controller.step
@@ -305,6 +313,14 @@ def test_sigterm_to_fairgpu_run_releases_the_lease_and_a_standby_takes_it_at_onc
     assert took < 5.0, took  # the lease duration is 15 s
 
 
+async def on_the_wire(ctl: Controller) -> None:
+    """Wait until the Binding the fake holds is on the wire: a write is, and still is once the pod's annotations
+    and node lock (answered at once) are done."""
+    await until(lambda: ctl.writes.sending, 10, "a write on the wire")
+    await asyncio.sleep(0.3)
+    assert ctl.writes.sending, "no Binding on the wire"
+
+
 async def until_async(port, cond, kind, name, namespace, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while True:
@@ -338,7 +354,7 @@ def test_a_graceful_stop_ends_the_leaders_binds_before_it_releases_the_lease(fak
                 await port.create(PODS, chaos_pod("a", f"p{i}", TINY), "a")
                 await asyncio.sleep(0.02)
                 if i == 100:
-                    assert r1[1].binder.sending, "no Binding on the wire to wait for"
+                    assert r1[1].writes.sending, "no Binding on the wire to wait for"
                     r1[2].cancel()
                     stopped = time.monotonic()
             await until(r2[0].leading.is_set, 5, "the standby's take-over")
@@ -374,7 +390,7 @@ def test_a_stop_with_a_binding_unanswered_leaves_the_lease_to_expire(fake_api, t
             await until(r1[0].leading.is_set, 20, "r1 leading")
             fake_api.control("delay", seconds=5.0, path_contains="/binding")
             await port.create(PODS, chaos_pod("a", "p", ONE), "a")
-            await until(lambda: r1[1].binder.sending, 10, "the Binding on the wire")
+            await on_the_wire(r1[1])
             r1[2].cancel()
             await asyncio.gather(r1[2], return_exceptions=True)
             return await port.get(LEASES, "fairgpu", NS)

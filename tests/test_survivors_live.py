@@ -43,17 +43,21 @@ def test_a_heartbeat_bound_is_refused_below_three_idle_passes_of_any_length_or_w
 # -- k8s/replica.py: a graceful stop -------------------------------------------------------------------------------
 
 
-class _Binder:
-    def __init__(self, sending: int, unanswered_ago: float) -> None:
-        self.sending = sending
-        self.unanswered_at = time.monotonic() - unanswered_ago
+def _writes(sending: int, unanswered_ago: float):
+    """The loop's writes (k8s/writes.py) with `sending` on the wire, the last given up `unanswered_ago` s ago."""
+    from fairgpu.k8s.writes import Writes
+
+    writes = Writes()
+    writes._sending.value = sending
+    writes._unanswered_at.value = time.monotonic() - unanswered_ago
+    return writes
 
 
 class _Controller:
     """What stop_gracefully uses of a Controller, recording the order of the steps."""
 
-    def __init__(self, steps: list[str], binder: _Binder, drains: bool) -> None:
-        self.steps, self.binder, self.drains, self.port = steps, binder, drains, "port"
+    def __init__(self, steps: list[str], writes, drains: bool) -> None:
+        self.steps, self.writes, self.drains, self.port = steps, writes, drains, "port"
 
     def stop_binding(self) -> None:
         self.steps.append("fence")
@@ -88,7 +92,7 @@ def _stop(sending: int, unanswered_ago: float, drains: bool) -> tuple[bool, list
 
         tasks = [asyncio.create_task(running("controller")), asyncio.create_task(running("elector"))]
         await asyncio.sleep(0)
-        controller = _Controller(steps, _Binder(sending, unanswered_ago), drains)
+        controller = _Controller(steps, _writes(sending, unanswered_ago), drains)
         return await stop_gracefully(controller, _Elector(steps), tasks)  # type: ignore[arg-type]
 
     return asyncio.run(asyncio.wait_for(go(), 10)), steps

@@ -13,6 +13,7 @@
     └── ClusterError              talking to the cluster failed
         ├── KubeError             the API server answered an error (`code` 0: it did not answer)
         └── BindError             a pod was not bound; its reservation must be rolled back
+            └── FenceClosed       not leading (or stopping): a write carrying out a decision was not sent
 
 Boundaries translate foreign exceptions into these: pydantic's ValidationError into ScenarioError (or
 the field-naming message of `spec.validation_message`), aiohttp's and kubernetes-asyncio's into KubeError.
@@ -83,3 +84,8 @@ class KubeError(ClusterError):
 
 class BindError(ClusterError):
     """The pod was not bound; the reservation must be rolled back."""
+
+
+class FenceClosed(BindError):
+    """This replica does not lead with margin, or is stopping: a write that carries out a decision (a Binding,
+    an Eviction, an annotation, a node lock) was not sent (k8s/writes.py)."""

@@ -83,6 +83,7 @@ class CycleMemo:
     # (queue, shape) that neither fits nor can make room by preemption: a queue offers its highest priority
     # first, so a failure holds for the rest of its workloads of that shape
     hopeless: set[tuple[int, int]] = field(default_factory=set)
+    owed_planned: bool = False  # a hold was planned for a queue owed its share (framework/starving.py)
 
     @classmethod
     def of(cls, queues: int) -> CycleMemo:

@@ -87,7 +87,14 @@ class Scheduler:
         )
         self.growth = Growth(self.state, self.profile, self.accounting, self.reservations, self.running)
         self.starving = Starving(
-            tree, self.profile, self.view, self.reservations, self.preempting, self.durations, self.running_ends
+            tree,
+            self.profile,
+            self.view,
+            self.reservations,
+            self.preempting,
+            self.durations,
+            self.running_ends,
+            owes=lend,
         )
 
     # -- events from the driver ---------------------------------------------------------------------

@@ -38,6 +38,7 @@ from fairgpu.k8s.replica import run_replica
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.webhook import webhook_app
 from fairgpu.k8s.webhook_server import WebhookServer
+from fairgpu.k8s.writes import Writes
 from fairgpu.observe.metrics import SchedulingMetrics
 from fairgpu.observe.server import Beside, create_app
 from fairgpu.observe.source import LiveSource
@@ -162,15 +163,20 @@ async def run(
 ) -> None:
     listen.check()
     heartbeat = Heartbeat(stale_after)  # the loop's proof of life, read by the elector and /healthz
+    writes = Writes()  # its writes on the wire, read by the elector's hand-over of a hung leader's lease
     port = await KubeClient.connect(kubeconfig)
     # A thread by default: in a process of its own (k8s/elector_process.py) the lease survives long steps that
     # hold the interpreter lock, but it was not shown better under CPU starvation (docs/deploy.md).
     elector: LeaderElector | ElectorProcess | None = None
     if leader_elect and elector_in == "process":
-        elector = ElectorProcess(kubeconfig, lease_namespace, scheduler_name, identity, heartbeat=heartbeat)
+        elector = ElectorProcess(
+            kubeconfig, lease_namespace, scheduler_name, identity, heartbeat=heartbeat, writes=writes
+        )
     elif leader_elect:
-        elector = LeaderElector(port, lease_namespace, scheduler_name, identity, heartbeat=heartbeat)
-    controller = Controller(port, profile, scheduler_name, leadership=elector, hami_config=hami, heartbeat=heartbeat)
+        elector = LeaderElector(port, lease_namespace, scheduler_name, identity, heartbeat=heartbeat, writes=writes)
+    controller = Controller(
+        port, profile, scheduler_name, leadership=elector, hami_config=hami, heartbeat=heartbeat, writes=writes
+    )
     if isinstance(trust, TrustedIdentities):
         report_trust(trust, controller.reporter, trust_configmap)
     recorder: tuple[EngineRecorder, ...] = ()

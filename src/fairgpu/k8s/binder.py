@@ -1,5 +1,6 @@
 """Carry out one placement the way HAMi's own scheduler does (design/hami-interop.md §3.3 and §5): pod
-annotations, node lock, then the Binding with the pod's UID as precondition, carrying bind-phase.
+annotations, node lock, then the Binding with the pod's UID as precondition, carrying bind-phase. Each of
+the three writes passes the leader fence and counts as on the wire (writes.py).
 
 On failure the lock is released only if it is still ours, and BindError tells the controller to roll back.
 """
@@ -8,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from fairgpu.errors import BindError, KubeError
 from fairgpu.k8s import hami
 from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
+from fairgpu.k8s.writes import Writes
 from fairgpu.model.node import GpuDevice, mig_candidates
 from fairgpu.state import Placement
 
@@ -57,8 +57,9 @@ class Binder:
         node_cache: Callable[[str], dict | None] | None = None,
         pod_cache: Callable[[str], dict | None] | None = None,
         lock_expiry: timedelta = hami.LOCK_EXPIRY,
-        fence: Callable[[], None] | None = None,
+        fence: Callable[[], None] = lambda: None,
         abandoned: Callable[[dict, str], bool] | None = None,
+        writes: Writes | None = None,
     ) -> None:
         self.port = port
         self.lock_expiry = lock_expiry  # HAMi's nodeLockExpire (HAMI_NODELOCK_EXPIRE)
@@ -71,19 +72,15 @@ class Binder:
         # node costs one 409, after which the node is read again once its informer has caught up.
         self.node_cache = node_cache
         self.pod_cache = pod_cache
-        # Raises BindError unless this replica still leads with margin: checked right before each Binding.
+        # Raises FenceClosed unless this replica still leads with margin: checked right before each write.
         self.fence = fence
+        self.writes = writes or Writes()  # what is on the wire (writes.py)
         # (owner pod, node) → True for an unbound pod of this scheduler that this replica, leading, is not
         # binding to that node: a lock it owns there was left by a leader that died or stepped down mid-bind
         # (its cancelled task never got to unlock), or by an earlier attempt of ours that placed it elsewhere
         # since; fencing keeps a deposed leader from sending the Binding now. Without it such a lock held
         # the node for HAMi's whole lock expiry (5 min): leaders flapping under load left most nodes locked.
         self.abandoned = abandoned
-        # Bindings sent and not answered yet, and when the last one whose fate is unknown was given up on (no
-        # answer, or cancelled on the wire: it may still land). Releasing the lease waits for both
-        # (replica.py): a Binding landing after a standby took over could book a GPU twice.
-        self.sending = 0
-        self.unanswered_at = -math.inf
         self._local: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)  # one contender per node
         # Binds to one node take their turns at its lock anyway; at most one more than the lock's holder
         # starts its work (annotating its pod meanwhile), so a binpacked node's long queue of pods does not
@@ -138,7 +135,7 @@ class Binder:
         for _ in range(2):
             try:
                 body = {"metadata": {**meta, "uid": pod.uid, **({"resourceVersion": rv} if rv else {})}}
-                await self.port.patch(PODS, pod.name, body, pod.namespace)
+                await self.writes.send(self.fence, self.port.patch, PODS, pod.name, body, pod.namespace)
                 return
             except KubeError as err:
                 if err.code != 409 or rv is None:
@@ -154,23 +151,13 @@ class Binder:
         raise BindError(f"annotating pod: {last}")
 
     async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
-        if self.fence is not None:
-            self.fence()
-        answered = False
-        self.sending += 1
         try:
-            await self.port.bind(pod.namespace, pod.name, pod.uid, node, annotations)
-            answered = True
+            await self.writes.send(self.fence, self.port.bind, pod.namespace, pod.name, pod.uid, node, annotations)
         except KubeError as err:
-            answered = err.code != 0  # 0: no answer came back (errors.KubeError)
             # A retried request whose first attempt landed: the pod already sits where we put it.
             if err.code == 409 and f'already assigned to node "{node}"' in err.message:
                 return
             raise BindError(f"binding: {err}") from err
-        finally:
-            self.sending -= 1
-            if not answered:
-                self.unanswered_at = time.monotonic()
 
     async def _lock(self, pod: PodInfo, node: str) -> str:
         """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it.
@@ -194,7 +181,7 @@ class Binder:
                     value = hami.NodeLock(self.clock(), pod.namespace, pod.name).encode()
                     patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
                     patch["metadata"]["annotations"] = {hami.NODE_LOCK: value}
-                    await self.port.patch(NODES, node, patch)
+                    await self.writes.send(self.fence, self.port.patch, NODES, node, patch)
                     return value
             except KubeError as err:
                 if err.code != 409:  # 409: the node changed since that copy; its news is on the way
@@ -246,7 +233,8 @@ class Binder:
         return "held"
 
     async def _unlock(self, node: str, value: str) -> None:
-        """Remove the lock only while it is still the one we wrote."""
+        """Remove the lock only while it is still the one we wrote (not fenced: it touches nothing another
+        replica wrote, and a lock left behind holds the node until it is found abandoned)."""
         for _ in range(5):
             try:
                 obj = await self.port.get(NODES, node)

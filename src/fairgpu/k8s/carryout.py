@@ -5,7 +5,9 @@ record what became of them; `settle`, at the next pass, acts on it, so nothing b
 engine. A workload's GPUs stay booked until every bind of it has resolved: bound (seen landed, even with
 its answer lost), bound elsewhere, gone, or certainly unbound. A gang some of whose members landed retries
 its failed binds in the room held for it, a few times, then is undone whole (landed members evicted, their
-room held until they are gone). Every Binding is fenced by the lease; losing it cancels all that is under way.
+room held until they are gone). Every write that carries out a decision (Binding, Eviction, annotation, node
+lock, gang mark) passes the lease's fence and is counted while on the wire (writes.py); losing the lease
+cancels all that is under way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from fairgpu.errors import BindError, KubeError, RequestError
+from fairgpu.errors import BindError, FenceClosed, KubeError, RequestError
 from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import hami
@@ -30,12 +32,14 @@ from fairgpu.k8s.port import PODS, KubePort
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo
 from fairgpu.k8s.workloads import GANG_ADMITTED
+from fairgpu.k8s.writes import Writes
 from fairgpu.state import Placement
 
 log = logging.getLogger(__name__)
 # A victim whose eviction was refused (a PodDisruptionBudget's 429) is not chosen again for this long.
 REFUSED_BACKOFF = 60.0
-FENCE_MARGIN = 0.5  # a Binding is sent only while the lease is held for at least this long
+FENCE_MARGIN = 0.5  # a write carrying out a decision is sent only while the lease is held for at least this long
+UNDO_RETRY = 1.0  # seconds between a gang's rollbacks stopped by a closed fence (the term may go on)
 BIND_ATTEMPTS = 3  # binds of a gang member, in the room held for it, before the gang is undone
 # What became of a pod whose bind failed.
 LANDED, ELSEWHERE, GONE, FAILED = "landed", "bound elsewhere", "gone", "unbound"
@@ -63,9 +67,11 @@ class CarryOut:
         wake: Callable[[], None],
         stats: Stats,
         seen_at: dict[str, float],
+        writes: Writes,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.port, self.reporter, self.parsed, self.pod_cache = port, reporter, parsed, pod_cache
+        self.writes = writes  # every write below passes the fence through it, and counts while on the wire
         self.lease_left, self.wake, self.stats, self.seen_at, self.clock = lease_left, wake, stats, seen_at, clock
         self.binder: Binder | None = None  # set by the controller, which wires it to its caches
         self.engine: Scheduler | None = None
@@ -91,9 +97,9 @@ class CarryOut:
         self._attempts.clear()
 
     def fence(self) -> None:
-        """Raise unless this replica still leads for long enough to send a Binding."""
+        """Raise FenceClosed unless this replica still leads for long enough to send a write."""
         if self.lease_left() < FENCE_MARGIN:
-            raise BindError("the lease is not held with margin; not binding")
+            raise FenceClosed("the lease is not held with margin; not sending")
 
     def start(self, result: CycleResult) -> None:
         """Carry out a cycle: its binds, a workload's together, and its evictions."""
@@ -222,8 +228,9 @@ class CarryOut:
                     if info is not None and info.annotations.get(GANG_ADMITTED) == "true":
                         continue  # marked when the gang started; an elastic one's later pods need no second patch
                     ns, name = key.split("/", 1)
-                    await self.port.patch(PODS, name, {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}, ns)
-            except KubeError as err:
+                    mark = {"metadata": {"annotations": {GANG_ADMITTED: "true"}}}
+                    await self.writes.send(self.fence, self.port.patch, PODS, name, mark, ns)
+            except (KubeError, FenceClosed) as err:
                 log.warning("gang %s not marked admitted: %s; rolling back", workload, err)
                 for key, _ in binds:
                     self.inflight.discard(key)
@@ -302,27 +309,42 @@ class CarryOut:
     async def _undo_gang(self, name: str, keys: tuple[str, ...], landed: list[str]) -> None:
         """A gang that cannot be completed: its members lose the admitted mark (so what is left waits for a
         whole gang again), then its landed members are evicted. The engine holds all of its room until they
-        are gone; their absence then drops the workload."""
+        are gone; their absence then drops the workload. A closed fence stops it until it opens again (a
+        renewal in time keeps the term); a lost term cancels it."""
+        done: set[str] = set()
+        while True:
+            try:
+                await self._unmark_and_evict(name, keys, landed, done)
+                return
+            except FenceClosed:
+                await asyncio.sleep(UNDO_RETRY)
+
+    async def _unmark_and_evict(self, name: str, keys: tuple[str, ...], landed: list[str], done: set[str]) -> None:
         for key in keys:
             ns, pod = key.split("/", 1)
+            unmark = {"metadata": {"annotations": {GANG_ADMITTED: None}}}
             with contextlib.suppress(KubeError):  # a member gone already needs no unmarking
-                await self.port.patch(PODS, pod, {"metadata": {"annotations": {GANG_ADMITTED: None}}}, ns)
+                await self.writes.send(self.fence, self.port.patch, PODS, pod, unmark, ns)
         for key in landed:
+            if key in done:
+                continue
             p = self.parsed.infos.get(key)
             ns, pod = key.split("/", 1)
             try:
-                await self.port.evict(ns, pod, None, p.uid if p is not None else None)
+                await self.writes.send(self.fence, self.port.evict, ns, pod, None, p.uid if p is not None else None)
                 self.reporter.preempted(key, f"gang {name} could not be bound whole and was rolled back")
             except KubeError as err:
                 if err.code not in (404, 409):  # 409: the UID precondition, a new pod of that name
                     log.warning("rolling back gang %s: %s stays: %s", name, key, err)
+            done.add(key)
 
     async def _evict(self, ev: Evict, grace: int) -> None:
         """Evict a victim through the Eviction API with its queue's grace period and the pod's UID as a
         precondition (a new pod of the same name is never the victim): every pod of a whole workload, only
         the named extra pods of an elastic one. A refusal (a PodDisruptionBudget's 429, or any failure but
         the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
-        seconds, and its preemptor picks another victim at its next attempt."""
+        seconds, and its preemptor picks another victim at its next attempt. A closed fence stops it too: the
+        victim keeps running, its preemptor plans again (if this replica still leads: a renewal in time)."""
         keys = self._book().members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
@@ -330,7 +352,11 @@ class CarryOut:
             ns, name = key.split("/", 1)
             p = self.parsed.infos.get(key)
             try:
-                await self.port.evict(ns, name, grace, p.uid if p is not None else None)
+                await self.writes.send(self.fence, self.port.evict, ns, name, grace, p.uid if p is not None else None)
+            except FenceClosed as err:
+                log.info("eviction of %s not sent: %s", key, err)
+                self._refusals.append((ev.workload, self.clock()))
+                break
             except KubeError as err:
                 if err.code == 404:
                     continue  # gone already: what an eviction wants

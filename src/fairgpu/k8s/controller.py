@@ -26,6 +26,7 @@ from fairgpu.k8s.leader import Leadership
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.reconcile import Reconciler
 from fairgpu.k8s.reporter import Reporter
+from fairgpu.k8s.writes import Writes
 
 SCHEDULER_NAME = "fairgpu"
 CYCLE_SLICE = 0.005  # seconds of engine work between returns to the event loop
@@ -47,6 +48,7 @@ class Controller(Reconciler):
         observer: CycleObserver | None = None,
         hami_config: HamiConfig = DEFAULT_HAMI,
         heartbeat: Heartbeat | None = None,
+        writes: Writes | None = None,
     ) -> None:
         self.port = port
         self.hami = hami_config  # resource names and request defaults; the binder's lock expiry
@@ -70,7 +72,9 @@ class Controller(Reconciler):
         # Stamped at every pass (and every slice of a cycle): the elector given the same one keeps the lease
         # only while the loop moves, and /healthz fails when it stops (heartbeat.py).
         self.heartbeat = heartbeat or Heartbeat()
-        self._stopping = False  # a graceful stop has begun: no Binding is sent any more (replica.py)
+        self._stopping = False  # a graceful stop has begun: no write of a decision is sent any more (replica.py)
+        # The writes carrying out decisions on the wire; the elector given the same one reads it (writes.py).
+        self.writes = writes or Writes()
         if leadership is None:  # without an elector this replica always leads
             self.leading = asyncio.Event()
             self.leading.set()
@@ -91,6 +95,7 @@ class Controller(Reconciler):
             self.wake.set,
             self.stats,
             self.seen_at,
+            self.writes,
             clock,
         )
         self.binder = self.carry.binder = binder or Binder(
@@ -101,23 +106,26 @@ class Controller(Reconciler):
             lock_expiry=hami_config.lock_expiry,
             fence=self.carry.fence,
             abandoned=self._abandoned,
+            writes=self.writes,
         )
 
     def lease_left(self) -> float:
-        """Seconds this replica may still bind for (the fence: carryout.CarryOut.fence); 0 once it stops."""
+        """Seconds this replica may still carry out decisions for (the fence: carryout.CarryOut.fence); 0 once
+        it stops."""
         return 0.0 if self._stopping else self._lease()
 
     def stop_binding(self) -> None:
-        """The first step of a graceful stop: from now on no Binding passes the fence."""
+        """The first step of a graceful stop: from now on no Binding, Eviction or other write of a decision
+        passes the fence."""
         self._stopping = True
 
     async def drained(self, timeout: float) -> bool:
-        """After stop_binding: wait until no Binding is on the wire (each answered or given up), at most
-        `timeout` seconds. True if none is."""
+        """After stop_binding: wait until no write of a decision is on the wire (each answered or given up), at
+        most `timeout` seconds. True if none is."""
         end = time.monotonic() + timeout
-        while self.binder.sending and time.monotonic() < end:
+        while self.writes.sending and time.monotonic() < end:
             await asyncio.sleep(0.01)
-        return not self.binder.sending
+        return not self.writes.sending
 
     def _abandoned(self, obj: dict, node: str) -> bool:
         """An unbound pod of ours that nothing of this term is binding to `node` (binder.Binder.abandoned)."""

@@ -39,6 +39,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.leader import LeaderElector, release_lease, renew_deadline_of, term_ended
 from fairgpu.k8s.port import KubePort
+from fairgpu.k8s.writes import Writes
 
 log = logging.getLogger(__name__)
 TERM, UNTIL = 0, 1  # the shared doubles
@@ -76,6 +77,7 @@ class ElectorProcess:
         renew_deadline: float | None = None,
         user_agent: str | None = None,
         heartbeat: Heartbeat | None = None,
+        writes: Writes | None = None,
     ) -> None:
         renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.settings = LeaseSettings(
@@ -83,6 +85,7 @@ class ElectorProcess:
         )
         self.identity = identity
         self.heartbeat = heartbeat  # the scheduling loop's, in shared memory: the elector reads it (heartbeat.py)
+        self.writes = writes  # the loop's writes on the wire, in shared memory: a hung leader's hand-over reads it
         # forkserver: spawn's fresh interpreter (nothing of this threaded process is forked), started once with
         # this module imported; each elector then forks from it ready. Spawned, every elector imported the API
         # client anew: 10 s on a starved CPU, during which a new replica was no standby.
@@ -136,7 +139,7 @@ class ElectorProcess:
         while True:
             process = self.process = self._ctx.Process(
                 target=elect_in_child,
-                args=(self.settings, self._shared, self.heartbeat, *_log_target()),
+                args=(self.settings, self._shared, self.heartbeat, self.writes, *_log_target()),
                 name=f"lease-{self.identity}",
                 daemon=True,
             )
@@ -190,16 +193,18 @@ def _log_target() -> tuple[int, int]:
 
 # -- in the elector's process -----------------------------------------------------------------------------
 def elect_in_child(
-    settings: LeaseSettings, shared: Shared, heartbeat: Heartbeat | None, log_fd: int, level: int
+    settings: LeaseSettings, shared: Shared, heartbeat: Heartbeat | None, writes: Writes | None, log_fd: int, level: int
 ) -> None:
     logging.basicConfig(stream=open(log_fd, "w", buffering=1, closefd=False), level=level, format=FORMAT)  # noqa: SIM115
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the scheduler's to handle: it stops this one
     parent = multiprocessing.parent_process()
     assert parent is not None
-    asyncio.run(_elect(settings, shared, parent.sentinel, heartbeat))
+    asyncio.run(_elect(settings, shared, parent.sentinel, heartbeat, writes))
 
 
-async def _elect(settings: LeaseSettings, shared: Shared, parent: int, heartbeat: Heartbeat | None) -> None:
+async def _elect(
+    settings: LeaseSettings, shared: Shared, parent: int, heartbeat: Heartbeat | None, writes: Writes | None
+) -> None:
     port = await KubeClient.connect(settings.kubeconfig)
     if settings.user_agent:
         port.api.user_agent = settings.user_agent
@@ -219,6 +224,7 @@ async def _elect(settings: LeaseSettings, shared: Shared, parent: int, heartbeat
         settings.renew_deadline,
         publish=publish,
         heartbeat=heartbeat,
+        writes=writes,
     )
     election = asyncio.create_task(elector.elect())
     loop = asyncio.get_running_loop()

@@ -12,9 +12,10 @@ healthy heartbeat is the idle wait (`every`) or one synchronous stretch between 
 large list parsed) on a starved CPU; a new term's fresh list is waited for beating (controller._beating).
 The default, 5 s, is five idle passes and a third of deploy/'s 15 s lease; it tolerates a synchronous
 stretch of about four seconds (the tests keep the lease through passes that each hold the loop 1.2 s under
-a 2.5 s bound), and a hung leader loses its lease at most 5 s + a retry period + the lease duration after
-it hung (a dead one: the lease duration). It is not released then: whether the hung replica's Bindings have
-stopped cannot be known from outside its loop, so only the lease's expiry covers them (replica.py).
+a 2.5 s bound). A hung leader's elector wakes when the heartbeat goes stale, steps down (the fence closes)
+and releases the lease unless a write of the loop may still land (writes.py, leader.py): a standby takes
+over about 5 s + a retry period after the hang; otherwise the lease expires, a lease duration later (a dead
+replica's too).
 Below three passes an idle, healthy loop that misses one stamp to a busy CPU would be called hung: refused.
 
 The stamp is CLOCK_MONOTONIC in shared memory, so the elector's own process (elector_process.py) reads
@@ -56,6 +57,11 @@ class Heartbeat:
         """Seconds since the last pass; None before the first."""
         at = self._at.value
         return None if at == 0.0 else time.monotonic() - at
+
+    def stale_in(self) -> float | None:
+        """Seconds until the loop counts as hung unless it passes (negative: it does); None before the first pass."""
+        age = self.age()
+        return None if age is None else self.stale_after - age
 
     def fresh(self) -> bool:
         """The loop has passed, and not longer ago than the bound: the elector may take or keep the lease."""

@@ -16,8 +16,14 @@ the renew deadline and made leadership flap. The caller's loop learns of each te
 right from any thread even before that loop has heard of a step-down.
 
 A lease for a live scheduler only. Given the scheduling loop's heartbeat (heartbeat.py), the elector neither
-takes nor renews the lease while the loop has not passed within its bound, and steps down at once. Stopped
-gracefully, the replica releases the lease (release_lease, replica.py) so a standby need not wait it out.
+takes nor renews the lease while the loop has not passed within its bound, and steps down at once (it wakes
+when the heartbeat goes stale, not at its next attempt). Stopped gracefully, the replica releases the lease
+(release_lease, replica.py) so a standby need not wait it out; so does a hung leader's elector, given the
+loop's writes (writes.py): the step-down has closed the fence (this thread's deadline, or the shared T of
+elector_process.py) before the release is tried, and it is tried only while no write that carries out a
+decision is on the wire or was given up within a lease duration (read after the GET, a round trip after the
+fence closed), so nothing of the hung loop's lands after a standby took over. A loop that wakes later finds
+the fence closed: it acts again only in a new term, which needs a fresh heartbeat and the lease won back.
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ from typing import Protocol
 from fairgpu.errors import KubeError
 from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.port import LEASES, KubePort
+from fairgpu.k8s.writes import Writes
 
 log = logging.getLogger(__name__)
 JITTER = 1.2  # client-go's JitterFactor: renewDeadline must exceed retryPeriod by this factor
+PAST_STALE = 0.01  # seconds: a leader's elector looks this long after its heartbeat would go stale
 
 
 class Leadership(Protocol):
@@ -88,6 +96,7 @@ class LeaderElector:
         monotonic: Callable[[], float] = time.monotonic,
         publish: Callable[[float, bool], None] | None = None,
         heartbeat: Heartbeat | None = None,
+        writes: Writes | None = None,
     ) -> None:
         renew_deadline = renew_deadline_of(lease_duration, renew_deadline, retry_period)
         self.port = port
@@ -104,6 +113,10 @@ class LeaderElector:
         # The scheduling loop's: the lease is neither taken nor kept while it is not fresh (heartbeat.py).
         self.heartbeat = heartbeat
         self._hung = False  # told once per spell of a stale heartbeat
+        # The loop's writes on the wire: with them, a hung leader hands the lease over (until this monotonic
+        # time, after which it has expired anyway; 0 when none is due). Without, it is left to expire.
+        self.writes = writes
+        self._hand_over_by = 0.0
         # The caller's loop's view, changed only on that loop: set while this replica leads; `term` counts
         # the terms begun (a term lost and won again between two looks at `leading` is a new one).
         self.leading = asyncio.Event()
@@ -112,11 +125,15 @@ class LeaderElector:
         # The election thread's own: it writes them, anyone reads them.
         self._observed: tuple[str, float] | None = None  # (record's resourceVersion, when it was first seen)
         self._valid_until = 0.0  # monotonic: this replica acts as leader only before this; 0 when not leading
+        self._begun = 0  # terms begun; `remaining()` is 0 until the caller's loop has heard of the latest
         self._expiry: asyncio.TimerHandle | None = None
         self._caller: asyncio.AbstractEventLoop | None = None
 
     def remaining(self) -> float:
-        """Seconds this replica may still act as leader (0 when it does not lead). Thread-safe."""
+        """Seconds this replica may still act as leader in the term the caller's loop knows of (0 when it does
+        not lead). Thread-safe: a term ended and begun again here is not the loop's until it hears of it."""
+        if self._begun != self.term:
+            return 0.0
         return max(0.0, self._valid_until - self.monotonic())
 
     async def run(self) -> None:
@@ -163,6 +180,8 @@ class LeaderElector:
         try:
             while True:
                 if not self._scheduler_alive():
+                    if self._hand_over_by:
+                        await self._hand_over(port)
                     await asyncio.sleep(self.retry_period)
                     continue
                 started = self.monotonic()
@@ -178,7 +197,7 @@ class LeaderElector:
                     self._extend(started + self.renew_deadline)
                 elif self._valid_until and self.monotonic() >= self._valid_until:
                     self._step_down()
-                await asyncio.sleep(self.retry_period)
+                await self._pause()
         finally:
             if self._valid_until:
                 self._step_down()
@@ -188,6 +207,7 @@ class LeaderElector:
         (not at its term's end: a hung scheduler gains nothing from the rest of the term) and renews nothing."""
         if self.heartbeat is None or self.heartbeat.fresh():
             self._hung = False
+            self._hand_over_by = 0.0
             return True
         age = self.heartbeat.age()
         if age is not None and not self._hung:
@@ -199,8 +219,40 @@ class LeaderElector:
                 self.heartbeat.stale_after,
             )
         if self._valid_until:
-            self._step_down()
+            self._step_down()  # first: the fence closes
+            if self.writes is not None:
+                self._hand_over_by = self.monotonic() + self.lease_duration
         return False
+
+    async def _pause(self) -> None:
+        """A retry period between attempts. A leader's heartbeat that goes stale meanwhile wakes it then: its
+        step-down and hand-over do not wait for the next attempt."""
+        pause, beat = self.retry_period, self.heartbeat
+        left = beat.stale_in() if beat is not None and self._valid_until else None
+        if beat is not None and left is not None and left < pause:
+            await asyncio.sleep(max(0.0, left) + PAST_STALE)
+            if beat.stale():
+                return
+            pause -= left
+        await asyncio.sleep(pause)
+
+    async def _hand_over(self, port: KubePort) -> None:
+        """The hung leader's release (see the module's docstring), tried at each look until it is done or the
+        lease would have expired anyway."""
+        writes, duration = self.writes, self.lease_duration
+        if writes is None or self.monotonic() >= self._hand_over_by:
+            self._hand_over_by = 0.0
+            return
+        try:
+            async with asyncio.timeout(self.renew_deadline):
+                released = await release_lease(
+                    port, self.namespace, self.name, self.identity, lambda: writes.quiet(duration)
+                )
+        except (KubeError, OSError, TimeoutError) as err:
+            log.warning("lease %s/%s not released: %r", self.namespace, self.name, err)
+            return
+        if released:
+            self._hand_over_by = 0.0
 
     async def _elect_on_own_port(self) -> None:
         port = await self.port.reconnect()  # this loop's own: a session belongs to the loop it was made on
@@ -211,6 +263,7 @@ class LeaderElector:
 
     def _extend(self, until: float) -> None:
         began = not self._valid_until
+        self._begun += began
         self._valid_until = until
         if self.publish is not None:
             self.publish(until, began)
@@ -296,12 +349,15 @@ class LeaderElector:
         return True
 
 
-async def release_lease(port: KubePort, namespace: str, name: str, identity: str) -> bool:
+async def release_lease(
+    port: KubePort, namespace: str, name: str, identity: str, quiet: Callable[[], bool] = lambda: True
+) -> bool:
     """Give up the lease at once, as client-go's ReleaseOnCancel does: the record is updated to no holder and
     a one-second duration, so a standby takes it at its next attempt instead of a lease duration later. Only
     a record that names `identity`, and only the version read (its resourceVersion): a record another replica
-    wrote meanwhile is never overwritten (409). Call it only once this replica's elector has stopped and
-    nothing the lease guards is under way. True if the lease was released."""
+    wrote meanwhile is never overwritten (409). Call it only once this replica neither renews the lease nor
+    lets a write it guards pass; `quiet()`, asked after the read, says nothing of it is under way. True if the
+    lease was released."""
     try:
         lease = await port.get(LEASES, name, namespace)
     except KubeError as err:
@@ -310,6 +366,9 @@ async def release_lease(port: KubePort, namespace: str, name: str, identity: str
         return False
     held = lease.get("spec") or {}
     if held.get("holderIdentity") != identity:
+        return False
+    if not quiet():
+        log.info("lease %s/%s not released yet: a write of %s may still land", namespace, name, identity)
         return False
     now = microtime(datetime.now(UTC))
     spec = {

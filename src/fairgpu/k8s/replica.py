@@ -4,15 +4,16 @@ ends or the replica is stopped (`fairgpu run` on SIGTERM or Ctrl-C).
 A graceful stop hands the lease over at once, as client-go's ReleaseOnCancel does, and in the order that
 keeps two leaders from binding at once:
 
-1. the fence closes: no Binding is sent from now on (controller.stop_binding);
-2. Bindings already on the wire are waited for, at most DRAIN_S (each is answered, or given up);
+1. the fence closes: no Binding, Eviction or other write of a decision is sent from now on
+   (controller.stop_binding, writes.py);
+2. those already on the wire are waited for, at most DRAIN_S (each is answered, or given up);
 3. the controller stops, then the elector: nothing renews the lease any more;
 4. the lease is released (leader.release_lease: only a record naming this replica, only the version read,
    so a record another replica wrote is never overwritten), and a standby takes it at its next attempt.
 
-Step 4 is skipped when a Binding of this replica is still on the wire, or one was left without an answer
+Step 4 is skipped when such a write of this replica is still on the wire, or one was left without an answer
 within the last lease duration: it may still land, and only the lease duration a standby waits out covers
-that (as for a killed leader). Evictions are not fenced (a late one frees room, it never books it twice).
+that (as for a killed leader). A hung leader's elector hands the lease over by the same rule (leader.py).
 Within the kubelet's default 30 s grace: DRAIN_S, the elector's stop (elector_process.STOP_S) and RELEASE_S.
 """
 
@@ -28,7 +29,7 @@ from fairgpu.k8s.elector_process import ElectorProcess
 from fairgpu.k8s.leader import LeaderElector
 
 log = logging.getLogger(__name__)
-DRAIN_S = 5.0  # a Binding on the wire is answered within this long when the API server is well
+DRAIN_S = 5.0  # a write on the wire is answered within this long when the API server is well
 RELEASE_S = 5.0  # the release's own requests (retried on 5xx) get this long
 
 
@@ -58,14 +59,13 @@ async def stop_gracefully(
         await asyncio.gather(task, return_exceptions=True)
     if elector is None:
         return False
-    binder = controller.binder
-    quiet = time.monotonic() - binder.unanswered_at
-    if not drained or quiet < elector.lease_duration:
+    writes = controller.writes
+    if not drained or not writes.quiet(elector.lease_duration):
         log.warning(
-            "a Binding may still land (%d unanswered on the wire, the last given up %.1fs ago): the lease is"
+            "a write may still land (%d unanswered on the wire, the last given up %.1fs ago): the lease is"
             " left to expire",
-            binder.sending,
-            quiet,
+            writes.sending,
+            time.monotonic() - writes.unanswered_at,
         )
         return False
     with contextlib.suppress(TimeoutError):
