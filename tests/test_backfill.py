@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from conftest import gpu_node, whole
+from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.framework.durations import MARGIN, MIN_SAMPLES, PERCENTILE
 from fairgpu.framework.interfaces import Profile
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.model.pod import Workload
+from fairgpu.model.queue import PreemptionPolicy
 
 
 def wl(name: str, queue: str, gpus: int, duration: float, t: float = 0.0) -> Workload:
@@ -307,3 +309,70 @@ def test_an_owed_hold_is_planned_once_a_cycle_and_not_again_while_nothing_change
     s.remove("a0-0")  # the cluster changed: a plan may now find a start (b1 starts at once instead)
     plans.clear()
     assert s.cycle(5.0).started == ["b1"] and len(plans) == 1
+
+
+def test_a_queue_within_its_share_holds_nothing_while_nobody_borrows_until_it_starves():
+    """b holds exactly its half (4 GPUs on each node, n0's ending first), a's 6-GPU job fits a's share but
+    no node: nobody borrows, so nothing is owed and a holds no node (it would keep b's next work off n0 for
+    nothing) until it has waited its starvation_after; then it holds n0, which frees first."""
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("a"), QueueSpec("b")]), soonest_end())
+    for node, duration in ((0, 1000), (1, 2000)):
+        w = wl(f"b{node}", "b", 4, duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(4))], started=0.0)
+    s.submit(wl("a", "a", 6, 1000, t=0))
+    assert s.cycle(0).started == [] and not s.reservations
+    assert s.cycle(599).started == [] and not s.reservations
+    s.cycle(600)
+    assert [(r.workload, list(r.fit.nodes), r.fit.at) for r in s.reservations.values()] == [("a", [0], 1000)]
+
+
+def gpus_only(gpus: float) -> np.ndarray:
+    """A guarantee of this many GPUs, the other dimensions unconstrained."""
+    v = np.full(len(r.FAIR_DIMS), np.inf)
+    v[r.DIM_GPU] = gpus
+    return v
+
+
+@pytest.mark.parametrize(
+    ("policy", "guaranteed", "holds"),
+    [
+        (PreemptionPolicy(), 0, True),  # reclaims a guarantee, and has none: only a hold gets it its share
+        (PreemptionPolicy(fair_share=True), 0, False),  # evicts for its fair share instead
+        (PreemptionPolicy(), 2, False),  # the job is within its guarantee, which it reclaims by eviction
+    ],
+)
+def test_a_queue_that_takes_its_share_back_by_eviction_does_not_hold_what_a_borrower_frees(policy, guaranteed, holds):
+    """a borrows the whole cluster with work too young to evict (min_runtime), b is owed a 2-GPU job. A
+    queue whose policy evicts for its fair share, or work within a guarantee its queue reclaims, takes it
+    back by eviction (its preemptors hold the room they make), so it holds nothing here; otherwise b holds
+    n0, whose GPUs free first."""
+    a = QueueSpec("a", preemption=PreemptionPolicy(min_runtime=10_000))
+    b = QueueSpec("b", guaranteed=gpus_only(guaranteed), preemption=policy)
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([a, b]), soonest_end())
+    for node, duration in ((0, 100), (1, 200)):
+        w = wl(f"a{node}", "a", 8, duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, range(8))], started=0.0)
+    s.submit(wl("b", "b", 2, 1000, t=0))
+    result = s.cycle(0)
+    assert result.started == [] and result.evictions == []
+    held = [(r.workload, list(r.fit.nodes), r.fit.at) for r in s.reservations.values()]
+    assert held == ([("b", [0], 100)] if holds else [])
+
+
+@pytest.mark.parametrize(("gpus", "holds"), [(4, True), (6, False)])
+def test_only_work_that_fits_its_queues_share_is_owed_a_hold(gpus, holds):
+    """a borrows (12 of 16 GPUs), b runs 4 of its 8. b's 4-GPU job fills its share exactly, so it holds n0
+    (which frees first); a 6-GPU one would take b above its share: it is not owed, and holds nothing until
+    it starves."""
+    s = Scheduler([gpu_node("n0"), gpu_node("n1")], QueueTree([QueueSpec("a"), QueueSpec("b")]), soonest_end())
+    for name, node, slots, duration in (
+        ("a0", 0, range(8), 100),
+        ("a1", 1, range(4), 200),
+        ("b1", 1, range(4, 8), 5000),
+    ):
+        w = wl(name, name[0], len(slots), duration)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, slots)], started=0.0)
+    s.submit(wl("b", "b", gpus, 1000, t=0))
+    assert s.cycle(0).started == []
+    held = [(r.workload, list(r.fit.nodes), r.fit.at) for r in s.reservations.values()]
+    assert held == ([("b", [0], 100)] if holds else [])
