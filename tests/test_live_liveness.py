@@ -18,6 +18,7 @@ import pytest
 from audit import audit
 from chaos import chaos_pod
 from fairgpu.errors import KubeError
+from fairgpu.framework.scheduler import CycleResult, Scheduler
 from fairgpu.k8s import replica as replica_module
 from fairgpu.k8s.app import live_apps
 from fairgpu.k8s.client import KubeClient
@@ -208,6 +209,42 @@ def test_healthz_fails_when_the_loop_hangs_and_not_while_it_idles(fake_api, tmp_
     assert cycles == 0  # idle passes run no engine cycle (metrics count only real ones)
     assert stuck_code == 503 and "the scheduling loop has not passed for" in stuck_body, (stuck_code, stuck_body)
     assert not still_leading
+
+
+def test_a_cycle_longer_than_the_heartbeat_bound_is_no_hung_loop(fake_api, tmp_path, monkeypatch):
+    """An engine cycle that runs three times the heartbeat bound (a big cluster's cycle, progressing in slices
+    of CYCLE_SLICE) keeps the lease and binds what it decided: the loop beats at each slice. Without those
+    beats the elector called the loop hung mid-cycle and stepped down, and the cycle's bind was dropped."""
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    stale, every = 0.75, 0.25
+    steps = Scheduler.steps
+    long: list[float] = []
+
+    def long_cycle(self: Scheduler, now: float, result: CycleResult):
+        if long:  # CPU-bound work in small steps, as a cycle over thousands of nodes is
+            for _ in range(int(3 * stale / 0.004)):
+                time.sleep(0.004)
+                yield
+        yield from steps(self, now, result)
+
+    monkeypatch.setattr(Scheduler, "steps", long_cycle)
+
+    async def go():
+        e, ctl, task, port, lost = await alone_on_one_node(kubeconfig, Heartbeat(stale, every))
+        try:
+            await until(lambda: ctl.stats.cycles, 10, "the lease and the term's first cycle")
+            long.append(time.monotonic())
+            await port.create(PODS, chaos_pod("a", "p", ONE), "a")
+            await until(lambda: ctl.stats.binds or lost, 20, "the long cycle's bind")
+            return list(lost), e.leading.is_set(), ctl.stats.binds, time.monotonic() - long[0]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await port.close()
+
+    lost, leading, binds, took = asyncio.run(asyncio.wait_for(go(), 30))
+    assert (lost, leading, binds) == ([], True, 1)
+    assert took >= 3 * stale  # the bind came out of a cycle three bounds long
 
 
 def test_a_slow_list_at_a_terms_start_is_no_hung_loop_but_a_wedged_one_is(fake_api, tmp_path, monkeypatch):
