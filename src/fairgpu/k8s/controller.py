@@ -43,7 +43,6 @@ class Controller(Reconciler):
         profile: Profile,
         scheduler_name: str = SCHEDULER_NAME,
         clock: Callable[[], float] = time.time,
-        binder: Binder | None = None,
         leadership: Leadership | None = None,
         observer: CycleObserver | None = None,
         hami_config: HamiConfig = DEFAULT_HAMI,
@@ -98,7 +97,8 @@ class Controller(Reconciler):
             self.writes,
             clock,
         )
-        self.binder = self.carry.binder = binder or Binder(
+        # the only binder: it is wired to this controller's fence and write count, so none binds unfenced
+        self.binder = self.carry.binder = Binder(
             port,
             node_changed=self._node_changed,
             node_cache=lambda name: self.nodes.cache.get(f"/{name}"),
