@@ -17,7 +17,8 @@ from fairgpu.k8s.writes import Writes
 NS = "fairgpu-system"
 
 
-def _writes(sending: int = 0, unanswered_ago: float = float("inf")) -> Writes:
+def writes_at(sending: int = 0, unanswered_ago: float = float("inf")) -> Writes:
+    """The loop's writes (k8s/writes.py) with `sending` on the wire, the last given up `unanswered_ago` s ago."""
     writes = Writes()
     writes._sending.value = sending
     writes._unanswered_at.value = time.monotonic() - unanswered_ago
@@ -34,7 +35,8 @@ def test_the_hand_over_releases_only_while_no_write_may_land_and_only_before_the
         port = await KubeClient.connect(kubeconfig)
         seen = []
         try:
-            for writes, due in ((_writes(1), 15.0), (_writes(0, 1.0), 15.0), (_writes(), 15.0), (_writes(), -0.1)):
+            cases = ((writes_at(1), 15.0), (writes_at(0, 1.0), 15.0), (writes_at(), 15.0), (writes_at(), -0.1))
+            for writes, due in cases:
                 e = LeaderElector(port, NS, "fairgpu", "r1", writes=writes)
                 assert await e.try_acquire_or_renew()
                 e._hand_over_by = time.monotonic() + due

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 import types
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from fairgpu.errors import InputError
 from fairgpu.k8s import heartbeat as heartbeat_module
 from fairgpu.k8s.heartbeat import Heartbeat
+from test_handover_rules import writes_at
 
 
 def test_a_loop_is_hung_only_after_five_seconds_without_a_pass_and_never_before_its_first(monkeypatch):
@@ -41,16 +41,6 @@ def test_a_heartbeat_bound_is_refused_below_three_idle_passes_of_any_length_or_w
 
 
 # -- k8s/replica.py: a graceful stop -------------------------------------------------------------------------------
-
-
-def _writes(sending: int, unanswered_ago: float):
-    """The loop's writes (k8s/writes.py) with `sending` on the wire, the last given up `unanswered_ago` s ago."""
-    from fairgpu.k8s.writes import Writes
-
-    writes = Writes()
-    writes._sending.value = sending
-    writes._unanswered_at.value = time.monotonic() - unanswered_ago
-    return writes
 
 
 class _Controller:
@@ -92,7 +82,7 @@ def _stop(sending: int, unanswered_ago: float, drains: bool) -> tuple[bool, list
 
         tasks = [asyncio.create_task(running("controller")), asyncio.create_task(running("elector"))]
         await asyncio.sleep(0)
-        controller = _Controller(steps, _writes(sending, unanswered_ago), drains)
+        controller = _Controller(steps, writes_at(sending, unanswered_ago), drains)
         return await stop_gracefully(controller, _Elector(steps), tasks)  # type: ignore[arg-type]
 
     return asyncio.run(asyncio.wait_for(go(), 10)), steps
