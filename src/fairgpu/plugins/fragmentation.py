@@ -272,14 +272,14 @@ class Fragmentation:
         fit = np.flatnonzero(mask.nodes)
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
-        if self.compiled:
-            assert mask.slots is not None or not shared
-            x = kernels.gpu_exponents(delta, nodes, mask.slots, fit) if shared else kernels.node_exponents(delta, nodes)
-        elif shared:
-            assert mask.slots is not None
-            x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
+        if not shared:
+            x = kernels.node_exponents(delta, nodes) if self.compiled else self._exponent(delta[nodes])
         else:
-            x = self._exponent(delta[nodes])
+            assert mask.slots is not None
+            if self.compiled:
+                x = kernels.gpu_exponents(delta, nodes, mask.slots, fit)
+            else:
+                x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
         out[fit] = self._to_score(x)
         return out
 
@@ -290,6 +290,7 @@ class Fragmentation:
         product with the weights, and the rest around them (the same values as `_gpu_deltas` and
         `_node_deltas`, which the NumPy path runs)."""
         mix, cpu_m, mem_m, weight = self._mix, pod.cpu_m, self._mem_m(pod), self.cpu_balance
+        assert agg.usable is not None
         k = pod.gpu.count if pod.gpu is not None else 0
         if shared:
             assert pod.gpu is not None

@@ -1,0 +1,56 @@
+"""Compiled twin of the `Resources` filter's common case (numba, cached on disk): one GPU container and no
+MIG card, on the few rows that changed since a pod shape's last evaluation, where the cost of the NumPy
+path is its dozen array operations, not their size. The same integer comparisons as `Resources.filter` and
+`cardfit.card_ok`, so the same verdicts (tests/test_evaluations.py compares the two)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from fairgpu.model.node import GPU_CORES
+
+
+@njit(cache=True)
+def cards(
+    rows: np.ndarray,
+    schedulable: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    usable: np.ndarray,
+    exclusive: np.ndarray,
+    tasks: np.ndarray,
+    split: np.ndarray,
+    cores_free: np.ndarray,
+    gpu_mem_free: np.ndarray,
+    gpu_mem_cap: np.ndarray,
+    whole: np.ndarray,
+    cores_cap: np.ndarray,
+    request: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nodes with the CPU and memory, (rows, G) cards that pass HAMi's per-card checks, their count per
+    node) for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct)."""
+    cpu_m, memory_mib, cores, mem_mib, mem_pct = request[0], request[1], request[2], request[3], request[4]
+    n, gpus = rows.shape[0], usable.shape[1]
+    nodes = np.empty(n, dtype=np.bool_)
+    ok = np.empty((n, gpus), dtype=np.bool_)
+    count = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        r = rows[i]
+        nodes[i] = schedulable[r] and cpu_free[r] >= cpu_m and mem_free[r] >= memory_mib
+        for g in range(gpus):
+            need = mem_mib if mem_mib else gpu_mem_cap[r, g] * mem_pct // 100
+            fits = (
+                usable[r, g]
+                and not exclusive[r, g]
+                and tasks[r, g] < split[r, g]
+                and cores_free[r, g] >= cores
+                and gpu_mem_free[r, g] >= need
+            )
+            if cores >= GPU_CORES:  # a cores-100 task takes a 100-core card only to itself (node.exclusive_on)
+                fits = fits and (not whole[r, g] or tasks[r, g] == 0)
+            if cores == 0:  # a task asking no cores needs a card with cores left, or one without any
+                fits = fits and (cores_free[r, g] > 0 or cores_cap[r, g] == 0)
+            ok[i, g] = fits
+            count[i] += fits
+    return nodes, ok, count
