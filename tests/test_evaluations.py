@@ -20,12 +20,13 @@ from tests.conftest import gpu_node
 
 from fairgpu.catalog import load_profile
 from fairgpu.framework import evaluations as ev
-from fairgpu.framework.interfaces import EngineView, Profile
+from fairgpu.framework.interfaces import EngineView, FitMask, Profile
 from fairgpu.framework.placement import feasible, place_pod
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.plugins.fit import Resources
 from fairgpu.plugins.fragmentation import Fragmentation
+from fairgpu.plugins.scores import Binpack, LeastAllocated, Spread
 
 
 def cluster() -> list[NodeSpec]:
@@ -167,10 +168,10 @@ def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(
 _WARM = """
 import json
 from fairgpu.catalog import load_profile
-from fairgpu.plugins import fit_kernels, fragmentation_kernels
+from fairgpu.plugins import node_kernels, fragmentation_kernels
 from tests.test_evaluations import churn
 kernels_ = [
-    k for m in (fragmentation_kernels, fit_kernels) for k in vars(m).values()
+    k for m in (fragmentation_kernels, node_kernels) for k in vars(m).values()
     if hasattr(k, "signatures") and hasattr(k, "py_func")
 ]
 load_profile("fairgpu")
@@ -188,7 +189,7 @@ def test_building_the_plugin_loads_every_kernel_the_placements_then_call():
     out = subprocess.run([sys.executable, "-c", _WARM], cwd=root, capture_output=True, text=True, check=True)
     built, after = json.loads(out.stdout)
     # kernels called only from other kernels are compiled into them and never load on their own
-    assert sum(1 for n in built.values() if n) >= 9 and built["cards"], built
+    assert sum(1 for n in built.values() if n) >= 10 and built["cards"] and built["free_fraction"], built
     assert after == built  # whole, several and shared GPUs, CPU-only pods, releases: nothing new loaded
 
 
@@ -277,3 +278,24 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts(mixed: bool):
     # shares, and on 100-core cards whole cards, some recording GPU memory, each found nodes
     assert compared == 600 and kinds[False, True] > 30, kinds
     assert mixed or (kinds[True, False] > 30 and kinds[True, True] > 2), kinds
+
+
+@pytest.mark.parametrize(
+    "plugin", [Binpack(), Spread(), LeastAllocated(), LeastAllocated(resources=("memory", "gpu", "cpu"))], ids=repr
+)
+def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plugin):
+    """Binpack, Spread and LeastAllocated (resources in a given order, summed in it) on their compiled path and
+    their NumPy path, on every node and on changed rows, over a filling and draining cluster (CPU-only, whole and
+    shared GPU pods): the same floats. A kernel summing in another order, or dividing other counts, differs."""
+    plain = dataclasses.replace(plugin, compiled=False)
+    compared = [0]
+
+    def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
+        mask = feasible(pod, view, profile)
+        rows = np.flatnonzero(mask.nodes)[::2]
+        for m in (mask, FitMask(mask.nodes[rows], None, rows=rows)):
+            assert np.array_equal(plugin.score(pod, view, m), plain.score(pod, view, m))
+            compared[0] += 1
+
+    churn(200, 13, before=act)
+    assert compared[0] == 400

@@ -10,7 +10,7 @@ import numpy as np
 from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
-from fairgpu.plugins import fit_kernels
+from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise_filter
 from fairgpu.state import ClusterState
 
@@ -20,7 +20,7 @@ _WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
-    # a one-container GPU pod's checks in one compiled pass (fit_kernels.py); False runs the NumPy path, the
+    # a one-container GPU pod's checks in one compiled pass (node_kernels.py); False runs the NumPy path, the
     # same verdicts
     compiled: bool = True
 
@@ -57,11 +57,11 @@ class Resources:
         rows = np.arange(st.num_nodes) if isinstance(mask.rows, slice) else mask.rows
         request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct], dtype=np.int64)
         if st.takes_whole_cards(g):
-            nodes, ok, count = fit_kernels.idle_cards(
+            nodes, ok, count = node_kernels.idle_cards(
                 rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, st.node_idle_gpus, request
             )
         else:
-            nodes, ok, count = fit_kernels.cards(
+            nodes, ok, count = node_kernels.cards(
                 rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
                 st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
                 request,

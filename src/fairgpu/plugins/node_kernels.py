@@ -1,7 +1,9 @@
-"""Compiled twin of the `Resources` filter's common case (numba, cached on disk): a pod of one GPU container
-on a cluster without MIG cards, on the few rows that changed since a pod shape's last evaluation, where the
-cost of the NumPy path is its dozen array operations, not their size. The same integer comparisons as
-`Resources.filter` and `cardfit.card_ok`, so the same verdicts (tests/test_evaluations.py compares the two)."""
+"""Compiled twins of node-local plugins' common cases (numba, cached on disk): the `Resources` filter for a pod
+of one GPU container on a cluster without MIG cards, and the free-fraction scores (`Binpack`, `Spread`,
+`LeastAllocated`), on the few rows that changed since a pod shape's last evaluation, where the cost of the
+NumPy path is its dozen array operations, not their size. The same integer comparisons as `Resources.filter`
+and `cardfit.card_ok`, so the same verdicts, and the scores' float operations in their order, so the same
+floats (tests/test_evaluations.py compares each with its NumPy path)."""
 
 from __future__ import annotations
 
@@ -84,3 +86,27 @@ def idle_cards(
         if not mem_mib:
             count[i] = idle_count[r]
     return nodes, ok, count
+
+
+@njit(cache=True)
+def free_fraction(
+    rows: np.ndarray,
+    free: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cap: tuple[np.ndarray, np.ndarray, np.ndarray],
+    taken: np.ndarray,
+    order: np.ndarray,
+    fuller: bool,
+) -> np.ndarray:
+    """(rows,) 100 × the mean over resources `order` (indices into `free`/`cap`: CPU, memory, GPU cores) of the
+    fraction free once the pod took `taken[j]` of resource j (0 where a node has none of it), summed in that
+    order as `scores._free_fraction` sums; `fuller`: 100 × (1 − that mean), Binpack's."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        total = 0.0
+        for j in order:
+            c = cap[j][r]
+            total += (free[j][r] - taken[j]) / c if c > 0 else 0.0
+        frac = total / order.shape[0]
+        out[i] = 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+    return out
