@@ -222,7 +222,7 @@ class Fragmentation:
         if not self.cpu_balance:
             return np.zeros(len(rows))
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-        return starved(agg, rows, taken, pod.cpu_m, self.cpu_balance)
+        return starved(agg, rows, taken, pod.cpu_m, self.cpu_balance, self.compiled)
 
     @staticmethod
     def _exponent(delta: np.ndarray) -> np.ndarray:
@@ -289,9 +289,10 @@ class Fragmentation:
         """delta[rows] by the compiled kernels: a matrix of each shape's usable capacity after the pod, its
         product with the weights, and the rest around them (the same values as `_gpu_deltas` and
         `_node_deltas`, which the NumPy path runs)."""
-        mix, cpu_m, mem_m, weight = self._mix, pod.cpu_m, self._mem_m(pod), self.cpu_balance
+        mix, cpu_m, mem_m = self._mix, pod.cpu_m, self._mem_m(pod)
         assert agg.usable is not None
         k = pod.gpu.count if pod.gpu is not None else 0
+        starved = self._starved(pod, agg, rows)  # its own module's measure, compiled there
         if shared:
             assert pod.gpu is not None
             cores = pod.gpu.cores
@@ -299,17 +300,12 @@ class Fragmentation:
                 rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
                 agg.access, cores, cores, cpu_m, mem_m,
             )  # fmt: skip
-            kernels.gpu_rows(
-                rows, first, sub, slots, matrix @ self._w, agg.usable, agg.free, agg.cpu, agg.need, agg.price, cores,
-                cores, k * cores, cpu_m, weight, delta,
-            )  # fmt: skip
+            after = matrix @ self._w
+            kernels.gpu_rows(rows, first, sub, slots, after, agg.usable, agg.free, cores, cores, starved, delta)
             return
         taken = k * GPU_CORES
         after = self._after(agg, rows, k, taken, cpu_m, mem_m)
-        starve = k * pod.gpu.cores if pod.gpu is not None else 0  # as `_starved` charges it
-        kernels.node_rows(
-            rows, after, agg.usable, agg.free, agg.cpu, agg.need, agg.price, taken, starve, cpu_m, weight, delta
-        )
+        kernels.node_rows(rows, after, agg.usable, taken, starved, delta)
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).

@@ -19,22 +19,21 @@ def need_and_price(
     a percent none of those shapes can use, the sum of their weights `w`. Need 0 where no shape can use the
     node or none needs CPU."""
     if compiled:
-        need, uses = kernels.need_rows(
-            rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu, mix.cpu_only_per_core
-        )
-        return need, np.asarray(uses @ w.astype(np.float64))
-    uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
+        uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem)
+    else:
+        uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
     # sums of integers, so exact in any order
     cpu_of, gpu_of, price = uses @ mix.need_cpu, uses @ mix.need_gpu, uses @ w.astype(np.float64)
     need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + mix.cpu_only_per_core
     return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
 
 
-def starved(agg: Aggregates, rows: np.ndarray, taken: int, cpu_m: int, weight: float) -> np.ndarray:
+def starved(agg: Aggregates, rows: np.ndarray, taken: int, cpu_m: int, weight: float, compiled: bool) -> np.ndarray:
     """Change in the price of the GPU capacity the node's free CPU could not feed once a pod took `taken` GPU
     percent and `cpu_m` of CPU there, at the node's need and price as it is (`need_and_price`): taking CPU
-    never lowers the estimate. The NumPy path; the compiled one is `kernels.starved`, inside the kernels that
-    compute a pod's deltas."""
+    never lowers the estimate."""
+    if compiled:
+        return np.asarray(kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, weight))
     need, price = agg.need[rows], agg.price[rows]
     ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
     free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]

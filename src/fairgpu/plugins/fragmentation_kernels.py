@@ -186,35 +186,18 @@ def starved(
 
 
 @njit(cache=True)
-def need_rows(
-    rows: np.ndarray,
-    fit_count: np.ndarray,
-    mem: np.ndarray,
-    access: np.ndarray,
-    k: np.ndarray,
-    mem_t: np.ndarray,
-    need_cpu: np.ndarray,
-    need_gpu: np.ndarray,
-    cpu_only: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(rows,) `need_and_price`'s need and the (rows, T) float64 0/1 matrix of the shapes that can use the
-    node's free GPUs (a model they allow, enough GPUs with room, enough memory), whose product with the
-    weights is the price. The sums of the shapes' CPU and GPU demand add integers: exact in any order, so
-    equal to the NumPy path's matrix products."""
+def uses(
+    rows: np.ndarray, fit_count: np.ndarray, mem: np.ndarray, access: np.ndarray, k: np.ndarray, mem_t: np.ndarray
+) -> np.ndarray:
+    """(rows, T) float64 0/1: each shape can use the node's free GPUs (a model it allows, enough GPUs with
+    room, enough memory)."""
     out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
-    need = np.zeros(rows.shape[0], dtype=np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
-        cpu_of = 0.0
-        gpu_of = 0.0
         for t in range(k.shape[0]):
             if fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
                 out[i, t] = 1.0
-                cpu_of += need_cpu[t]
-                gpu_of += need_gpu[t]
-        if gpu_of > 0:
-            need[i] = cpu_of / gpu_of + cpu_only
-    return need, out
+    return out
 
 
 @njit(cache=True)
@@ -297,50 +280,32 @@ def gpu_rows(
     after: np.ndarray,
     usable: np.ndarray,
     free: np.ndarray,
-    cpu: np.ndarray,
-    need: np.ndarray,
-    price: np.ndarray,
     least: int,
     cores: int,
-    taken: int,
-    cpu_m: int,
-    weight: float,
+    starved: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows]: each GPU's change in fragmentation if a shared pod takes `cores` of it (`after[j]`: the
-    usable capacity once it took GPU slots[j] of row sub[j]), spread over equal GPUs, plus the starved
-    term (none without `weight`): the NumPy path's `-cores - after + before`, in its types and order."""
+    usable capacity once it took GPU slots[j] of row sub[j]), spread over equal GPUs, plus the row's
+    `starved` term: the NumPy path's `-cores - after + before`, in its types and order."""
     d = np.empty(sub.shape[0], dtype=np.float64)
     for j in range(sub.shape[0]):
         d[j] = (np.float64(-cores) - after[j]) + np.float64(usable[rows[sub[j]]])
-    st = starved(rows, free, cpu, need, price, taken, cpu_m, weight) if weight else np.zeros(rows.shape[0])
-    out = spread_slots(first, sub, slots, d, free[rows], least, st)
+    out = spread_slots(first, sub, slots, d, free[rows], least, starved)
     for i in range(rows.shape[0]):
         delta[rows[i]] = out[i]
 
 
 @njit(cache=True)
 def node_rows(
-    rows: np.ndarray,
-    after: np.ndarray,
-    usable: np.ndarray,
-    free: np.ndarray,
-    cpu: np.ndarray,
-    need: np.ndarray,
-    price: np.ndarray,
-    taken: int,
-    starve: int,
-    cpu_m: int,
-    weight: float,
-    delta: np.ndarray,
+    rows: np.ndarray, after: np.ndarray, usable: np.ndarray, taken: int, starved: np.ndarray, delta: np.ndarray
 ) -> None:
     """delta[rows]: each node's change in fragmentation if a CPU-only or whole-GPU pod taking `taken` cores
-    goes there (`after[i]`: the usable capacity then, float32 as `usable`), plus the starved term of its
-    `starve` cores: the NumPy path's `-taken - after + before` in float32, then the starved term in float64."""
-    st = starved(rows, free, cpu, need, price, starve, cpu_m, weight) if weight else np.zeros(rows.shape[0])
+    goes there (`after[i]`: the usable capacity then, float32 as `usable`), plus the row's `starved` term: the
+    NumPy path's `-taken - after + before` in float32, then the starved term in float64."""
     for i in range(rows.shape[0]):
         r = rows[i]
-        delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + st[i]
+        delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + starved[i]
 
 
 @njit(cache=True)
