@@ -20,8 +20,8 @@ _WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
-    # a one-container GPU pod's checks in one compiled pass (node_kernels.py); False runs the NumPy path, the
-    # same verdicts
+    # a shared-card pod's checks on changed rows in one compiled pass (node_kernels.py); False runs the NumPy
+    # path, the same verdicts
     compiled: bool = True
 
     def __post_init__(self) -> None:
@@ -31,8 +31,12 @@ class Resources:
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         st, r, g = view.state, mask.rows, pod.gpu
-        if self.compiled and g is not None and not (st.has_mig or pod.per_container):
-            self._compiled(pod, g, st, mask)
+        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a shared-card
+        # pod's checks in one compiled pass; whole cards are two reads of the state's idle index either way
+        shared = g is not None and not (st.has_mig or pod.per_container or st.takes_whole_cards(g))
+        if self.compiled and shared and not isinstance(r, slice):
+            assert g is not None
+            self._shared(pod, g, st, r, mask)
             return
         mask.restrict_nodes(st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib))
         if g is None:
@@ -51,21 +55,13 @@ class Resources:
         mask.restrict_nodes(mask.counts() >= g.count)
 
     @staticmethod
-    def _compiled(pod: PodSpec, g: GpuRequest, st: ClusterState, mask: FitMask) -> None:
-        """The compiled path of a one-container GPU pod on a cluster without MIG: the node checks and the
-        card checks (idle cards, or `card_ok` for shares) in one pass."""
-        rows = np.arange(st.num_nodes) if isinstance(mask.rows, slice) else mask.rows
+    def _shared(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask) -> None:
+        """The compiled path of a shared-card pod on these rows: the node checks and `card_ok` in one pass."""
         request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct], dtype=np.int64)
-        if st.takes_whole_cards(g):
-            nodes, ok, count = node_kernels.idle_cards(
-                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, st.node_idle_gpus, request
-            )
-        else:
-            nodes, ok, count = node_kernels.cards(
-                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
-                st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
-                request,
-            )  # fmt: skip
+        nodes, ok, count = node_kernels.cards(
+            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap, request,
+        )  # fmt: skip
         mask.restrict_nodes(nodes)
         mask.restrict_slots(ok, count)
         mask.restrict_nodes(mask.counts() >= g.count)

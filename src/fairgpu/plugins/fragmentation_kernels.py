@@ -286,14 +286,21 @@ def gpu_rows(
     delta: np.ndarray,
 ) -> None:
     """delta[rows]: each GPU's change in fragmentation if a shared pod takes `cores` of it (`after[j]`: the
-    usable capacity once it took GPU slots[j] of row sub[j]), spread over equal GPUs, plus the row's
-    `starved` term: the NumPy path's `-cores - after + before`, in its types and order."""
+    usable capacity once it took GPU slots[j] of row sub[j]), that of the first GPU of its node with the same
+    free cores (`first`), inf where fewer than `least` cores are free, plus the row's `starved` term: the
+    NumPy path's `-cores - after + before` and its spreading (`Fragmentation._gpu_deltas`), in their types
+    and order, written in place."""
+    n, gpus = first.shape
     d = np.empty(sub.shape[0], dtype=np.float64)
+    at = np.full((n, gpus), -1, dtype=np.int64)
     for j in range(sub.shape[0]):
         d[j] = (np.float64(-cores) - after[j]) + np.float64(usable[rows[sub[j]]])
-    out = spread_slots(first, sub, slots, d, free[rows], least, starved)
-    for i in range(rows.shape[0]):
-        delta[rows[i]] = out[i]
+        at[sub[j], slots[j]] = j
+    for i in range(n):
+        r = rows[i]
+        for g in range(gpus):
+            j = at[i, first[i, g]]
+            delta[r, g] = (d[j] if free[r, g] >= least and j >= 0 else np.inf) + starved[i]
 
 
 @njit(cache=True)
@@ -306,29 +313,3 @@ def node_rows(
     for i in range(rows.shape[0]):
         r = rows[i]
         delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + starved[i]
-
-
-@njit(cache=True)
-def spread_slots(
-    first: np.ndarray,
-    sub: np.ndarray,
-    slots: np.ndarray,
-    deltas: np.ndarray,
-    free: np.ndarray,
-    least: int,
-    starved: np.ndarray,
-) -> np.ndarray:
-    """(rows, G): each GPU's change from the first GPU of its node with the same free cores (`deltas[j]` is
-    that of GPU slots[j] of row sub[j]), inf where fewer than `least` cores are free, plus the row's
-    `starved` term."""
-    n, gpus = free.shape
-    at = np.full((n, gpus), -1, dtype=np.int64)
-    for j in range(sub.shape[0]):
-        at[sub[j], slots[j]] = j
-    out = np.empty((n, gpus), dtype=np.float64)
-    for r in range(n):
-        for g in range(gpus):
-            j = at[r, first[r, g]]
-            d = deltas[j] if free[r, g] >= least and j >= 0 else np.inf
-            out[r, g] = d + starved[r]
-    return out

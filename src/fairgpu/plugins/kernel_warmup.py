@@ -47,17 +47,19 @@ def exercise_filter(plugin: Any) -> None:
 
 
 def exercise(plugin: Any) -> None:
-    """Learn, score and order GPUs with `plugin` (a fresh copy: it keeps what it learns) on two small
-    nodes, before and after a placement changes one of them."""
+    """Learn, score (every node and one row) and order GPUs with `plugin` (a fresh copy: it keeps what it
+    learns) on two small nodes, before and after a placement changes one of them."""
     view = _view()
     state = view.state
     for step in range(2):
         for i, pod in enumerate(_PODS):
             if hasattr(plugin, "learn"):
                 plugin.learn(f"warm-{i}", pod)
-            mask = FitMask(np.ones(2, dtype=bool), np.ones((2, _GPUS), dtype=bool) if pod.gpu else None)
             plugin.generation(pod, view)
-            plugin.score(pod, view, mask)
+            for rows in (slice(None), np.array([1])):  # every node, and one changed row
+                n = 2 if isinstance(rows, slice) else 1
+                slots = np.ones((n, _GPUS), dtype=bool) if pod.gpu else None
+                plugin.score(pod, view, FitMask(np.ones(n, dtype=bool), slots, rows=rows))
             if pod.gpu is not None:
                 plugin.gpu_order(pod, view, 0, np.arange(_GPUS))
         if step == 0:  # the second round refreshes the changed node only

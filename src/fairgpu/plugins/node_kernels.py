@@ -1,9 +1,10 @@
-"""Compiled twins of node-local plugins' common cases (numba, cached on disk): the `Resources` filter for a pod
-of one GPU container on a cluster without MIG cards, and the free-fraction scores (`Binpack`, `Spread`,
-`LeastAllocated`), on the few rows that changed since a pod shape's last evaluation, where the cost of the
-NumPy path is its dozen array operations, not their size. The same integer comparisons as `Resources.filter`
-and `cardfit.card_ok`, so the same verdicts, and the scores' float operations in their order, so the same
-floats (tests/test_evaluations.py compares each with its NumPy path)."""
+"""Compiled twins of node-local plugins' common cases (numba, cached on disk): the `Resources` filter for a
+shared-card pod of one GPU container on a cluster without MIG cards, and the free-fraction scores (`Binpack`,
+`Spread`, `LeastAllocated`), on the few rows that changed since a pod shape's last evaluation, where the cost
+of the NumPy path is its dozen array operations, not their size (on every node NumPy's whole-array passes
+are faster: at 5,000 nodes 60 µs against 130 for the card checks, 28 against 95 for a score). The same
+integer comparisons as `Resources.filter` and `cardfit.card_ok`, so the same verdicts, and the scores' float
+operations in their order, so the same floats (tests/test_evaluations.py compares each with its NumPy path)."""
 
 from __future__ import annotations
 
@@ -55,36 +56,6 @@ def cards(
                 fits = fits and (cores_free[r, g] > 0 or cores_cap[r, g] == 0)
             ok[i, g] = fits
             count[i] += fits
-    return nodes, ok, count
-
-
-@njit(cache=True)
-def idle_cards(
-    rows: np.ndarray,
-    schedulable: np.ndarray,
-    cpu_free: np.ndarray,
-    mem_free: np.ndarray,
-    idle: np.ndarray,
-    gpu_mem_cap: np.ndarray,
-    idle_count: np.ndarray,
-    request: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(nodes with the CPU and memory, (rows, G) idle cards with at least `mem_mib` of memory, their count
-    per node) for a whole-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct); the count
-    is the state's own per-node count where the request records no GPU memory."""
-    cpu_m, memory_mib, mem_mib = request[0], request[1], request[3]
-    n, gpus = rows.shape[0], idle.shape[1]
-    nodes = np.empty(n, dtype=np.bool_)
-    ok = np.empty((n, gpus), dtype=np.bool_)
-    count = np.zeros(n, dtype=np.int64)
-    for i in range(n):
-        r = rows[i]
-        nodes[i] = schedulable[r] and cpu_free[r] >= cpu_m and mem_free[r] >= memory_mib
-        for g in range(gpus):
-            ok[i, g] = idle[r, g] and gpu_mem_cap[r, g] >= mem_mib
-            count[i] += ok[i, g]
-        if not mem_mib:
-            count[i] = idle_count[r]
     return nodes, ok, count
 
 

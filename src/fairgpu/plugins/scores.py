@@ -39,12 +39,13 @@ def _score(
     pod: PodSpec, view: EngineView, resources: tuple[str, ...], mask: FitMask, fuller: bool, compiled: bool
 ) -> np.ndarray:
     """100 × the mean fraction of `resources` free once the pod took its share (`fuller`: 100 × its
-    complement), on the rows of `mask`: in one compiled pass, or on the NumPy path, the same floats."""
-    if not compiled:
+    complement), on the rows of `mask`: on a few changed rows in one compiled pass, else on the NumPy path,
+    the same floats."""
+    rows = mask.rows
+    if not compiled or isinstance(rows, slice):  # every node: NumPy's whole-array passes are faster
         frac = _free_fraction(pod, view, resources, mask)
         return 100.0 * (1.0 - frac) if fuller else 100.0 * frac
     st = view.state
-    rows = np.arange(st.num_nodes) if isinstance(mask.rows, slice) else mask.rows
     cores = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
     taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
     order = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
