@@ -8,7 +8,8 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
   queue is entitled to but cannot use yet (a gang waiting for nodes, a reservation, fragments).
   fairness_error = error_taken + error_unused;
 - `all_backlogged`: the error and Jain's index over only the time when every leaf queue has pending work (the
-  issue's acceptance window), and how long that was.
+  issue's acceptance window), how long that was, and `floor`: the least error any schedule has at those
+  instants, given what waits then (LagFloor; docs/metrics.md, "The lag floor").
 `--table` prints a Markdown table instead.
 
     .venv/bin/python bench/fair_full.py --table
@@ -30,9 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
+from fairgpu import fairness
 from fairgpu.catalog import load_profile
+from fairgpu.framework.engine import CycleResult
+from fairgpu.framework.scheduler import Scheduler
 from fairgpu.plugins.sort import BORROWED, FairShare
-from fairgpu.sim.runner import SimResult, simulate
+from fairgpu.sim.runner import SimResult, Simulation
 from fairgpu.sim.scenario import Scenario, builtin_scenarios, load
 from fairgpu.sim.traces import load_philly
 from fairgpu.spec import parse_duration
@@ -59,15 +63,38 @@ def scenario(
     return sc, horizon
 
 
+class LagFloor:
+    """Per instant, each leaf queue's least shortfall below its entitlement that its backlog forces: a queue
+    whose whole demand (running + pending) is within its entitlement and that has work waiting is below its
+    entitlement by at least its smallest waiting workload, whatever the rest of the schedule. The values of
+    the last cycle at an instant are the ones the run's sample holds."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.index = {n: i for i, n in enumerate(names)}
+        self.at: dict[float, np.ndarray] = {}
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        v = sched.view
+        gap = np.zeros(len(self.index))
+        demand = fairness.dominant_shares(v.demand, v.capacity)
+        for q, backlog in enumerate(sched.backlogs):
+            if backlog and sched.tree.is_leaf[q] and demand[q] <= v.entitled_dom[q] + 1e-9:
+                # a partly placed gang's shortfall is less than its share: count it as none
+                smallest = min(0.0 if e.placed else e.share for e in backlog.ordered())
+                gap[self.index[sched.tree.queues[q].name]] = smallest
+        self.at[now] = gap
+
+
 def jain(x: np.ndarray) -> float:
     denom = len(x) * float((x * x).sum())
     return float(x.sum()) ** 2 / denom if denom > 0 else 0.0
 
 
-def error_sources(sc: Scenario, res: SimResult) -> dict[str, object]:
-    """The fairness error split into share taken and entitlement unused, and the error and Jain's index over
-    the time every leaf queue was backlogged, from the run's timeline (each sample holds until the next)."""
-    tl, leaf = res.timeline, np.array(sc.tree().is_leaf)
+def error_sources(sc: Scenario, res: SimResult, lag: LagFloor) -> dict[str, object]:
+    """The fairness error split into share taken and entitlement unused, and the error, its lag floor and
+    Jain's index over the time every leaf queue was backlogged, from the run's timeline (each sample holds
+    until the next)."""
+    tl, leaf = res.timeline, np.array(sc.report_tree().is_leaf)
     if not tl.t:
         return {}
     dt = np.diff([*tl.t, res.horizon_s])
@@ -78,6 +105,11 @@ def error_sources(sc: Scenario, res: SimResult) -> dict[str, object]:
     every = backlogged.all(axis=1) & (dt > 0)
     window = float(dt[every].sum())
     err = taken + unused
+    # Below its entitlement by `gap` in all, the short queues' error is at least half of it, and where the
+    # rest of the cluster is in use someone else holds that room: error = Σ shortfalls − ½ · unused entitlement.
+    none = np.zeros(len(leaf))  # an instant without a cycle (none expected): no floor claimed
+    gaps = np.array([lag.at.get(t, none) for t in tl.t])[:, leaf].sum(axis=1)
+    floor = np.maximum(0.5 * gaps, gaps - unused)
     # as the run's jain_index: over the queues entitled to something (a queue its limit holds at 0 is not starved)
     jains = np.array([jain(usage[i][entitled[i] > 0] / entitled[i][entitled[i] > 0]) for i in np.flatnonzero(every)])
     return {
@@ -87,6 +119,7 @@ def error_sources(sc: Scenario, res: SimResult) -> dict[str, object]:
             "window_s": round(window),
             "fairness_error": round(float((err * dt)[every].sum()) / window, 4) if window else None,
             "jain_index": round(float((jains * dt[every]).sum()) / window, 4) if window else None,
+            "floor": round(float((floor * dt)[every].sum()) / window, 4) if window else None,
         },
     }
 
@@ -103,7 +136,10 @@ def row(
     prof = load_profile(profile)
     if isinstance(prof.queue_sort, FairShare):
         prof = replace(prof, queue_sort=replace(prof.queue_sort, borrowed=borrowed))
-    res = simulate(sc, prof, horizon, declared_durations=declared)
+    sim = Simulation(sc, prof, horizon, declared_durations=declared)
+    lag = LagFloor(sc.report_tree().names())
+    sim.observer = lag
+    res = sim.run()
     gangs = [w for w in sc.workloads if len(w.pods) > 1 and w.submit_time <= res.horizon_s]
     waits = [res.starts.get(w.name, res.horizon_s) - w.submit_time for w in gangs]
     lost = sum(float(q["lost_gpu_hours"]) for q in res.queues.values() if q["parent"] is None)
@@ -121,7 +157,7 @@ def row(
         "gang_wait_max_s": round(max(waits), 1) if waits else None,
         "idle_gpu_hours": {k: round(v, 2) for k, v in res.idle_gpu_hours.items() if v >= 0.005},
         "lost_gpu_hours": round(lost, 1),
-        **error_sources(sc, res),
+        **error_sources(sc, res, lag),
     }
 
 
@@ -154,7 +190,7 @@ def main() -> None:
     if args.table:
         print(
             "| scenario | kube util | fairgpu util (useful) | fairness error (taken + unused) | Jain "
-            "| all backlogged: error, Jain, window s | evictions (lost GPU-h) | gang wait max s |"
+            "| all backlogged: error (floor), Jain, window s | evictions (lost GPU-h) | gang wait max s |"
         )
         print("|---|---|---|---|---|---|---|---|")
         for kube, fair in zip(rows[::2], rows[1::2], strict=True):
@@ -163,7 +199,8 @@ def main() -> None:
                 f"| {fair['scenario']} | {kube['utilization']:.4f} "
                 f"| {fair['utilization']:.4f} ({fair['useful_utilization']:.4f}) "
                 f"| {fair['fairness_error']:.4f} ({fair.get('error_taken')} + {fair.get('error_unused')}) "
-                f"| {fair['jain_index']} | {every.get('fairness_error')}, {every.get('jain_index')}, "
+                f"| {fair['jain_index']} | {every.get('fairness_error')} ({every.get('floor')}), "
+                f"{every.get('jain_index')}, "
                 f"{every.get('window_s')} | {fair['evictions']} ({fair['lost_gpu_hours']}) "
                 f"| {fair['gang_wait_max_s']} |"
             )

@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 
 import pytest
 
+from chaos import chaos_pod
 from fairgpu.catalog import load_profile
+from fairgpu.k8s import carryout
 from fairgpu.k8s import replica as replica_module
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
@@ -20,9 +22,11 @@ from fairgpu.k8s.heartbeat import Heartbeat
 from fairgpu.k8s.leader import LeaderElector, term_ended
 from fairgpu.k8s.port import LEASES, NODES, PODS, QUEUES
 from fairgpu.k8s.replica import run_replica
+from fairgpu.k8s.workloads import GANG_ADMITTED
 from fake_kubelet import FakeNodes
+from live_setup import GANG, ONE, pods_now, setup
 from test_live_preemption import ONE_GPU, queues
-from test_live_scheduling import node, pod, until
+from test_live_scheduling import node, pod, stop, until
 
 NS = "fairgpu-system"
 
@@ -244,3 +248,65 @@ def test_a_stop_with_an_eviction_unanswered_leaves_the_lease_to_expire(fake_api,
             await port.close()
 
     assert asyncio.run(asyncio.wait_for(go(), 30))["spec"]["holderIdentity"] == "r1"
+
+
+@pytest.mark.parametrize("renewed", [True, False], ids=["the term is renewed", "the term is lost"])
+def test_a_gang_rollback_stopped_by_the_fence_waits_and_never_writes_past_its_term(
+    fake_api, tmp_path, monkeypatch, renewed
+):
+    """gang-1's Binding always fails, so once its retries are spent the gang is rolled back: gang-0, which
+    landed, is to be evicted and both lose the admitted mark. The fence closes just as the rollback starts.
+    Nothing of it is sent while closed (it retries, carryout.UNDO_RETRY); when a renewal in time keeps the
+    term, the rollback completes: gang-0 is evicted and the marks are gone. When the term is lost instead,
+    the old leader never sends it (the new leader decides afresh). Before the retry, a rollback stopped by the
+    fence was abandoned: gang-0 ran on alone as a half gang holding a GPU, its mark still saying "admitted"."""
+    monkeypatch.setattr(carryout, "UNDO_RETRY", 0.2)
+    fake_api.control("device-plugin")
+    fake_api.control("fault", code=500, count=100, verb="POST", path_contains="/pods/gang-1/binding")
+    kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
+    rolled: list[float] = []
+
+    async def go() -> tuple[list, list]:
+        port = await KubeClient.connect(kubeconfig)
+        await setup(port, nodes=1, gpus=2)
+        for i in range(2):
+            await port.create(PODS, chaos_pod("a", f"gang-{i}", ONE, GANG), "a")
+        lease = Lease()
+        ctl = Controller(await connect(kubeconfig, "r1"), load_profile("fairgpu"), leadership=lease)
+        undo = ctl.carry._undo_gang
+
+        async def undo_behind_a_closed_fence(name: str, keys: tuple[str, ...], landed: list[str]) -> None:
+            rolled.append(time.monotonic())
+            lease.close()
+            await undo(name, keys, landed)
+
+        monkeypatch.setattr(ctl.carry, "_undo_gang", undo_behind_a_closed_fence)
+        lease.begin()
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: rolled, 20, "the gang's rollback")
+            await asyncio.sleep(0.5)  # retries behind the closed fence
+            while_closed = decision_writes(fake_api.control("requests")["requests"], "fairgpu/r1", rolled[0])
+            if renewed:
+                lease.until = math.inf  # renewed in time: the same term, the fence open again
+                gone = lambda: evictions_by(fake_api.control("requests")["requests"], "fairgpu/r1")  # noqa: E731
+                await until(gone, 10, "the rollback's eviction")
+            else:
+                lease.end()
+                await asyncio.sleep(0.5)
+            after = decision_writes(fake_api.control("requests")["requests"], "fairgpu/r1", rolled[0])
+        finally:
+            await stop(ctl.port, run)
+            await port.close()
+        return while_closed, after
+
+    while_closed, after = asyncio.run(asyncio.wait_for(go(), 60))
+    assert while_closed == []
+    pods = pods_now(fake_api)
+    if renewed:
+        assert ("POST", "/api/v1/namespaces/a/pods/gang-0/eviction") in after, after
+        marks = [p["metadata"].get("annotations", {}).get(GANG_ADMITTED) for k, p in pods.items() if "gang-" in k]
+        assert marks and not any(marks), marks
+    else:
+        assert after == []
+        assert pods["a/gang-0"]["spec"].get("nodeName")  # left for the next leader, not evicted by this one
