@@ -338,30 +338,39 @@ class ClusterState(MigSlices):
         i = p.node
         if not (0 <= i < self.num_nodes) or self.cpu_free[i] < p.cpu_m or self.mem_free[i] < p.memory_mib:
             return False
-        if not len(p.slots) == len(p.cores) == len(p.mem_mib) or sum(p.segments) not in (0, len(p.slots)):
+        slots = p.slots
+        if not len(slots) == len(p.cores) == len(p.mem_mib) or sum(p.segments) not in (0, len(slots)):
             return False
-        for entries in p.containers():
-            if len({p.slots[e] for e in entries}) != len(entries):
-                return False  # one container never gets two slots of one GPU
-        if p.mig and len(p.mig) != len(p.slots):
+        if p.segments:
+            for entries in p.containers():
+                if len({slots[e] for e in entries}) != len(entries):
+                    return False  # one container never gets two slots of one GPU
+        elif len(set(slots)) != len(slots):
             return False
+        if p.mig and len(p.mig) != len(slots):
+            return False
+        if not self.has_mig and p.mig and max(p.mig) >= 0:
+            return False  # no MIG card: an entry may name no MIG candidate (MigSlices._mig_entry_fits)
+        # Scalars by .item(): a pod takes a few cards, and a NumPy scalar per read costs more than the check
+        g = self.gpu_valid.shape[1]
         used: dict[int, tuple[int, int, int, bool]] = {}  # slot → (tasks, free cores, free MiB, exclusive)
         slices: dict[int, int] = {}  # MIG slices taken, this placement's entries included
-        for e, (s, c, m) in enumerate(zip(p.slots, p.cores, p.mem_mib, strict=True)):
-            if not self._mig_entry_fits(i, s, c, m, p.mig[e] if p.mig else -1, slices):
+        for e, (s, c, m) in enumerate(zip(slots, p.cores, p.mem_mib, strict=True)):
+            if self.has_mig and not self._mig_entry_fits(i, s, c, m, p.mig[e] if p.mig else -1, slices):
                 return False
-            if not (0 <= s < self.gpu_valid.shape[1]) or not (self.gpu_valid[i, s] and self.gpu_healthy[i, s]):
+            if not (0 <= s < g) or not self.gpu_usable.item(i, s):
                 return False
-            tasks, free_cores, free_mem, exclusive = used.get(
-                s, (int(self.gpu_tasks[i, s]), int(self.gpu_cores_free[i, s]), int(self.gpu_mem_free[i, s]),
-                    bool(self.gpu_exclusive[i, s]))
-            )  # fmt: skip
-            alone = bool(exclusive_on(c, self.gpu_whole[i, s]))
-            if exclusive or tasks >= self.gpu_split[i, s] or free_cores < c or free_mem < m:
+            if s in used:
+                tasks, free_cores, free_mem, exclusive = used[s]
+            else:
+                tasks, free_cores = self.gpu_tasks.item(i, s), self.gpu_cores_free.item(i, s)
+                free_mem, exclusive = self.gpu_mem_free.item(i, s), self.gpu_exclusive.item(i, s)
+            alone = bool(exclusive_on(c, self.gpu_whole.item(i, s)))
+            if exclusive or tasks >= self.gpu_split.item(i, s) or free_cores < c or free_mem < m:
                 return False
             if alone and tasks > 0:
                 return False  # HAMi: cores 100 on a 100-core card wants it to itself
-            if c == 0 and free_cores == 0 and self.gpu_cores_cap[i, s] != 0:
+            if c == 0 and free_cores == 0 and self.gpu_cores_cap.item(i, s) != 0:
                 return False  # HAMi: a 0-core task cannot land on a card whose cores are all taken
             used[s] = (tasks + 1, free_cores - c, free_mem - m, alone)
         return True
@@ -373,19 +382,21 @@ class ClusterState(MigSlices):
         self.mem_free[i] += sign * p.memory_mib
         if not p.slots:
             return
-        idle = int(self.node_idle_gpus[i])
+        idle, node_cores = self.node_idle_gpus.item(i), self.node_cores_free.item(i)
         # a pod takes a few cards (one card may hold several of its containers): scalar steps are cheaper
         for s, cores, mem in zip(p.slots, p.cores, p.mem_mib, strict=True):
             self.gpu_cores_free[i, s] += sign * cores
-            self.node_cores_free[i] += sign * cores
+            node_cores += sign * cores
             self.gpu_mem_free[i, s] += sign * mem
-            self.gpu_tasks[i, s] -= sign
-            if exclusive_on(cores, self.gpu_whole[i, s]):
+            tasks = self.gpu_tasks.item(i, s) - sign
+            self.gpu_tasks[i, s] = tasks
+            if exclusive_on(cores, self.gpu_whole.item(i, s)):
                 self.gpu_exclusive[i, s] = sign < 0
-            now = bool(self.gpu_tasks[i, s] == 0 and self.gpu_healthy[i, s])
-            idle += int(now) - int(self.gpu_idle[i, s])
+            now = tasks == 0 and self.gpu_healthy.item(i, s)
+            idle += int(now) - int(self.gpu_idle.item(i, s))
             self.gpu_idle[i, s] = now
         self.node_idle_gpus[i] = idle
+        self.node_cores_free[i] = node_cores
         if p.mig:
             self._apply_mig(p, sign)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -84,6 +84,9 @@ class CycleMemo:
     # first, so a failure holds for the rest of its workloads of that shape
     hopeless: set[tuple[int, int]] = field(default_factory=set)
     owed_planned: bool = False  # a hold was planned for a queue owed its share (framework/starving.py)
+    # per queue: a shape `queue_done` last found not done; what the memo holds only grows within a cycle, so
+    # while that shape is still pending and still not done, the queue is not done, without a scan of the rest
+    undone: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, queues: int) -> CycleMemo:
@@ -99,17 +102,27 @@ class CycleMemo:
     def failed_outside_for(self, key: int, duration: float | None) -> None:
         self.failed_outside[key] = min(self.failed_outside.get(key, math.inf), _length(duration))
 
-    def queue_done(self, q: int, shapes: Iterable[int]) -> bool:
+    def queue_done(self, q: int, shapes: Collection[int]) -> bool:
         """Every shape the queue still has pending was refused, or failed and cannot preempt: the queue has
         nothing more to try this cycle. A shape that failed only outside reserved nodes keeps its queue
         going for BACKFILL_DEPTH more workloads, which may be short enough to backfill (Slurm's bounded
         backfill test, so a long backlog costs a bounded scan per cycle)."""
         refused = self.refused[q]
         scanned = self.backfill_skips[q] >= BACKFILL_DEPTH
-        return all(
-            k in refused or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
-            for k in shapes
-        )
+
+        def done(k: int) -> bool:
+            return k in refused or (
+                (k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless
+            )
+
+        k = self.undone.get(q)
+        if k is not None and k in shapes and not done(k):
+            return False
+        for k in shapes:
+            if not done(k):
+                self.undone[q] = k
+                return False
+        return True
 
 
 BACKFILL_DEPTH = 100  # workloads per queue and cycle tried for backfill behind one that did not fit

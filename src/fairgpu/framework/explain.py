@@ -142,5 +142,5 @@ def _ahead_in_cluster_order(sched: Engine, target: Entry) -> list[Entry] | None:
         cursor[q] += 1
         if cursor[q] == len(orders[q]):
             active.remove(q)
-        dry.add_usage(q, head.charge)
+        dry.add_usage(q, [head.charge])
     return None

@@ -7,7 +7,7 @@ Reserve is the engine's own step (ClusterState.assign); Bind is the driver's (it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -37,17 +37,18 @@ class EngineView:
     share_ratio: np.ndarray  # (Q,) (usage_dom + history_dom) / entitled_dom; inf when entitled to nothing
     now: float = 0.0
 
-    def add_usage(self, queue: int, charge: np.ndarray) -> None:
-        """A queue (and so each ancestor) now holds `charge` more; keeps the derived shares current."""
-        q = queue
+    def add_usage(self, queue: int, charges: Sequence[np.ndarray], sign: int = 1) -> None:
+        """A queue (and so each ancestor) now holds each of `charges` more (`sign` -1: less), added in turn;
+        keeps the derived shares current (computed once, after the last: a gang's pods come together)."""
         cap = self.capacity.tolist()
-        while q >= 0:  # a few levels up the tree and four dimensions: Python floats beat array calls here
+        add = np.add if sign > 0 else np.subtract  # x - c is x + (-c) exactly
+        for q in self.tree.ancestry[queue]:  # a few levels and four dimensions: Python floats beat array calls
             row = self.usage[q]
-            row += charge
+            for charge in charges:
+                add(row, charge, out=row)
             dom = max([u / c for u, c in zip(row.tolist(), cap, strict=True) if c > 0], default=0.0)
             self.usage_dom[q] = dom
-            self.share_ratio[q] = share_ratio(dom + self.history_dom[q], self.entitled_dom[q])
-            q = int(self.tree.parent[q])
+            self.share_ratio[q] = share_ratio(dom + self.history_dom.item(q), self.entitled_dom.item(q))
 
 
 @dataclass(slots=True)

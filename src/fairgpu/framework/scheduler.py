@@ -130,9 +130,8 @@ class Scheduler:
         entry.started = started
         self.running[wl.name] = entry
         self.view.demand[entry.queue] += entry.charge
-        for pod, p in zip(wl.pods, placements, strict=True):
-            entry.placed.append(p)
-            self._account(entry, pod, +1)
+        entry.placed.extend(placements)
+        self._account(entry, wl.pods, +1)
 
     def _entry(self, wl: Workload) -> Entry:
         """A new entry for a workload of a leaf queue, not yet registered anywhere."""
@@ -301,18 +300,29 @@ class Scheduler:
         settle_due(self.reservations, self.running, self.pending, self.preempting, now, result)
         memo = CycleMemo.of(len(self.backlogs))
         backlogs = self.backlogs
-        active = ActiveQueues(
-            self.tree, [q for q, b in enumerate(backlogs) if b], lambda q: backlogs[q].peek().workload
-        )
+        # Each queue's head, looked up once: an attempt changes only its own queue's (it pops it, and its
+        # placements change what its users hold), so only that one is forgotten after it.
+        heads: dict[int, Workload] = {}
+
+        def head(q: int) -> Workload:
+            wl = heads.get(q)
+            if wl is None:
+                wl = heads[q] = backlogs[q].peek().workload
+            return wl
+
+        active = ActiveQueues(self.tree, [q for q, b in enumerate(backlogs) if b], head)
         try:
             while active:
                 q = self.profile.queue_sort.pick(active, self.view)
+                heads.pop(q, None)
                 lend = self.lending.lends(q)
                 entry = self.backlogs[q].pop(lend)
                 if not entry.placed:  # pods it holds were counted by what it was when they were placed
                     entry.lent = lend
                 memo.attempted.add(entry.workload.name)
-                exclude = self.reservations.nodes_to_avoid(entry.workload, entry.queue, now)
+                exclude = (
+                    self.reservations.nodes_to_avoid(entry.workload, entry.queue, now) if self.reservations else None
+                )
                 # Kept out of reserved nodes, a workload fits in less: its failures are cached apart, by
                 # duration (a shorter one of the same shape may still backfill; CycleMemo.fails_outside).
                 duration = self.durations.of(entry.workload, entry.queue)
@@ -341,7 +351,7 @@ class Scheduler:
                     active.remove(q)
                 result.attempts += 1
                 yield
-            yield from self.growth.steps(now, result, self._account)
+            yield from self.growth.steps(now, result, lambda e, pod, sign: self._account(e, (pod,), sign))
         finally:
             for q, entries in memo.skipped.items():
                 for entry in entries:
@@ -351,13 +361,10 @@ class Scheduler:
         result.evaluated += 1
         wl = entry.workload
         first_new = len(entry.placed)
-        todo = range(first_new, len(wl.pods))
-        placed = pl.place_all(
-            [wl.pods[i] for i in todo], [wl.pod_names[i] for i in todo], self.view, self.profile, exclude, learn=True
-        )
-        for i, p in zip(todo, placed, strict=False):
-            entry.placed.append(p)
-            self._account(entry, wl.pods[i], +1)
+        pods = wl.pods[first_new:]
+        placed = pl.place_all(pods, wl.pod_names[first_new:], self.view, self.profile, exclude, learn=True)
+        entry.placed.extend(placed)
+        self._account(entry, pods[: len(placed)], +1)
         if len(entry.placed) < len(wl.pods) and any(not p.permit(wl, len(entry.placed)) for p in self.profile.permit):
             while len(entry.placed) > first_new:
                 self._release(entry, len(entry.placed) - 1)
@@ -385,20 +392,26 @@ class Scheduler:
         self.reservations.pop(entry.workload.name, None)
 
     # -- bookkeeping --------------------------------------------------------------------------------
-    def _account(self, entry: Entry, pod: PodSpec, sign: int) -> None:
+    def _account(self, entry: Entry, pods: Sequence[PodSpec], sign: int) -> None:
+        """Pods of `entry` placed (sign +1) or released (-1), charged in turn: its queue's usage up the tree,
+        its user's holding, what its queue holds by its own order."""
+        if not pods:
+            return
         self.preempting.placements_changed()
-        pod_charge = self.accounting.charge(pod)
+        charges = [self.accounting.charge(pod) for pod in pods]
         backlog = self.backlogs[entry.queue]
         if backlog.by_user:  # only a queue fair among its users keeps what each holds
-            # the pod's dominant share, then signed: the max of a negated vector is its least share
-            backlog.account(entry.user, sign * self.accounting.dominant(pod_charge))
-        self.view.add_usage(entry.queue, sign * pod_charge)
-        self.lending.account(entry, pod_charge, sign)
+            # each pod's dominant share, then signed: the max of a negated vector is its least share
+            for charge in charges:
+                backlog.account(entry.user, sign * self.accounting.dominant(charge))
+        self.view.add_usage(entry.queue, charges, sign)
+        for charge in charges:
+            self.lending.account(entry, charge, sign)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
         placement = self.state.release(wl.pod_names[i])
-        self._account(entry, wl.pods[i], -1)
+        self._account(entry, (wl.pods[i],), -1)
         return placement
 
     def _attempt_key(self, entry: Entry) -> int:

@@ -128,6 +128,7 @@ class QueueTree:
         depth = max((len(c) for c in chains), default=1)
         self.paths = np.array([c + [c[-1]] * (depth - len(c)) for c in chains], dtype=np.int64).reshape(-1, depth)
         self.paths_of = [np.array(c, dtype=np.int64) for c in chains]  # root → i, unpadded
+        self.ancestry = [c[::-1] for c in chains]  # i, then each ancestor up to its root (the accounting's walk)
 
     def __len__(self) -> int:
         return len(self.queues)

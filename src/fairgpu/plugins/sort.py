@@ -24,11 +24,8 @@ class PrioritySort:
             raise ValueError(f"borrowed: {self.borrowed!r}: PrioritySort keeps one order for all (fifo)")
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
-        def key(q: int) -> tuple[float, float, int]:
-            head = active.head(q)
-            return (-head.priority, head.submit_time, q)
-
-        return min(active.queues, key=key)
+        head = active.head
+        return min((-(h := head(q)).priority, h.submit_time, q) for q in active.queues)[2]
 
 
 @dataclass(slots=True)
@@ -55,14 +52,13 @@ class FairShare:
         ratio, usage, count = view.share_ratio.tolist(), view.usage_dom.tolist(), active.count.tolist()
         level = tree.roots
         while True:
-            live = [q for q in level if count[q] > 0]
-            best = live[0]
+            live = [(ratio[q], usage[q], q) for q in level if count[q] > 0]  # q breaks ties: keys are unique
+            r, u, best = min(live)
             if len(live) > 1:
-                best = min(live, key=lambda q: (ratio[q], usage[q], q))
-                tied = [q for q in live if ratio[q] == ratio[best] and usage[q] == usage[best]]
+                tied = [q for rq, uq, q in live if rq == r and uq == u]
                 if len(tied) > 1:  # equally served: the subtree whose oldest waiting workload came first
                     best = min(tied, key=lambda q: (_oldest(active, q), q))
-            if tree.is_leaf[best]:
+            if not tree.children[best]:
                 return best
             level = tree.children[best]
 
