@@ -10,6 +10,8 @@ work arriving later does not keep it off borrowed capacity for ever. Its own ord
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from fairgpu.framework.accounting import ShareAccounting
@@ -57,23 +59,26 @@ class OverShareHold:
         self.view = view
         self.on = on
 
-    def holds_back(self, entry: Entry, duration: float | None, waiting: np.ndarray, holder: int | None) -> bool:
-        """Whether `entry` (expected run `duration`) waits; `waiting` (Q,): queues with work pending this
-        cycle; `holder`: the starving holder's queue."""
+    def holds_back(
+        self, entry: Entry, duration: float | None, waits: Callable[[int], bool], holder: int | None
+    ) -> bool:
+        """Whether `entry` (expected run `duration`) waits; `waits(k)`: queue k waits for room this cycle;
+        `holder`: the starving holder's queue."""
         v, q = self.view, entry.queue
         if duration is None or v.usage_dom[q] + v.history_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9:
             return False
-        under = waiting & self.tree.is_leaf & (v.share_ratio < 1 - 1e-9)
+        under = self.tree.is_leaf & (v.share_ratio < 1 - 1e-9)
         under[q] = False
         if holder is not None:
             under[holder] = False
         for k in np.flatnonzero(under).tolist():
             spec = self.tree.queues[k]
+            if duration <= spec.starvation_after or not waits(k):
+                continue
             policy = spec.preemption
             if policy.enabled and (
                 policy.fair_share or (policy.reclaim and bool(np.all(v.usage[k] < self.tree.guaranteed[k] - 1e-9)))
             ):
                 continue
-            if duration > spec.starvation_after:
-                return True
+            return True
         return False

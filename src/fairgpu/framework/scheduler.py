@@ -337,7 +337,7 @@ class Scheduler:
                     memo.skip(q, entry)  # does not fit: it may still make room by preemption
                     memo.backfill_skips[q] += outside
                     self.preempting.try_once(entry, now, result, memo.hopeless)
-                elif self.over_share.on and self._held_back(entry, duration, memo):
+                elif self.over_share.on and self._held_back(entry, duration, memo, active):
                     memo.skip(q, entry)
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
@@ -365,17 +365,22 @@ class Scheduler:
                 for entry in entries:
                     self.backlogs[q].push(entry)
 
-    def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo) -> bool:
+    def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo, active: ActiveQueues) -> bool:
         """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
         q, holder = entry.queue, self.reservations.starving_holder()
         if holder == entry.workload.name:
             return False  # the engine's bound against starvation: held back, its reserved room would idle
         if memo.held_back(q, entry.key, duration):
             return True
-        waiting = self.is_backlogged()
-        waiting[list(memo.skipped)] = True
+
+        # A queue waits for room if it has work still to try this cycle, or work that fitted nowhere; work
+        # kept only off reserved nodes waits for their holder, and holding back starts would only idle room
+        # its holder may free within the cycle (batch-monopoly, docs/performance.md)
+        def waits(k: int) -> bool:
+            return k in active.queues or any(e.key in memo.failed for e in memo.skipped.get(k, ()))
+
         held = self.pending.get(holder) if holder else None
-        if not self.over_share.holds_back(entry, duration, waiting, held.queue if held else None):
+        if not self.over_share.holds_back(entry, duration, waits, held.queue if held else None):
             return False
         memo.hold_back(q, entry.key, duration)
         return True
