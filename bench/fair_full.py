@@ -85,12 +85,49 @@ class LagFloor:
         self.at[now] = gap
 
 
+class OverStarts:
+    """Per instant, each leaf queue's share held by work started above its entitlement: after a cycle, a
+    queue that holds more than it is entitled to counts its newest starts of that cycle, up to the excess, as
+    started over it. The rest of what a queue holds above its entitlement was started within it and became
+    excess only when others' demand grew: no schedule that neither evicts nor knows the future avoids that."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.index = {n: i for i, n in enumerate(names)}
+        self.over: dict[str, tuple[int, float]] = {}  # running workload → (queue column, its share)
+        self.at: dict[float, np.ndarray] = {}
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        v = sched.view
+        self.over = {n: o for n, o in self.over.items() if n in sched.running}
+        excess = (v.usage_dom - v.entitled_dom).tolist()
+        for name in reversed(result.started):  # newest first
+            e = sched.running.get(name)
+            if e is not None and excess[e.queue] > 1e-9:
+                self.over[name] = (self.index[sched.tree.queues[e.queue].name], e.share)
+                excess[e.queue] -= e.share
+        held = np.zeros(len(self.index))
+        for col, share in self.over.values():
+            held[col] += share
+        self.at[now] = held
+
+
+class Observers:
+    """Several cycle observers on one run."""
+
+    def __init__(self, *observers: LagFloor | OverStarts) -> None:
+        self.observers = observers
+
+    def on_cycle(self, sched: Scheduler, result: CycleResult, now: float, seconds: float) -> None:
+        for o in self.observers:
+            o.on_cycle(sched, result, now, seconds)
+
+
 def jain(x: np.ndarray) -> float:
     denom = len(x) * float((x * x).sum())
     return float(x.sum()) ** 2 / denom if denom > 0 else 0.0
 
 
-def error_sources(sc: Scenario, res: SimResult, lag: LagFloor) -> dict[str, object]:
+def error_sources(sc: Scenario, res: SimResult, lag: LagFloor, over: OverStarts) -> dict[str, object]:
     """The fairness error split into share taken and entitlement unused, and the error, its lag floor and
     Jain's index over the time every leaf queue was backlogged, from the run's timeline (each sample holds
     until the next)."""
@@ -110,10 +147,14 @@ def error_sources(sc: Scenario, res: SimResult, lag: LagFloor) -> dict[str, obje
     none = np.zeros(len(leaf))  # an instant without a cycle (none expected): no floor claimed
     gaps = np.array([lag.at.get(t, none) for t in tl.t])[:, leaf].sum(axis=1)
     floor = np.maximum(0.5 * gaps, gaps - unused)
+    excess = np.clip(usage - entitled, 0.0, None)
+    started_over = np.minimum(excess, np.array([over.at.get(t, none) for t in tl.t])[:, leaf]).sum(axis=1)
     # as the run's jain_index: over the queues entitled to something (a queue its limit holds at 0 is not starved)
     jains = np.array([jain(usage[i][entitled[i] > 0] / entitled[i][entitled[i] > 0]) for i in np.flatnonzero(every)])
     return {
         "error_taken": round(float((taken * dt).sum()) / res.horizon_s, 4),
+        # of error_taken, the part held by work started above its queue's entitlement (OverStarts)
+        "taken_started_over": round(float((started_over * dt).sum()) / res.horizon_s, 4),
         "error_unused": round(float((unused * dt).sum()) / res.horizon_s, 4) + 0.0,  # never -0.0
         "all_backlogged": {
             "window_s": round(window),
@@ -137,8 +178,8 @@ def row(
     if isinstance(prof.queue_sort, FairShare):
         prof = replace(prof, queue_sort=replace(prof.queue_sort, borrowed=borrowed))
     sim = Simulation(sc, prof, horizon, declared_durations=declared)
-    lag = LagFloor(sc.report_tree().names())
-    sim.observer = lag
+    lag, over = LagFloor(sc.report_tree().names()), OverStarts(sc.report_tree().names())
+    sim.observer = Observers(lag, over)
     res = sim.run()
     gangs = [w for w in sc.workloads if len(w.pods) > 1 and w.submit_time <= res.horizon_s]
     waits = [res.starts.get(w.name, res.horizon_s) - w.submit_time for w in gangs]
@@ -157,7 +198,7 @@ def row(
         "gang_wait_max_s": round(max(waits), 1) if waits else None,
         "idle_gpu_hours": {k: round(v, 2) for k, v in res.idle_gpu_hours.items() if v >= 0.005},
         "lost_gpu_hours": round(lost, 1),
-        **error_sources(sc, res, lag),
+        **error_sources(sc, res, lag, over),
     }
 
 

@@ -279,8 +279,10 @@ class ClusterState(MigSlices):
             return Placement(node=node, cpu_m=pod.cpu_m, memory_mib=pod.memory_mib)
         if not self.has_mig and not pod.more_gpus:  # one container, no MIG card: in scalar steps
             n = len(slots)
-            caps = self.gpu_mem_cap[node].tolist()
-            mem_n = (g.mem_mib,) * n if g.mem_mib else tuple(caps[s] * g.mem_pct // 100 for s in slots)
+            if g.mem_mib:
+                mem_n = (g.mem_mib,) * n
+            else:
+                mem_n = tuple([self.gpu_mem_cap.item(node, s) * g.mem_pct // 100 for s in slots])
             return Placement(node, slots, (g.cores,) * n, mem_n, pod.cpu_m, pod.memory_mib, segments)
         # What HAMi writes for the card: gpumem when given (an exclusive card included), else the percentage of
         # its memory. An exclusive card is closed to others by its cores, whatever memory it records.

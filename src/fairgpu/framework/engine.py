@@ -29,6 +29,9 @@ class Entry:
     seq: int
     charge: np.ndarray  # the whole workload's fair vector
     share: float  # its dominant share of the cluster
+    # each pod's fair vector, looked up once: by the time a pod is placed, the charge cache may have forgotten
+    # its object (ShareAccounting.charge), and hashing a PodSpec costs more than the rest of its accounting
+    pod_charges: tuple[np.ndarray, ...] = ()
     placed: list[Placement] = field(default_factory=list)
     key: int = -1  # id of what must fit next: failures are cached by it within a cycle
     terminating: bool = False  # being evicted: holds its resources until the driver removes it

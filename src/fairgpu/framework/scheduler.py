@@ -40,7 +40,7 @@ from fairgpu.framework.reservations import Reservations
 from fairgpu.framework.starving import Starving
 from fairgpu.framework.status import WorkloadStatus, status_of
 from fairgpu.model.node import NodeSpec
-from fairgpu.model.pod import PodSpec, Workload
+from fairgpu.model.pod import Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Placement
 
@@ -131,7 +131,7 @@ class Scheduler:
         self.running[wl.name] = entry
         self.view.demand[entry.queue] += entry.charge
         entry.placed.extend(placements)
-        self._account(entry, wl.pods, +1)
+        self._account(entry, entry.pod_charges, +1)
 
     def _entry(self, wl: Workload) -> Entry:
         """A new entry for a workload of a leaf queue, not yet registered anywhere."""
@@ -144,6 +144,7 @@ class Scheduler:
             raise RequestError(f"workload {wl.name}: queue {wl.queue!r} has child queues; submit to a leaf")
         charge = self.accounting.charge_of(wl.pods)
         entry = Entry(wl, qi, self._seq, charge, self.accounting.dominant(charge))
+        entry.pod_charges = tuple(self.accounting.charge(pod) for pod in wl.pods)
         entry.order = (-wl.priority, wl.submit_time, self._seq)
         run = math.inf if wl.duration is None else wl.duration  # declared only: a learned estimate changes
         entry.lend_order = (-wl.priority, wl.submit_time + run, wl.submit_time, self._seq)
@@ -197,6 +198,7 @@ class Scheduler:
         charge = self.accounting.charge_of(wl.pods[:n])
         self.view.demand[entry.queue] += charge - entry.charge
         entry.workload = replace(wl, pods=wl.pods[:n], pod_names=wl.pod_names[:n])
+        entry.pod_charges = entry.pod_charges[:n]
         entry.charge = charge
         entry.share = self.accounting.dominant(charge)
         self.growth.growable.discard(wl.name)
@@ -351,7 +353,9 @@ class Scheduler:
                     active.remove(q)
                 result.attempts += 1
                 yield
-            yield from self.growth.steps(now, result, lambda e, pod, sign: self._account(e, (pod,), sign))
+            yield from self.growth.steps(
+                now, result, lambda e, pod, sign: self._account(e, (self.accounting.charge(pod),), sign)
+            )
         finally:
             for q, entries in memo.skipped.items():
                 for entry in entries:
@@ -361,10 +365,11 @@ class Scheduler:
         result.evaluated += 1
         wl = entry.workload
         first_new = len(entry.placed)
-        pods = wl.pods[first_new:]
-        placed = pl.place_all(pods, wl.pod_names[first_new:], self.view, self.profile, exclude, learn=True)
+        placed = pl.place_all(
+            wl.pods[first_new:], wl.pod_names[first_new:], self.view, self.profile, exclude, learn=True
+        )
         entry.placed.extend(placed)
-        self._account(entry, pods[: len(placed)], +1)
+        self._account(entry, entry.pod_charges[first_new : len(entry.placed)], +1)
         if len(entry.placed) < len(wl.pods) and any(not p.permit(wl, len(entry.placed)) for p in self.profile.permit):
             while len(entry.placed) > first_new:
                 self._release(entry, len(entry.placed) - 1)
@@ -392,13 +397,12 @@ class Scheduler:
         self.reservations.pop(entry.workload.name, None)
 
     # -- bookkeeping --------------------------------------------------------------------------------
-    def _account(self, entry: Entry, pods: Sequence[PodSpec], sign: int) -> None:
-        """Pods of `entry` placed (sign +1) or released (-1), charged in turn: its queue's usage up the tree,
-        its user's holding, what its queue holds by its own order."""
-        if not pods:
+    def _account(self, entry: Entry, charges: Sequence[np.ndarray], sign: int) -> None:
+        """Pods of `entry` placed (sign +1) or released (-1), by their charges, in turn: its queue's usage up
+        the tree, its user's holding, what its queue holds by its own order."""
+        if not charges:
             return
         self.preempting.placements_changed()
-        charges = [self.accounting.charge(pod) for pod in pods]
         backlog = self.backlogs[entry.queue]
         if backlog.by_user:  # only a queue fair among its users keeps what each holds
             # each pod's dominant share, then signed: the max of a negated vector is its least share
@@ -411,7 +415,7 @@ class Scheduler:
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
         placement = self.state.release(wl.pod_names[i])
-        self._account(entry, (wl.pods[i],), -1)
+        self._account(entry, (entry.pod_charges[i],), -1)
         return placement
 
     def _attempt_key(self, entry: Entry) -> int:

@@ -10,17 +10,35 @@ import numpy as np
 from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
+from fairgpu.plugins import node_kernels
+from fairgpu.plugins.kernel_warmup import exercise_filter
 from fairgpu.state import ClusterState
+
+_WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 
 
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
+    # a shared-card pod's checks on changed rows in one compiled pass (node_kernels.py); False runs the NumPy
+    # path, the same verdicts
+    compiled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.compiled and not _WARMED:  # load the kernel now, not at the first decisions: once per process
+            _WARMED.append(True)
+            exercise_filter(self)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        st, r = view.state, mask.rows
+        st, r, g = view.state, mask.rows, pod.gpu
+        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a shared-card
+        # pod's checks in one compiled pass; whole cards are two reads of the state's idle index either way
+        shared = g is not None and not (st.has_mig or pod.per_container or st.takes_whole_cards(g))
+        if self.compiled and shared and not isinstance(r, slice):
+            assert g is not None
+            self._shared(pod, g, st, r, mask)
+            return
         mask.restrict_nodes(st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib))
-        g = pod.gpu
         if g is None:
             return
         if pod.per_container:
@@ -34,6 +52,18 @@ class Resources:
                 mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         else:
             mask.restrict_slots(card_ok(st, g, r))  # a GPU policy (`mutex` too) goes per container, above
+        mask.restrict_nodes(mask.counts() >= g.count)
+
+    @staticmethod
+    def _shared(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask) -> None:
+        """The compiled path of a shared-card pod on these rows: the node checks and `card_ok` in one pass."""
+        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct], dtype=np.int64)
+        nodes, ok, count = node_kernels.cards(
+            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap, request,
+        )  # fmt: skip
+        mask.restrict_nodes(nodes)
+        mask.restrict_slots(ok, count)
         mask.restrict_nodes(mask.counts() >= g.count)
 
     @staticmethod

@@ -224,11 +224,16 @@ class Fragmentation:
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
         return starved(agg, rows, taken, pod.cpu_m, self.cpu_balance, self.compiled)
 
-    def _to_score(self, delta: np.ndarray) -> np.ndarray:
-        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
-        # -50, 50))), in place on one array (np.clip and a new array per step cost more than a few rows' math)
+    @staticmethod
+    def _exponent(delta: np.ndarray) -> np.ndarray:
+        """FGD's mapping, first part: the decrease in GPUs, clipped to ±50."""
         x = np.divide(delta, GPU_CORES, dtype=np.float64)
-        np.minimum(np.maximum(x, -50.0, out=x), 50.0, out=x)
+        return np.asarray(np.minimum(np.maximum(x, -50.0, out=x), 50.0, out=x))
+
+    def _to_score(self, x: np.ndarray) -> np.ndarray:
+        # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
+        # -50, 50))), in place on the clipped exponents (`_exponent`; np.clip and a new array per step cost
+        # more than a few rows' math; numba's exp rounds otherwise than NumPy's, so it stays here)
         np.exp(x, out=x)
         x += 1.0
         np.divide(100.0, x, out=x)
@@ -259,35 +264,57 @@ class Fragmentation:
         else:
             rows, delta = view.state.changes.since(hit[0]) if hit[0] != agg.at else _NO_ROWS, hit[1]
         if rows.size:
-            delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
+            if self.compiled:  # the delta rows written in place, in a few calls
+                self._compiled_deltas(pod, agg, rows, shared, delta)
+            else:
+                delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
         agg.deltas[key] = (agg.at, delta)
-        fit = np.flatnonzero(mask.nodes)
+        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
-        if shared:
+        if not shared:
+            x = kernels.node_exponents(delta, nodes) if self.compiled else self._exponent(delta[nodes])
+        else:
             assert mask.slots is not None
             if self.compiled:
-                best = kernels.best_gpu(delta, nodes, mask.slots[fit])
+                x = kernels.gpu_exponents(delta, nodes, mask.slots, fit)
             else:
-                best = np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1)
-        else:
-            best = delta[nodes]
-        out[fit] = self._to_score(best)
+                x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
+        out[fit] = self._to_score(x)
         return out
+
+    def _compiled_deltas(
+        self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray, shared: bool, delta: np.ndarray
+    ) -> None:
+        """delta[rows] by the compiled kernels: a matrix of each shape's usable capacity after the pod, its
+        product with the weights, and the rest around them (the same values as `_gpu_deltas` and
+        `_node_deltas`, which the NumPy path runs)."""
+        mix, cpu_m, mem_m = self._mix, pod.cpu_m, self._mem_m(pod)
+        assert agg.usable is not None
+        k = pod.gpu.count if pod.gpu is not None else 0
+        starved = self._starved(pod, agg, rows)  # its own module's measure, compiled there
+        if shared:
+            assert pod.gpu is not None
+            cores = pod.gpu.cores
+            first, sub, slots, matrix = kernels.slot_rows(
+                rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
+                agg.access, cores, cores, cpu_m, mem_m,
+            )  # fmt: skip
+            after = matrix @ self._w
+            kernels.gpu_rows(rows, first, sub, slots, after, agg.usable, agg.free, cores, cores, starved, delta)
+            return
+        taken = k * GPU_CORES
+        after = self._after(agg, rows, k, taken, cpu_m, mem_m)
+        kernels.node_rows(rows, after, agg.usable, taken, starved, delta)
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
-        GPUs of one node with equal free cores are equivalent: each such group is computed once."""
+        GPUs of one node with equal free cores are equivalent: each such group is computed once. The NumPy
+        path; the compiled one is `_compiled_deltas`."""
         assert pod.gpu is not None
         free = agg.free[rows]
         # a task asking no cores has room on a card with no cores to share (the filter keeps it off a full one)
         least = pod.gpu.cores
-        if self.compiled:
-            first, sub, slots = kernels.distinct_slots(free, least)
-            deltas = self._slot_deltas(pod, agg, rows[sub], slots)
-            return np.asarray(
-                kernels.spread_slots(first, sub, slots, deltas, free, least, self._starved(pod, agg, rows))
-            )
         room = free >= least
         same = free[:, :, None] == free[:, None, :]
         first = np.argmax(same, axis=1)  # (rows, G): the first GPU of the node with the same free cores

@@ -186,18 +186,35 @@ def starved(
 
 
 @njit(cache=True)
-def uses(
-    rows: np.ndarray, fit_count: np.ndarray, mem: np.ndarray, access: np.ndarray, k: np.ndarray, mem_t: np.ndarray
-) -> np.ndarray:
-    """(rows, T) float64 0/1: each shape can use the node's free GPUs (a model it allows, enough GPUs with
-    room, enough memory)."""
+def need_rows(
+    rows: np.ndarray,
+    fit_count: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows,) `need_and_price`'s need and the (rows, T) float64 0/1 matrix of the shapes that can use the
+    node's free GPUs (a model they allow, enough GPUs with room, enough memory), whose product with the
+    weights is the price. The sums of the shapes' CPU and GPU demand add integers: exact in any order, so
+    equal to the NumPy path's matrix products."""
     out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
+    need = np.zeros(rows.shape[0], dtype=np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
+        cpu_of = 0.0
+        gpu_of = 0.0
         for t in range(k.shape[0]):
             if fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
                 out[i, t] = 1.0
-    return out
+                cpu_of += need_cpu[t]
+                gpu_of += need_gpu[t]
+        if gpu_of > 0:
+            need[i] = cpu_of / gpu_of + cpu_only
+    return need, out
 
 
 @njit(cache=True)
@@ -222,39 +239,95 @@ def weights(
 
 
 @njit(cache=True)
-def best_gpu(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """(k,) each node's least change over the GPUs `slots[i]` allows (inf where it allows none)."""
+def gpu_exponents(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """(k,) the exponent of FGD's score mapping (`Fragmentation._exponent`) of each node's least change over
+    the GPUs `slots[fit[i]]` allows (inf where it allows none, so 50)."""
     out = np.empty(nodes.shape[0], dtype=np.float64)
     for i in range(nodes.shape[0]):
         best = np.inf
-        for g in range(delta.shape[1]):
-            if slots[i, g] and delta[nodes[i], g] < best:
-                best = delta[nodes[i], g]
-        out[i] = best
+        n, f = nodes[i], fit[i]
+        for g in range(delta.shape[1]):  # selects, not branches: which slots are allowed is hard to predict
+            v = delta[n, g] if slots[f, g] else np.inf
+            best = v if v < best else best
+        out[i] = min(max(best / 100.0, -50.0), 50.0)
     return out
 
 
 @njit(cache=True)
-def spread_slots(
+def node_exponents(delta: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """(k,) the exponent of FGD's score mapping of each node's change."""
+    out = np.empty(nodes.shape[0], dtype=np.float64)
+    for i in range(nodes.shape[0]):
+        out[i] = min(max(delta[nodes[i]] / 100.0, -50.0), 50.0)
+    return out
+
+
+@njit(cache=True)
+def slot_rows(
+    rows: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    least: int,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`distinct_slots` of these rows' GPUs and the `slot_matrix` of each first GPU with room, in one call:
+    (first, sub, slots, matrix), `sub` indexing `rows`."""
+    first, sub, slots = distinct_slots(free[rows], least)
+    matrix = slot_matrix(
+        rows[sub], slots, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
+    )
+    return first, sub, slots, matrix
+
+
+@njit(cache=True)
+def gpu_rows(
+    rows: np.ndarray,
     first: np.ndarray,
     sub: np.ndarray,
     slots: np.ndarray,
-    deltas: np.ndarray,
+    after: np.ndarray,
+    usable: np.ndarray,
     free: np.ndarray,
     least: int,
+    cores: int,
     starved: np.ndarray,
-) -> np.ndarray:
-    """(rows, G): each GPU's change from the first GPU of its node with the same free cores (`deltas[j]` is
-    that of GPU slots[j] of row sub[j]), inf where fewer than `least` cores are free, plus the row's
-    `starved` term."""
-    n, gpus = free.shape
+    delta: np.ndarray,
+) -> None:
+    """delta[rows]: each GPU's change in fragmentation if a shared pod takes `cores` of it (`after[j]`: the
+    usable capacity once it took GPU slots[j] of row sub[j]), that of the first GPU of its node with the same
+    free cores (`first`), inf where fewer than `least` cores are free, plus the row's `starved` term: the
+    NumPy path's `-cores - after + before` and its spreading (`Fragmentation._gpu_deltas`), in their types
+    and order, written in place."""
+    n, gpus = first.shape
+    d = np.empty(sub.shape[0], dtype=np.float64)
     at = np.full((n, gpus), -1, dtype=np.int64)
     for j in range(sub.shape[0]):
+        d[j] = (np.float64(-cores) - after[j]) + np.float64(usable[rows[sub[j]]])
         at[sub[j], slots[j]] = j
-    out = np.empty((n, gpus), dtype=np.float64)
-    for r in range(n):
+    for i in range(n):
+        r = rows[i]
         for g in range(gpus):
-            j = at[r, first[r, g]]
-            d = deltas[j] if free[r, g] >= least and j >= 0 else np.inf
-            out[r, g] = d + starved[r]
-    return out
+            j = at[i, first[i, g]]
+            delta[r, g] = (d[j] if free[r, g] >= least and j >= 0 else np.inf) + starved[i]
+
+
+@njit(cache=True)
+def node_rows(
+    rows: np.ndarray, after: np.ndarray, usable: np.ndarray, taken: int, starved: np.ndarray, delta: np.ndarray
+) -> None:
+    """delta[rows]: each node's change in fragmentation if a CPU-only or whole-GPU pod taking `taken` cores
+    goes there (`after[i]`: the usable capacity then, float32 as `usable`), plus the row's `starved` term: the
+    NumPy path's `-taken - after + before` in float32, then the starved term in float64."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + starved[i]

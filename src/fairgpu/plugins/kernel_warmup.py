@@ -1,4 +1,4 @@
-"""Load a score plugin's compiled kernels before the first decision, by running a copy of it through a tiny
+"""Load a plugin's compiled kernels before the first decision, by running a copy of it through a tiny
 cluster: the first call of any numba function pays numba's start-up (0.3 s here) and each kernel its load
 from the disk cache (~10 ms), which would otherwise fall on the first placements. Running the plugin's own
 code on ClusterState's own arrays, with the plugin's own settings, reaches every kernel with the argument
@@ -27,23 +27,39 @@ _PODS = (
 )
 
 
-def exercise(plugin: Any) -> None:
-    """Learn, score and order GPUs with `plugin` (a fresh copy: it keeps what it learns) on two small
-    nodes, before and after a placement changes one of them."""
+def _view() -> EngineView:
+    """Two small nodes of four GPUs."""
     nodes = [
         NodeSpec(f"warm-{i}", 64_000, 262_144, tuple(GpuDevice("warm", 40_960, f"warm-{i}-{g}") for g in range(_GPUS)))
         for i in range(2)
     ]
-    state = ClusterState(nodes)
+    rows, share = np.zeros((1, 4)), np.zeros(1)
     tree = QueueTree([QueueSpec("warm")])
-    zeros = np.zeros((1, 4))
-    view = EngineView(state, tree, np.ones(4), zeros, zeros, zeros, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1))
+    return EngineView(ClusterState(nodes), tree, np.ones(4), rows, rows, rows, share, share, share, share)
+
+
+def exercise_filter(plugin: Any) -> None:
+    """Run the filter `plugin` on every pod kind, over every node and over one changed row."""
+    view = _view()
+    for pod in _PODS:
+        for rows in (slice(None), np.array([1])):
+            plugin.filter(pod, view, FitMask(np.ones(2 if isinstance(rows, slice) else 1, dtype=bool), rows=rows))
+
+
+def exercise(plugin: Any) -> None:
+    """Learn, score (every node and one row) and order GPUs with `plugin` (a fresh copy: it keeps what it
+    learns) on two small nodes, before and after a placement changes one of them."""
+    view = _view()
+    state = view.state
     for step in range(2):
         for i, pod in enumerate(_PODS):
-            plugin.learn(f"warm-{i}", pod)
-            mask = FitMask(np.ones(2, dtype=bool), np.ones((2, _GPUS), dtype=bool) if pod.gpu else None)
+            if hasattr(plugin, "learn"):
+                plugin.learn(f"warm-{i}", pod)
             plugin.generation(pod, view)
-            plugin.score(pod, view, mask)
+            for rows in (slice(None), np.array([1])):  # every node, and one changed row
+                n = 2 if isinstance(rows, slice) else 1
+                slots = np.ones((n, _GPUS), dtype=bool) if pod.gpu else None
+                plugin.score(pod, view, FitMask(np.ones(n, dtype=bool), slots, rows=rows))
             if pod.gpu is not None:
                 plugin.gpu_order(pod, view, 0, np.arange(_GPUS))
         if step == 0:  # the second round refreshes the changed node only

@@ -9,8 +9,11 @@ import numpy as np
 
 from fairgpu.framework.interfaces import EngineView, FitMask, NodeLocal
 from fairgpu.model.pod import PodSpec
+from fairgpu.plugins import node_kernels
+from fairgpu.plugins.kernel_warmup import exercise
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
+_WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 
 
 def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
@@ -32,6 +35,31 @@ def _free_fraction(pod: PodSpec, view: EngineView, resources: tuple[str, ...], m
     return total / len(resources)
 
 
+def _score(
+    pod: PodSpec, view: EngineView, resources: tuple[str, ...], mask: FitMask, fuller: bool, compiled: bool
+) -> np.ndarray:
+    """100 × the mean fraction of `resources` free once the pod took its share (`fuller`: 100 × its
+    complement), on the rows of `mask`: on a few changed rows in one compiled pass, else on the NumPy path,
+    the same floats."""
+    rows = mask.rows
+    if not compiled or isinstance(rows, slice):  # every node: NumPy's whole-array passes are faster
+        frac = _free_fraction(pod, view, resources, mask)
+        return 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+    st = view.state
+    cores = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
+    taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
+    order = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
+    free, cap = (st.cpu_free, st.mem_free, st.node_cores_free), (st.cpu_cap, st.mem_cap, st.node_cores_cap)
+    return np.asarray(node_kernels.free_fraction(rows, free, cap, taken, order, fuller))
+
+
+def _warm(plugin: LeastAllocated | Binpack | Spread) -> None:
+    """Load the compiled kernel now, not at the first decisions: once per process."""
+    if plugin.compiled and not _WARMED:
+        _WARMED.append(True)
+        exercise(plugin)
+
+
 @dataclass(slots=True)
 class LeastAllocated(NodeLocal):
     """kube-scheduler's NodeResourcesFit LeastAllocated: prefer the emptiest node (cpu and memory by
@@ -41,15 +69,17 @@ class LeastAllocated(NodeLocal):
     NAME: ClassVar[str] = "LeastAllocated"
 
     resources: tuple[str, ...] = ("cpu", "memory")
+    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
 
     def __post_init__(self) -> None:
         self.resources = tuple(self.resources)
         bad = [x for x in self.resources if x not in _NODE_RESOURCES]
         if bad or not self.resources:
             raise ValueError(f"resources must be a non-empty subset of {_NODE_RESOURCES}, got {bad}")
+        _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return 100.0 * _free_fraction(pod, view, self.resources, mask)
+        return _score(pod, view, self.resources, mask, False, self.compiled)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         return slots
@@ -61,10 +91,14 @@ class Binpack(NodeLocal):
     fullest GPUs that fit, so whole GPUs and whole nodes stay free for larger requests."""
 
     NAME: ClassVar[str] = "Binpack"
+    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
+
+    def __post_init__(self) -> None:
+        _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
-        return 100.0 * (1.0 - _free_fraction(pod, view, resources, mask))
+        return _score(pod, view, resources, mask, True, self.compiled)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
@@ -78,10 +112,14 @@ class Spread(NodeLocal):
     GPUs, so co-located pods contend the least."""
 
     NAME: ClassVar[str] = "Spread"
+    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
+
+    def __post_init__(self) -> None:
+        _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
-        return 100.0 * _free_fraction(pod, view, resources, mask)
+        return _score(pod, view, resources, mask, False, self.compiled)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
@@ -89,7 +127,8 @@ class Spread(NodeLocal):
         return slots[order]
 
 
-_POLICIES: dict[str, Binpack | Spread] = {"binpack": Binpack(), "spread": Spread()}
+# a pod's own policy is rare: its NumPy path, so that importing this module loads no kernel
+_POLICIES: dict[str, Binpack | Spread] = {"binpack": Binpack(compiled=False), "spread": Spread(compiled=False)}
 
 
 @dataclass(slots=True)

@@ -48,11 +48,18 @@ class FairShare:
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         tree = view.tree
-        # as Python floats: the same order, without a NumPy scalar per comparison
-        ratio, usage, count = view.share_ratio.tolist(), view.usage_dom.tolist(), active.count.tolist()
-        level = tree.roots
+        ratio, usage, count = view.share_ratio, view.usage_dom, active.count
+        level, ids = tree.root_ids, tree.roots
         while True:
-            live = [(ratio[q], usage[q], q) for q in level if count[q] > 0]  # q breaks ties: keys are unique
+            # One level's values read together, as Python floats: the same order, without a NumPy scalar per
+            # comparison, nor every queue's read (a 240-queue tree) to look at six. q breaks ties: keys unique.
+            live = [
+                (r, u, q)
+                for r, u, q, c in zip(
+                    ratio[level].tolist(), usage[level].tolist(), ids, count[level].tolist(), strict=True
+                )
+                if c > 0
+            ]
             r, u, best = min(live)
             if len(live) > 1:
                 tied = [q for rq, uq, q in live if rq == r and uq == u]
@@ -60,7 +67,7 @@ class FairShare:
                     best = min(tied, key=lambda q: (_oldest(active, q), q))
             if not tree.children[best]:
                 return best
-            level = tree.children[best]
+            level, ids = tree.child_ids[best], tree.children[best]
 
 
 def _oldest(active: ActiveQueues, q: int) -> float:
@@ -68,4 +75,4 @@ def _oldest(active: ActiveQueues, q: int) -> float:
     the active leaves is off the usual path)."""
     if not active.tree.children[q]:
         return active.head(q).submit_time
-    return min(active.head(leaf).submit_time for leaf in active.queues if q in active.tree.paths_of[leaf])
+    return min(active.head(leaf).submit_time for leaf in active.queues if q in active.tree.ancestry[leaf])
