@@ -73,7 +73,7 @@ def place_pod(
     if pod.per_container:  # HAMi's own card order, container by container
         cards = placement_cards(st, pod, node, shape.slots[node])
         return st.placement_for(pod, node, cards, tuple(g.count for g in pod.gpus))
-    slots = np.flatnonzero(shape.slots[node])
+    slots = shape.slots[node].nonzero()[0]  # one row: np.flatnonzero costs a microsecond more
     for plugin, _ in profile.score:  # the first score plugin with an opinion orders the GPUs
         order = plugin.gpu_order(pod, view, node, slots)
         if order is not None:

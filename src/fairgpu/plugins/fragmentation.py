@@ -269,7 +269,7 @@ class Fragmentation:
             else:
                 delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
         agg.deltas[key] = (agg.at, delta)
-        fit = np.flatnonzero(mask.nodes)
+        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         # a shared pod's node scores by its best allowed GPU
         if not shared:

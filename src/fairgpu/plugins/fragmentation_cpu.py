@@ -18,10 +18,12 @@ def need_and_price(
     the CPU-only pods' share; and the price of a percent they cannot feed: what FGD's measure charges for
     a percent none of those shapes can use, the sum of their weights `w`. Need 0 where no shape can use the
     node or none needs CPU."""
-    if compiled:
-        uses = kernels.uses(rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem)
-    else:
-        uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
+    if compiled:  # the need in the kernel (its sums add integers: exact in any order), the price a product
+        need, uses = kernels.need_rows(
+            rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu, mix.cpu_only_per_core
+        )
+        return need, np.asarray(uses @ w.astype(np.float64))
+    uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
     # sums of integers, so exact in any order
     cpu_of, gpu_of, price = uses @ mix.need_cpu, uses @ mix.need_gpu, uses @ w.astype(np.float64)
     need = np.divide(cpu_of, gpu_of, out=np.zeros(len(rows)), where=gpu_of > 0) + mix.cpu_only_per_core

@@ -186,18 +186,35 @@ def starved(
 
 
 @njit(cache=True)
-def uses(
-    rows: np.ndarray, fit_count: np.ndarray, mem: np.ndarray, access: np.ndarray, k: np.ndarray, mem_t: np.ndarray
-) -> np.ndarray:
-    """(rows, T) float64 0/1: each shape can use the node's free GPUs (a model it allows, enough GPUs with
-    room, enough memory)."""
+def need_rows(
+    rows: np.ndarray,
+    fit_count: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows,) `need_and_price`'s need and the (rows, T) float64 0/1 matrix of the shapes that can use the
+    node's free GPUs (a model they allow, enough GPUs with room, enough memory), whose product with the
+    weights is the price. The sums of the shapes' CPU and GPU demand add integers: exact in any order, so
+    equal to the NumPy path's matrix products."""
     out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
+    need = np.zeros(rows.shape[0], dtype=np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
+        cpu_of = 0.0
+        gpu_of = 0.0
         for t in range(k.shape[0]):
             if fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
                 out[i, t] = 1.0
-    return out
+                cpu_of += need_cpu[t]
+                gpu_of += need_gpu[t]
+        if gpu_of > 0:
+            need[i] = cpu_of / gpu_of + cpu_only
+    return need, out
 
 
 @njit(cache=True)
@@ -228,9 +245,10 @@ def gpu_exponents(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: 
     out = np.empty(nodes.shape[0], dtype=np.float64)
     for i in range(nodes.shape[0]):
         best = np.inf
-        for g in range(delta.shape[1]):
-            if slots[fit[i], g] and delta[nodes[i], g] < best:
-                best = delta[nodes[i], g]
+        n, f = nodes[i], fit[i]
+        for g in range(delta.shape[1]):  # selects, not branches: which slots are allowed is hard to predict
+            v = delta[n, g] if slots[f, g] else np.inf
+            best = v if v < best else best
         out[i] = min(max(best / 100.0, -50.0), 50.0)
     return out
 
