@@ -373,11 +373,11 @@ class Scheduler:
         if memo.held_back(q, entry.key, duration):
             return True
 
-        # A queue waits for room if it has work still to try this cycle, or work that fitted nowhere; work
-        # kept only off reserved nodes waits for their holder, and holding back starts would only idle room
-        # its holder may free within the cycle (batch-monopoly, docs/performance.md)
+        # A queue waits for room once work of its fitted nowhere this cycle: work kept only off reserved nodes
+        # waits for their holder, and one not yet tried may take the room itself (holding back for either only
+        # idled GPUs within the cycle on batch-monopoly, docs/performance.md)
         def waits(k: int) -> bool:
-            return k in active.queues or any(e.key in memo.failed for e in memo.skipped.get(k, ()))
+            return any(e.key in memo.failed for e in memo.skipped.get(k, ()))
 
         held = self.pending.get(holder) if holder else None
         if not self.over_share.holds_back(entry, duration, waits, held.queue if held else None):
