@@ -18,6 +18,7 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
     .venv/bin/python bench/fair_full.py --fair-share-preemption  # every queue evicts for its fair share
     .venv/bin/python bench/fair_full.py --fair-share-preemption --fair-share-max-runtime 30m  # bounded
     .venv/bin/python bench/fair_full.py --borrowed soonest-end  # FairShare's order on borrowed capacity
+    .venv/bin/python bench/fair_full.py --long-over-share hold  # no long start above the share while one waits below
     .venv/bin/python bench/fair_full.py --scenario philly:224 --profile fairgpu  # another size, fairgpu only
 """
 
@@ -172,11 +173,12 @@ def row(
     fair_share_preemption: bool = False,
     max_runtime: float = math.inf,
     borrowed: str = "fifo",
+    long_over_share: str = "start",
 ) -> dict[str, object]:
     sc, horizon = scenario(name, fair_share_preemption, max_runtime)
     prof = load_profile(profile)
     if isinstance(prof.queue_sort, FairShare):
-        prof = replace(prof, queue_sort=replace(prof.queue_sort, borrowed=borrowed))
+        prof = replace(prof, queue_sort=replace(prof.queue_sort, borrowed=borrowed, long_over_share=long_over_share))
     sim = Simulation(sc, prof, horizon, declared_durations=declared)
     lag, over = LagFloor(sc.report_tree().names()), OverStarts(sc.report_tree().names())
     sim.observer = Observers(lag, over)
@@ -215,6 +217,9 @@ def main() -> None:
         "--fair-share-max-runtime", default=None, help="with it: fair share evicts only work younger than this"
     )
     ap.add_argument("--borrowed", choices=BORROWED, default="fifo", help="FairShare's order on borrowed capacity")
+    ap.add_argument(
+        "--long-over-share", choices=("hold", "start"), default="start", help="FairShare's long starts above the share"
+    )
     args = ap.parse_args()
     if args.table and args.profile:
         ap.error("--table compares both profiles: leave out --profile")
@@ -224,7 +229,15 @@ def main() -> None:
         for profile in args.profile or PROFILES:
             bound = math.inf if args.fair_share_max_runtime is None else parse_duration(args.fair_share_max_runtime)
             rows.append(
-                row(name, profile, not args.undeclared_durations, args.fair_share_preemption, bound, args.borrowed)
+                row(
+                    name,
+                    profile,
+                    not args.undeclared_durations,
+                    args.fair_share_preemption,
+                    bound,
+                    args.borrowed,
+                    args.long_over_share,
+                )
             )
             if not args.table:
                 print(json.dumps(rows[-1]), flush=True)

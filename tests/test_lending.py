@@ -15,6 +15,7 @@ from fairgpu.errors import ProfileError
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.interfaces import Profile
 from fairgpu.framework.scheduler import Scheduler
+from fairgpu.model.queue import QueueSpec, QueueTree
 from fairgpu.plugins.sort import FairShare
 
 
@@ -145,3 +146,30 @@ def test_on_borrowed_capacity_a_long_jobs_wait_counts_so_later_short_work_does_n
     s.submit(timed("old-long", "a", 300.0, t=0))  # would have ended at 300
     s.submit(timed("new-short", "a", 10.0, t=400))  # would end at 410: shortest, but the long one waited
     assert sorted(s.cycle(400).started) == ["old-long", "own"]
+
+
+def holding(b_starves_after: float = 600.0, long_over_share: str = "hold") -> Scheduler:
+    """8 GPUs, a and b entitled to 4 each. a holds its 4; b holds 1 and waits with a 4-GPU job that does not
+    fit the 3 free GPUs. Then a submits a long job (1,000 s) before a short one (300 s)."""
+    queues = QueueTree([QueueSpec("a"), QueueSpec("b", starvation_after=b_starves_after)])
+    profile = replace(load_profile("fairgpu"), queue_sort=FairShare(long_over_share=long_over_share))
+    s = Scheduler([gpu_node("n0", gpus=8)], queues, profile)
+    for i in range(4):
+        s.submit(timed(f"a-{i}", "a", 1000.0))
+    s.submit(timed("b-run", "b", 1000.0))
+    assert sorted(s.cycle(0).started) == ["a-0", "a-1", "a-2", "a-3", "b-run"]
+    s.submit(replace(job("b-big", "b", whole(4), t=1), duration=1000.0))
+    s.submit(timed("a-long", "a", 1000.0, t=2))
+    s.submit(timed("a-short", "a", 300.0, t=3))
+    return s
+
+
+def test_a_queue_at_its_share_starts_no_long_job_while_another_waits_below_its_own():
+    # a-long would hold one of b's 4 entitled GPUs for 1,000 s, past b's 600 s starvation_after; a-short
+    # ends before b may reserve. Work-conserving (the default), both start and b-big waits for 1,000 s.
+    assert holding().cycle(4).started == ["a-short"]
+    assert holding(long_over_share="start").cycle(4).started == ["a-long", "a-short"]
+
+
+def test_the_limit_is_the_waiting_queues_starvation_after():
+    assert holding(b_starves_after=1200.0).cycle(4).started == ["a-long", "a-short"]

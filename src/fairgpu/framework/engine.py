@@ -80,7 +80,10 @@ class CycleMemo:
     # avoids more reservations the longer it runs, so one of that shape running at least as long fails too,
     # while a shorter one may still backfill into room held for a later start.
     failed_outside: dict[int, float] = field(default_factory=dict)
-    backfill_skips: Counter[int] = field(default_factory=Counter)  # per queue: skipped by failed_outside
+    backfill_skips: Counter[int] = field(default_factory=Counter)  # per queue: skipped by failed_outside or held
+    # (queue, shape) held back above its queue's share (lending.OverShareHold), by the shortest run held back:
+    # its usage only grows within a cycle, so one running at least as long is held back too
+    held: dict[tuple[int, int], float] = field(default_factory=dict)
     skipped: dict[int, list[Entry]] = field(default_factory=dict)  # left pending, per queue: pushed back at the end
     attempted: set[str] = field(default_factory=set)  # workloads tried, in this cycle's order
     # (queue, shape) that neither fits nor can make room by preemption: a queue offers its highest priority
@@ -105,17 +108,27 @@ class CycleMemo:
     def failed_outside_for(self, key: int, duration: float | None) -> None:
         self.failed_outside[key] = min(self.failed_outside.get(key, math.inf), _length(duration))
 
+    def held_back(self, q: int, key: int, duration: float | None) -> bool:
+        return (q, key) in self.held and _length(duration) >= self.held[q, key]
+
+    def hold_back(self, q: int, key: int, duration: float | None) -> None:
+        self.held[q, key] = min(self.held.get((q, key), math.inf), _length(duration))
+        self.backfill_skips[q] += 1
+
     def queue_done(self, q: int, shapes: Collection[int]) -> bool:
         """Every shape the queue still has pending was refused, or failed and cannot preempt: the queue has
-        nothing more to try this cycle. A shape that failed only outside reserved nodes keeps its queue
-        going for BACKFILL_DEPTH more workloads, which may be short enough to backfill (Slurm's bounded
-        backfill test, so a long backlog costs a bounded scan per cycle)."""
+        nothing more to try this cycle. A shape that failed only outside reserved nodes, or was held back
+        above its queue's share, keeps its queue going for BACKFILL_DEPTH more workloads, which may be short
+        enough to backfill or to start (Slurm's bounded backfill test, so a long backlog costs a bounded scan
+        per cycle)."""
         refused = self.refused[q]
         scanned = self.backfill_skips[q] >= BACKFILL_DEPTH
 
         def done(k: int) -> bool:
-            return k in refused or (
-                (k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless
+            return (
+                k in refused
+                or (scanned and (q, k) in self.held)
+                or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
             )
 
         k = self.undone.get(q)

@@ -1,4 +1,5 @@
-"""Which of a queue's starts are on capacity it borrows (FairShare's `borrowed: soonest-end`).
+"""Which of a queue's starts are on capacity it borrows (FairShare's `borrowed: soonest-end`), and which
+it may not start above its share (`long_over_share: hold`, OverShareHold).
 
 A queue's nominal share is its dominant share when every queue wants all it can hold. Once the work it runs
 by its own order reaches that share, its next start is lent capacity: it takes, of its highest priority, the
@@ -9,10 +10,14 @@ work arriving later does not keep it off borrowed capacity for ever. Its own ord
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from fairgpu.framework.accounting import ShareAccounting
 from fairgpu.framework.engine import Entry
+from fairgpu.framework.interfaces import EngineView
+from fairgpu.model.queue import QueueTree
 
 
 class Lending:
@@ -35,3 +40,45 @@ class Lending:
             owned = self._owned[entry.queue]
             owned += sign * pod_charge
             self._owned_dom[entry.queue] = self.accounting.dominant(owned)
+
+
+class OverShareHold:
+    """FairShare's `long_over_share: hold`: no start that takes its queue above its share (past usage
+    included) and would run longer than another queue, waiting below its own share, waits before it may
+    reserve (that queue's `starvation_after`). Work-conserving starts above the share otherwise fill the
+    GPUs an under-share queue's big pods or gangs are waiting for with jobs of hours (Philly's taken error,
+    docs/performance.md); one that ends within `starvation_after` delays that queue no more than its own
+    reservation would. A waiting queue with another way back does not hold others back: the starving holder
+    (its reservation keeps room for it, and holding back starts for it would only idle that room) and a
+    queue that takes its share back by eviction (as in Starving.owed)."""
+
+    __slots__ = ("on", "tree", "view")
+
+    def __init__(self, tree: QueueTree, view: EngineView, on: bool) -> None:
+        self.tree = tree
+        self.view = view
+        self.on = on
+
+    def holds_back(
+        self, entry: Entry, duration: float | None, waits: Callable[[int], bool], holder: int | None
+    ) -> bool:
+        """Whether `entry` (expected run `duration`) waits; `waits(k)`: queue k waits for room this cycle;
+        `holder`: the starving holder's queue."""
+        v, q = self.view, entry.queue
+        if duration is None or v.usage_dom[q] + v.history_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9:
+            return False
+        under = self.tree.is_leaf & (v.share_ratio < 1 - 1e-9)
+        under[q] = False
+        if holder is not None:
+            under[holder] = False
+        for k in np.flatnonzero(under).tolist():
+            spec = self.tree.queues[k]
+            if duration <= spec.starvation_after or not waits(k):
+                continue
+            policy = spec.preemption
+            if policy.enabled and (
+                policy.fair_share or (policy.reclaim and bool(np.all(v.usage[k] < self.tree.guaranteed[k] - 1e-9)))
+            ):
+                continue
+            return True
+        return False

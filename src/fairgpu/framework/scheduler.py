@@ -34,7 +34,7 @@ from fairgpu.framework.explain import Explanation, explain
 from fairgpu.framework.growth import Growth
 from fairgpu.framework.idle import idle_gpus
 from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
-from fairgpu.framework.lending import Lending
+from fairgpu.framework.lending import Lending, OverShareHold
 from fairgpu.framework.preempting import Preempting
 from fairgpu.framework.reservations import Reservations
 from fairgpu.framework.starving import Starving
@@ -65,6 +65,8 @@ class Scheduler:
         # Borrowed capacity in its own order (lending.py): only where queues offer their own order
         lend = honour and getattr(profile.queue_sort, "borrowed", "fifo") == "soonest-end"
         self.lending = Lending(self.accounting, len(tree), lend)
+        hold = getattr(profile.queue_sort, "long_over_share", "start") == "hold"
+        self.over_share = OverShareHold(tree, self.view, hold)
         self.backlogs: list[Backlog[Entry]] = [
             Backlog(by_user=honour and spec.fair_within == "users", lends=lend) for spec in tree.queues
         ]
@@ -335,6 +337,8 @@ class Scheduler:
                     memo.skip(q, entry)  # does not fit: it may still make room by preemption
                     memo.backfill_skips[q] += outside
                     self.preempting.try_once(entry, now, result, memo.hopeless)
+                elif self.over_share.on and self._held_back(entry, duration, memo, active):
+                    memo.skip(q, entry)
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
                     memo.skip(q, entry)
@@ -360,6 +364,26 @@ class Scheduler:
             for q, entries in memo.skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
+
+    def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo, active: ActiveQueues) -> bool:
+        """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
+        q, holder = entry.queue, self.reservations.starving_holder()
+        if holder == entry.workload.name:
+            return False  # the engine's bound against starvation: held back, its reserved room would idle
+        if memo.held_back(q, entry.key, duration):
+            return True
+
+        # A queue waits for room if it has work still to try this cycle, or work that fitted nowhere; work
+        # kept only off reserved nodes waits for their holder, and holding back starts would only idle room
+        # its holder may free within the cycle (batch-monopoly, docs/performance.md)
+        def waits(k: int) -> bool:
+            return k in active.queues or any(e.key in memo.failed for e in memo.skipped.get(k, ()))
+
+        held = self.pending.get(holder) if holder else None
+        if not self.over_share.holds_back(entry, duration, waits, held.queue if held else None):
+            return False
+        memo.hold_back(q, entry.key, duration)
+        return True
 
     def _try_place(self, entry: Entry, result: CycleResult, exclude: np.ndarray | None) -> bool:
         result.evaluated += 1

@@ -41,10 +41,15 @@ class FairShare:
     # What a queue starts on capacity it borrows beyond its nominal share: "fifo" (its own order) or
     # "soonest-end" (the work that would have ended first had it started when submitted; docs/profiles.md)
     borrowed: str = "fifo"
+    # "hold": no start above the queue's share that runs longer than a queue waiting below its own share
+    # waits before it may reserve (framework/lending.py OverShareHold); "start" (default): work-conserving
+    long_over_share: str = "start"
 
     def __post_init__(self) -> None:
         if self.borrowed not in BORROWED:
             raise ValueError(f"borrowed: {self.borrowed!r} is not one of {', '.join(BORROWED)}")
+        if self.long_over_share not in ("hold", "start"):
+            raise ValueError(f"long_over_share: {self.long_over_share!r} is not one of hold, start")
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         tree = view.tree
