@@ -176,7 +176,12 @@ kernels_ = [
 load_profile("fairgpu")
 built = {k.py_func.__name__: len(k.signatures) for k in kernels_}
 churn(150, 5)
-print(json.dumps([built, {k.py_func.__name__: len(k.signatures) for k in kernels_}]))
+after = {k.py_func.__name__: len(k.signatures) for k in kernels_}
+from fairgpu.plugins.fragmentation import Fragmentation
+from fairgpu.plugins.scores import Binpack
+Fragmentation(by_demand=True, memory=True, cpu_balance=0.5)  # a weight the profile gave as a float
+Binpack()
+print(json.dumps([built, after, {k.py_func.__name__: len(k.signatures) for k in kernels_}]))
 """
 
 
@@ -186,10 +191,13 @@ def test_building_the_plugin_loads_every_kernel_the_placements_then_call():
     again during the first decisions. In a fresh process, so that no earlier test loaded them."""
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", _WARM], cwd=root, capture_output=True, text=True, check=True)
-    built, after = json.loads(out.stdout)
+    built, after, settings = json.loads(out.stdout)
     # kernels called only from other kernels are compiled into them and never load on their own
     assert sum(1 for n in built.values() if n) >= 10 and built["cards"] and built["free_fraction"], built
     assert after == built  # whole, several and shared GPUs, CPU-only pods, releases: nothing new loaded
+    # other settings of the plugins (a float `cpu_balance` where the profile has 1) call the same signatures:
+    # a new one would compile (seconds, holding the interpreter lock) on a live scheduler's first decisions
+    assert settings == built
 
 
 def gang_cycles(seed: int) -> tuple[str, int, int]:

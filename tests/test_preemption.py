@@ -13,7 +13,7 @@ from fairgpu import fairness
 from fairgpu import resources as r
 from fairgpu.catalog import load_profile
 from fairgpu.errors import RequestError, StateError
-from fairgpu.framework.interfaces import PreemptContext
+from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree, Workload
 from fairgpu.sim import scenario as scenarios
@@ -160,6 +160,9 @@ class Recorder:
     def __init__(self, inner) -> None:
         self.inner = inner
         self.decisions = 0
+
+    def may_find(self, view: EngineView, queue: int, charge: np.ndarray, least_usage: np.ndarray) -> bool:
+        return bool(self.inner.may_find(view, queue, charge, least_usage))
 
     def preempt(self, ctx: PreemptContext) -> np.ndarray | None:
         chosen = self.inner.preempt(ctx)

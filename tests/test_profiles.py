@@ -105,6 +105,9 @@ def test_every_extension_point_is_consulted_in_order():
             return placed == len(workload.pods)
 
     class Victim:
+        def may_find(self, view, queue, charge, least_usage):
+            return True
+
         def preempt(self, ctx):
             calls.append("preempt")
             return np.array([i for i, u in enumerate(ctx.victims.units) if u.workload.name == "ok"])

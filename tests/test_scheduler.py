@@ -172,7 +172,10 @@ def test_cycle_counts_evaluated_attempts_apart_from_memo_skips(two_nodes):
     result = s.cycle(0)
     assert result.attempts == 4
     assert result.evaluated == 3 and result.searches == 0
-    s = Scheduler(two_nodes, tree("a", "b"), load_profile("fairgpu"))
+    # queues within an unbounded guarantee may reclaim: without one, nothing could be a victim and no search is set up
+    unbounded = np.full(len(r.FAIR_DIMS), np.inf)
+    queues = QueueTree([QueueSpec("a", guaranteed=unbounded), QueueSpec("b", guaranteed=unbounded)])
+    s = Scheduler(two_nodes, queues, load_profile("fairgpu"))
     s.submit(job("big", "a", whole(8), pods=3, t=0))
     s.submit(job("big-b", "b", whole(8), pods=3, t=1))
     result = s.cycle(0)

@@ -335,6 +335,13 @@ class Preempt(Protocol):
         dry-run placement; None if it should not preempt."""
         ...
 
+    def may_find(self, view: EngineView, queue: int, charge: np.ndarray, least_usage: np.ndarray) -> bool:
+        """False only if preempt() surely finds no victim for a workload of this queue still to place
+        `charge`, whatever runs: judged from the queue policies and `least_usage`, a lower bound on the
+        queue's row of ctx.usage. The engine then skips setting the search up (most shapes that do not fit,
+        where no queue may evict, would otherwise each pay for one)."""
+        ...
+
 
 @dataclass(slots=True, frozen=True)
 class Bound:

@@ -83,22 +83,27 @@ class Preempting:
         self._version += 1  # the cached victim table marks it as leaving: rebuild it
 
     def try_once(self, entry: Entry, now: float, result: CycleResult, hopeless: set[tuple[int, int]]) -> bool:
-        """Preempt for a workload that does not fit, unless its queue may not or its shape already failed to
-        make room this cycle. True if victims are now being evicted for it."""
+        """Preempt for a workload that does not fit, unless its queue may not, no Preempt plugin could find
+        it a victim (checked before the search is set up), or its shape already failed to make room this
+        cycle. True if victims are now being evicted for it."""
         shape = (entry.queue, entry.key)
         if entry.workload.name in self.reservations or shape in hopeless:
             return False
-        may = self.profile.preempt and self.tree.queues[entry.queue].preemption.enabled
-        result.searches += bool(may)
-        if may and self._preempt(entry, now, result):
+        charge = entry.charge - self.accounting.charge_of(entry.workload.pods[: len(entry.placed)])
+        # Usage as the search would see it only adds what preemptors already made room for (_committed_usage).
+        least = self.view.usage[entry.queue] - self.leaving[entry.queue]
+        may = self.tree.queues[entry.queue].preemption.enabled and any(
+            plugin.may_find(self.view, entry.queue, charge, least) for plugin in self.profile.preempt
+        )
+        result.searches += may
+        if may and self._preempt(entry, charge, now, result):
             return True
         hopeless.add(shape)
         return False
 
-    def _preempt(self, entry: Entry, now: float, result: CycleResult) -> bool:
+    def _preempt(self, entry: Entry, charge: np.ndarray, now: float, result: CycleResult) -> bool:
         wl = entry.workload
         rest = entry.rest
-        charge = entry.charge - self.accounting.charge_of(wl.pods[: len(entry.placed)])
         # It starts only when its victims' grace has passed: plan around reservations it would then meet.
         usage = self._committed_usage()
         exclude = self.reservations.nodes_to_avoid(wl, entry.queue, now, now + self.max_grace, preempting=True)

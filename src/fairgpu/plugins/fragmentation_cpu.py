@@ -35,7 +35,8 @@ def starved(agg: Aggregates, rows: np.ndarray, taken: int, cpu_m: int, weight: f
     percent and `cpu_m` of CPU there, at the node's need and price as it is (`need_and_price`): taking CPU
     never lowers the estimate."""
     if compiled:
-        return np.asarray(kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, weight))
+        # float(weight): one compiled signature whatever type the profile gave (no compile in a decision)
+        return np.asarray(kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight)))
     need, price = agg.need[rows], agg.price[rows]
     ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
     free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]

@@ -64,6 +64,20 @@ class Preemption:
             return None
         return np.flatnonzero(chosen)
 
+    def may_find(self, view: EngineView, queue: int, charge: np.ndarray, least_usage: np.ndarray) -> bool:
+        """See Preempt.may_find: the queue may take by priority within itself, or by fair share from a share
+        ratio it would still be within, or reclaim a guarantee it would still be within (usage only grows
+        from `least_usage`, and a share ratio with it, so each test holds for ctx.usage if it fails here)."""
+        policy = view.tree.queues[queue].preemption
+        if not policy.enabled:
+            return False
+        if policy.within_queue == "LowerPriority":
+            return True
+        after = least_usage + charge
+        if policy.fair_share and _ratio(view, queue, after) <= 1.0 + _TOL:
+            return True
+        return policy.reclaim and bool(np.all(after <= view.tree.guaranteed[queue] + _TOL))
+
     @staticmethod
     def _eligible(ctx: PreemptContext, after_p: float) -> tuple[np.ndarray, np.ndarray]:
         """(U,) which victim units this workload's queue may evict, by both queues' policies; and (U,) those

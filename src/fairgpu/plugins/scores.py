@@ -50,6 +50,7 @@ def _score(
     taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
     order = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
     free, cap = (st.cpu_free, st.mem_free, st.node_cores_free), (st.cpu_cap, st.mem_cap, st.node_cores_cap)
+    rows = np.ascontiguousarray(rows)  # one compiled signature for any caller's rows (no compile in a decision)
     return np.asarray(node_kernels.free_fraction(rows, free, cap, taken, order, fuller))
 
 
