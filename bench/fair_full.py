@@ -18,7 +18,7 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
     .venv/bin/python bench/fair_full.py --fair-share-preemption  # every queue evicts for its fair share
     .venv/bin/python bench/fair_full.py --fair-share-preemption --fair-share-max-runtime 30m  # bounded
     .venv/bin/python bench/fair_full.py --borrowed soonest-end  # FairShare's order on borrowed capacity
-    .venv/bin/python bench/fair_full.py --long-over-share hold  # no long start above the share while one waits below
+    .venv/bin/python bench/fair_full.py --long-over-share start  # work-conserving starts above the share
     .venv/bin/python bench/fair_full.py --scenario philly:224 --profile fairgpu  # another size, fairgpu only
 """
 
@@ -173,7 +173,7 @@ def row(
     fair_share_preemption: bool = False,
     max_runtime: float = math.inf,
     borrowed: str = "fifo",
-    long_over_share: str = "start",
+    long_over_share: str = "hold",
 ) -> dict[str, object]:
     sc, horizon = scenario(name, fair_share_preemption, max_runtime)
     prof = load_profile(profile)
@@ -218,7 +218,7 @@ def main() -> None:
     )
     ap.add_argument("--borrowed", choices=BORROWED, default="fifo", help="FairShare's order on borrowed capacity")
     ap.add_argument(
-        "--long-over-share", choices=("hold", "start"), default="start", help="FairShare's long starts above the share"
+        "--long-over-share", choices=("hold", "start"), default="hold", help="FairShare's long starts above the share"
     )
     args = ap.parse_args()
     if args.table and args.profile:

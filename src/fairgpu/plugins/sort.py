@@ -42,8 +42,8 @@ class FairShare:
     # "soonest-end" (the work that would have ended first had it started when submitted; docs/profiles.md)
     borrowed: str = "fifo"
     # "hold": no start above the queue's share that runs longer than a queue waiting below its own share
-    # waits before it may reserve (framework/lending.py OverShareHold); "start" (default): work-conserving
-    long_over_share: str = "start"
+    # waits before it may reserve (framework/lending.py OverShareHold; the default); "start": work-conserving
+    long_over_share: str = "hold"
 
     def __post_init__(self) -> None:
         if self.borrowed not in BORROWED:
