@@ -337,7 +337,7 @@ class Scheduler:
                     memo.skip(q, entry)  # does not fit: it may still make room by preemption
                     memo.backfill_skips[q] += outside
                     self.preempting.try_once(entry, now, result, memo.hopeless)
-                elif self.over_share.on and self._held_back(entry, duration, memo, active):
+                elif self.over_share.on and self._held_back(entry, duration, memo):
                     memo.skip(q, entry)
                 elif self.admission_refusal(entry) is not None:
                     memo.refused[q].add(entry.key)
@@ -365,7 +365,7 @@ class Scheduler:
                 for entry in entries:
                     self.backlogs[q].push(entry)
 
-    def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo, active: ActiveQueues) -> bool:
+    def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo) -> bool:
         """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
         q, holder = entry.queue, self.reservations.starving_holder()
         if holder == entry.workload.name:
