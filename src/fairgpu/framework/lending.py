@@ -72,13 +72,8 @@ class OverShareHold:
         if holder is not None:
             under[holder] = False
         for k in np.flatnonzero(under).tolist():
-            spec = self.tree.queues[k]
-            if duration <= spec.starvation_after or not waits(k):
+            if duration <= self.tree.queues[k].starvation_after or not waits(k):
                 continue
-            policy = spec.preemption
-            if policy.enabled and (
-                policy.fair_share or (policy.reclaim and bool(np.all(v.usage[k] < self.tree.guaranteed[k] - 1e-9)))
-            ):
-                continue
-            return True
+            if not self.tree.takes_share_back(k, v.usage[k]):
+                return True
         return False

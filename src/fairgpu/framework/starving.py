@@ -62,12 +62,8 @@ class Starving:
         preemptors hold the room they make, and a hold of its own would keep them off it)."""
         if not self.owes:
             return False
-        spec, q, v = self.tree.queues[entry.queue], entry.queue, self.view
-        policy = spec.preemption
-        if policy.enabled and (
-            policy.fair_share
-            or (policy.reclaim and bool(np.all(v.usage[q] + entry.charge <= self.tree.guaranteed[q] + 1e-9)))
-        ):
+        q, v = entry.queue, self.view
+        if self.tree.takes_share_back(q, v.usage[q], entry.charge):
             return False
         if v.usage_dom[q] + entry.share > v.entitled_dom[q] + 1e-9:
             return False

@@ -134,6 +134,22 @@ class QueueTree:
         self.paths_of = [np.array(c, dtype=np.int64) for c in chains]  # root → i, unpadded
         self.ancestry = [c[::-1] for c in chains]  # i, then each ancestor up to its root (the accounting's walk)
 
+    def reclaims(self, q: int, usage: np.ndarray, charge: np.ndarray | None = None) -> bool:
+        """Queue q reclaims its guarantee, and `charge` more fits within it with `usage` held (with no charge:
+        `usage` is below it, so some work of q could still be reclaimed)."""
+        if not self.queues[q].preemption.reclaim:
+            return False
+        if charge is None:
+            return bool(np.all(usage < self.guaranteed[q] - 1e-9))
+        return bool(np.all(usage + charge <= self.guaranteed[q] + 1e-9))
+
+    def takes_share_back(self, q: int, usage: np.ndarray, charge: np.ndarray | None = None) -> bool:
+        """Queue q takes its share back by eviction: its policy evicts for its fair share, or reclaims a
+        guarantee `charge` still fits in (`reclaims`). Holding room for such a queue would keep its own
+        preemptors off the room they make."""
+        policy = self.queues[q].preemption
+        return policy.enabled and (policy.fair_share or self.reclaims(q, usage, charge))
+
     def __len__(self) -> int:
         return len(self.queues)
 

@@ -73,10 +73,9 @@ class Preemption:
             return False
         if policy.within_queue == "LowerPriority":
             return True
-        after = least_usage + charge
-        if policy.fair_share and _ratio(view, queue, after) <= 1.0 + _TOL:
+        if policy.fair_share and _ratio(view, queue, least_usage + charge) <= 1.0 + _TOL:
             return True
-        return policy.reclaim and bool(np.all(after <= view.tree.guaranteed[queue] + _TOL))
+        return view.tree.reclaims(queue, least_usage, charge)
 
     @staticmethod
     def _eligible(ctx: PreemptContext, after_p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +231,7 @@ def _reclaimable(ctx: PreemptContext) -> np.ndarray:
     """(Q,) the queues this workload may take lent guarantee back from: those borrowing above their own
     guarantee, if its queue reclaims and stays within its guarantee with the workload."""
     tree, p, usage = ctx.view.tree, ctx.queue, ctx.usage
-    if not (tree.queues[p].preemption.reclaim and np.all(usage[p] + ctx.charge <= tree.guaranteed[p] + _TOL)):
+    if not tree.reclaims(p, usage[p], ctx.charge):
         return np.zeros(len(tree), dtype=bool)
     borrowing: np.ndarray = np.any(usage > tree.guaranteed + _TOL, axis=1)
     return borrowing
