@@ -11,10 +11,8 @@ from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.plugins import node_kernels
-from fairgpu.plugins.kernel_warmup import exercise_filter
+from fairgpu.plugins.kernel_warmup import exercise_filter, once
 from fairgpu.state import ClusterState
-
-_WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 
 
 @dataclass(slots=True)
@@ -25,9 +23,8 @@ class Resources:
     compiled: bool = True
 
     def __post_init__(self) -> None:
-        if self.compiled and not _WARMED:  # load the kernel now, not at the first decisions: once per process
-            _WARMED.append(True)
-            exercise_filter(self)
+        if self.compiled:
+            once("Resources", lambda: exercise_filter(self))
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         st, r, g = view.state, mask.rows, pod.gpu

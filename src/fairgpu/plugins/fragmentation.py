@@ -17,7 +17,7 @@ fragmentation_kernels.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,13 +28,12 @@ from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.plugins import fragmentation_nodes as per_node
 from fairgpu.plugins.fragmentation_cpu import need_and_price, starved
 from fairgpu.plugins.fragmentation_mix import ShapeMix, shape_key
-from fairgpu.plugins.kernel_warmup import exercise
+from fairgpu.plugins.kernel_warmup import exercise, once
 from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
-_WARMED: set[tuple[Any, ...]] = set()  # plugin settings whose kernels this process has loaded
 
 
 @dataclass(slots=True)
@@ -86,11 +85,9 @@ class Fragmentation:
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
             raise ValueError("max_shapes must be at least 1")
-        if self.compiled:  # load the kernels now, not at the first decisions: once per process and settings
+        if self.compiled:  # once per process and settings; a fresh plugin: this one learns nothing from it
             settings = {name: getattr(self, name) for name in _SETTINGS}
-            if tuple(settings.values()) not in _WARMED:
-                _WARMED.add(tuple(settings.values()))
-                exercise(Fragmentation(**settings))  # a fresh plugin: this one learns nothing from it
+            once(("Fragmentation", *settings.values()), lambda: exercise(Fragmentation(**settings)))
 
     # -- the workload mix ---------------------------------------------------------------------------
     def learn(self, key: str, pod: PodSpec) -> None:

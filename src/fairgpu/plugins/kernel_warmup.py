@@ -7,6 +7,7 @@ placements then load none)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,17 @@ _PODS = (
     PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048)),
     PodSpec(cpu_m=1000, memory_mib=1024),
 )
+
+
+_WARMED: set[Hashable] = set()  # what this process has loaded, by the key its plugin gave
+
+
+def once(key: Hashable, warm: Callable[[], None]) -> None:
+    """`warm()` the first time `key` (a plugin's kernels, with the settings that choose them) is asked for in
+    this process: building a plugin loads its kernels now, not at the first decisions."""
+    if key not in _WARMED:
+        _WARMED.add(key)
+        warm()
 
 
 def _view() -> EngineView:

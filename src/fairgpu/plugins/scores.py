@@ -10,10 +10,9 @@ import numpy as np
 from fairgpu.framework.interfaces import EngineView, FitMask, NodeLocal
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import node_kernels
-from fairgpu.plugins.kernel_warmup import exercise
+from fairgpu.plugins.kernel_warmup import exercise, once
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
-_WARMED: list[bool] = []  # the compiled kernel is loaded in this process
 
 
 def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
@@ -56,9 +55,8 @@ def _score(
 
 def _warm(plugin: LeastAllocated | Binpack | Spread) -> None:
     """Load the compiled kernel now, not at the first decisions: once per process."""
-    if plugin.compiled and not _WARMED:
-        _WARMED.append(True)
-        exercise(plugin)
+    if plugin.compiled:  # one kernel serves the three plugins
+        once("free_fraction", lambda: exercise(plugin))
 
 
 @dataclass(slots=True)
