@@ -295,10 +295,10 @@ class Fragmentation:
             cores = pod.gpu.cores
             first, sub, slots, matrix = kernels.slot_rows(
                 rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.access, cores, cores, cpu_m, mem_m,
+                agg.access, cores, cpu_m, mem_m,
             )  # fmt: skip
             after = matrix @ self._w
-            kernels.gpu_rows(rows, first, sub, slots, after, agg.usable, agg.free, cores, cores, starved, delta)
+            kernels.gpu_rows(rows, first, sub, slots, after, agg.usable, agg.free, cores, starved, delta)
             return
         taken = k * GPU_CORES
         after = self._after(agg, rows, k, taken, cpu_m, mem_m)

@@ -249,7 +249,7 @@ def gpu_exponents(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: 
         for g in range(delta.shape[1]):  # selects, not branches: which slots are allowed is hard to predict
             v = delta[n, g] if slots[f, g] else np.inf
             best = v if v < best else best
-        out[i] = min(max(best / 100.0, -50.0), 50.0)
+        out[i] = _clipped(best)
     return out
 
 
@@ -258,8 +258,14 @@ def node_exponents(delta: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """(k,) the exponent of FGD's score mapping of each node's change."""
     out = np.empty(nodes.shape[0], dtype=np.float64)
     for i in range(nodes.shape[0]):
-        out[i] = min(max(delta[nodes[i]] / 100.0, -50.0), 50.0)
+        out[i] = _clipped(delta[nodes[i]])
     return out
+
+
+@njit(cache=True)
+def _clipped(delta: float) -> float:
+    """The decrease in GPUs, clipped to ±50: `Fragmentation._exponent`'s arithmetic."""
+    return min(max(delta / 100.0, -50.0), 50.0)
 
 
 @njit(cache=True)
@@ -275,14 +281,13 @@ def slot_rows(
     cpu_t: np.ndarray,
     mem_t: np.ndarray,
     access: np.ndarray,
-    least: int,
     cores: int,
     cpu_m: int,
     mem_m: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`distinct_slots` of these rows' GPUs and the `slot_matrix` of each first GPU with room, in one call:
-    (first, sub, slots, matrix), `sub` indexing `rows`."""
-    first, sub, slots = distinct_slots(free[rows], least)
+    """`distinct_slots` of these rows' GPUs and the `slot_matrix` of each first GPU with room for `cores`, in
+    one call: (first, sub, slots, matrix), `sub` indexing `rows`."""
+    first, sub, slots = distinct_slots(free[rows], cores)
     matrix = slot_matrix(
         rows[sub], slots, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
     )
@@ -298,14 +303,13 @@ def gpu_rows(
     after: np.ndarray,
     usable: np.ndarray,
     free: np.ndarray,
-    least: int,
     cores: int,
     starved: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows]: each GPU's change in fragmentation if a shared pod takes `cores` of it (`after[j]`: the
     usable capacity once it took GPU slots[j] of row sub[j]), that of the first GPU of its node with the same
-    free cores (`first`), inf where fewer than `least` cores are free, plus the row's `starved` term: the
+    free cores (`first`), inf where fewer than `cores` cores are free, plus the row's `starved` term: the
     NumPy path's `-cores - after + before` and its spreading (`Fragmentation._gpu_deltas`), in their types
     and order, written in place."""
     n, gpus = first.shape
@@ -318,7 +322,7 @@ def gpu_rows(
         r = rows[i]
         for g in range(gpus):
             j = at[i, first[i, g]]
-            delta[r, g] = (d[j] if free[r, g] >= least and j >= 0 else np.inf) + starved[i]
+            delta[r, g] = (d[j] if free[r, g] >= cores and j >= 0 else np.inf) + starved[i]
 
 
 @njit(cache=True)
