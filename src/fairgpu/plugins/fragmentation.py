@@ -54,7 +54,9 @@ class Fragmentation:
     # enough memory there, by their GPU demand (their CPU over their GPUs), plus the CPU-only pods' CPU per
     # GPU of the whole mix (they arrive in proportion to the GPU pods and may take CPU from any node). So a
     # 128-core node whose free GPUs only a CPU-heavy 8-GPU shape can use keeps its cores for it, and 36 cores
-    # beside 4 GPUs that only light shapes can use are priced at those shapes' need, not at the mix's.
+    # beside 4 GPUs that only light shapes can use are priced at those shapes' need, not at the mix's. With
+    # `memory`, memory too, shape by shape (fragmentation_cpu.memory_short): the capacity of a shape's GPUs
+    # that the node's memory cannot feed at the shape's own memory per GPU.
     cpu_balance: float = 0.0
     # a shape that fits on fewer than this many nodes weighs more (×2 each time its hosts halve, up to this
     # factor): FGD's measure is node-local and cannot see that breaking one of the last few nodes able to
@@ -215,11 +217,14 @@ class Fragmentation:
         return pod.memory_mib if self.memory else 0
 
     def _starved(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
-        """cpu_balance's change once the pod took its GPU capacity and CPU on each of these nodes."""
+        """cpu_balance's change once the pod took its GPU capacity, CPU and (with `memory`) memory on each of
+        these nodes."""
         if not self.cpu_balance:
             return np.zeros(len(rows))
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-        return starved(agg, rows, taken, pod.cpu_m, self.cpu_balance, self.compiled)
+        return starved(
+            agg, self._mix, self._w, rows, taken, pod.cpu_m, self._mem_m(pod), self.cpu_balance, self.compiled
+        )
 
     @staticmethod
     def _exponent(delta: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """`Fragmentation.cpu_balance`'s measure: the GPU capacity a node's free CPU cannot feed at the CPU its free
-GPUs are expected to need, priced at what FGD's measure charges for capacity none of its shapes can use."""
+GPUs are expected to need, priced at what FGD's measure charges for capacity none of its shapes can use; and,
+with `memory`, per shape the capacity of its GPUs the node's free memory cannot feed."""
 
 from __future__ import annotations
 
@@ -30,16 +31,54 @@ def need_and_price(
     return np.where(gpu_of > 0, need, 0.0), np.asarray(price)
 
 
-def starved(agg: Aggregates, rows: np.ndarray, taken: int, cpu_m: int, weight: float, compiled: bool) -> np.ndarray:
+def starved(
+    agg: Aggregates,
+    mix: ShapeMix,
+    w: np.ndarray,
+    rows: np.ndarray,
+    taken: int,
+    cpu_m: int,
+    mem_m: int,
+    weight: float,
+    compiled: bool,
+) -> np.ndarray:
     """Change in the price of the GPU capacity the node's free CPU could not feed once a pod took `taken` GPU
-    percent and `cpu_m` of CPU there, at the node's need and price as it is (`need_and_price`): taking CPU
-    never lowers the estimate."""
+    percent, `cpu_m` of CPU and `mem_m` of memory there, at the node's need and price as it is
+    (`need_and_price`): taking CPU never lowers the estimate; plus, shape by shape, that of the capacity its
+    free memory could not feed (`memory_short`)."""
     if compiled:
         # float(weight): one compiled signature whatever type the profile gave (no compile in a decision)
-        return np.asarray(kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight)))
+        cpu = kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight))
+        return np.asarray(cpu + weight * memory_short(agg, mix, w, rows, taken, mem_m, compiled))
     need, price = agg.need[rows], agg.price[rows]
     ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
     free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
     before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
     after = np.maximum(0.0, free - taken - np.divide(cpu - cpu_m, need, out=np.zeros(len(rows)), where=ok))
-    return np.asarray(weight * price * np.where(ok, after - before, 0.0))
+    cpu_part = weight * price * np.where(ok, after - before, 0.0)
+    return np.asarray(cpu_part + weight * memory_short(agg, mix, w, rows, taken, mem_m, compiled))
+
+
+def memory_short(
+    agg: Aggregates, mix: ShapeMix, w: np.ndarray, rows: np.ndarray, taken: int, mem_m: int, compiled: bool
+) -> np.ndarray:
+    """(rows,) change in Σ_t w_t · the free capacity of shape t's GPUs with room on the node that the node's
+    free memory cannot feed at t's own memory per GPU percent, once a pod took `taken` of the capacity and
+    `mem_m` of the memory (shapes that can use the node now, as `need_and_price` counts them). Per shape, not
+    at a node's average need: a mix of light pods and pods asking more memory than a GPU's share of the node
+    has memory bind only for the latter, where an average binds for none or for all. FGD's measure asks
+    whether one pod of the shape fits; this asks how many, so a pod taking the memory the shape's next pods
+    needed beside free GPUs pays for those GPUs as FGD's measure does for the last pod's."""
+    if not mix.gpu_per_mib.any():  # memory left out, or no shape asks any: nothing to feed
+        return np.zeros(len(rows))
+    if compiled:
+        matrix = kernels.memory_rows(
+            rows, agg.fit_count, agg.fit_free, agg.mem, agg.access, mix.k, mix.mem, mix.gpu_per_mib, taken, mem_m
+        )
+    else:
+        fit_free, mem = agg.fit_free[rows].astype(np.float64), agg.mem[rows].astype(np.float64)[:, None]
+        uses = (agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]
+        before = np.maximum(0.0, fit_free - mem * mix.gpu_per_mib)
+        after = np.maximum(0.0, np.maximum(fit_free - taken, 0.0) - (mem - mem_m) * mix.gpu_per_mib)
+        matrix = np.where(uses & (mix.gpu_per_mib > 0), after - before, 0.0)
+    return np.asarray(matrix @ w.astype(np.float64))

@@ -186,6 +186,36 @@ def starved(
 
 
 @njit(cache=True)
+def memory_rows(
+    rows: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    gpu_per_mib: np.ndarray,
+    taken: int,
+    mem_m: int,
+) -> np.ndarray:
+    """(rows, T) float64: `memory_short`'s matrix, each shape's change in the capacity of its GPUs with room
+    that the node's free memory cannot feed once a pod took `taken` of it and `mem_m` of the memory (0 for a
+    shape that cannot use the node or asks no memory), in the NumPy path's operations and types."""
+    out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        m = np.float64(mem[r])
+        for t in range(k.shape[0]):
+            per = gpu_per_mib[t]
+            if per > 0 and fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
+                f = np.float64(fit_free[r, t])
+                before = max(0.0, f - m * per)
+                after = max(0.0, max(f - taken, 0.0) - (m - mem_m) * per)
+                out[i, t] = after - before
+    return out
+
+
+@njit(cache=True)
 def need_rows(
     rows: np.ndarray,
     fit_count: np.ndarray,

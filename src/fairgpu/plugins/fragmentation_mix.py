@@ -31,6 +31,9 @@ class ShapeMix:
     mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     need: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # GPU capacity (percent) one MiB of a node's memory feeds for the shape: its pods' GPU percent over their
+    # memory (0 where it asks for no memory or no GPU capacity, or memory is left out: memory feeds it all)
+    gpu_per_mib: np.ndarray = field(default_factory=lambda: np.zeros(0))
     pods: list[PodSpec] = field(default_factory=list)
     learned: OrderedDict[str, None] = field(default_factory=OrderedDict)
     # CPU (millicores) of CPU-only pods and GPU capacity (percent) of GPU pods, and per shape its pods' CPU and
@@ -80,6 +83,9 @@ class ShapeMix:
             self.k = np.append(self.k, pod.gpu.count)
             # a GPU takes a shape when its free cores cover the shape's (HAMi: a 0-core task needs > 0)
             self.need = np.append(self.need, max(pod.gpu.cores, 1))
+            self.gpu_per_mib = np.append(
+                self.gpu_per_mib, gpu_pct / pod.memory_mib if memory and pod.memory_mib else 0.0
+            )
             self.shape_cpu = np.append(self.shape_cpu, 0.0)
             self.shape_gpu = np.append(self.shape_gpu, 0.0)
             self.pods.append(pod)  # the aggregates gain its column when next brought up to date
