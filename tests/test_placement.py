@@ -327,6 +327,26 @@ def test_a_pod_taking_memory_strands_the_gpus_of_the_shape_that_needed_it(memory
     assert view.state.node_names[p.node] == ("small" if memory else "big")
 
 
+def test_a_pod_taking_memory_beside_free_gpus_pays_for_those_the_shape_then_cannot_feed() -> None:
+    """Two idle 2-GPU nodes: a (128 GiB) and b (256 GiB), 128 cores each. The mix so far: a 1-GPU pod asking
+    4 cores and 64 GiB (seen, not placed): 64 GiB per GPU, so a's memory feeds both its GPUs, b's four. Then a
+    CPU-only pod asking 4 cores and 32 GiB. The shape still fits both nodes after it (one pod's worth of CPU
+    and memory), so FGD's measure is 0 on both, and the CPU each free GPU needs (80 cores per GPU, CPU-only
+    pods included) is there on both. On a the 96 GiB left feed 96 / 64 = 1.5 of the 2 free GPUs: 50 % of a GPU
+    starves, priced at the shape's weight 1 x 8 (scarce: 16 / 2 hosts) = +400; on b 224 GiB feed 3.5 >= 2: 0.
+    The pod goes to b. Blind to the shape's next pods (memory only as whether one fits), both score 0 and
+    Binpack's tie-break takes a, the fuller by memory."""
+    gib = 1024
+    nodes = [gpu_node("a", gpus=2, memory_mib=128 * gib), gpu_node("b", gpus=2, memory_mib=256 * gib)]
+    view, prof = view_of(nodes)
+    frag = next(s for s, _ in prof.score if type(s).__name__ == "Fragmentation")
+    place(replace(whole(cpu_m=4000), memory_mib=64 * gib), view, prof)  # seen, not placed
+    p = place(PodSpec(cpu_m=4000, memory_mib=32 * gib), view, prof)
+    assert p is not None
+    np.testing.assert_allclose(frag._w, [8.0])
+    assert view.state.node_names[p.node] == "b"
+
+
 def test_cpu_only_pods_count_in_the_cpu_each_free_gpu_needs() -> None:
     """g2: 8 GPUs, 96 cores, 4 of them taken; t4: 2 GPUs, 128 cores. The mix so far: a CPU-only pod asking 10
     cores, then a 1-GPU pod asking 10 (seen, not placed): 20 cores per GPU, CPU-only pods included. A
