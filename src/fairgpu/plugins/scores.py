@@ -46,7 +46,7 @@ def _score(
     st = view.state
     rows = mask.rows
     # one compiled signature for any caller's rows (no compile in a decision)
-    rows = np.arange(st.num_nodes)[rows] if isinstance(rows, slice) else np.ascontiguousarray(rows)
+    rows = np.ascontiguousarray(np.arange(st.num_nodes)[rows] if isinstance(rows, slice) else rows)
     cores = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
     taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
     order = _ORDER.get(resources)
