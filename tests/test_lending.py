@@ -15,7 +15,7 @@ from fairgpu.errors import ProfileError
 from fairgpu.framework.backlog import Backlog
 from fairgpu.framework.interfaces import Profile
 from fairgpu.framework.scheduler import Scheduler
-from fairgpu.model.queue import QueueSpec, QueueTree
+from fairgpu.model.queue import PreemptionPolicy, QueueSpec, QueueTree
 from fairgpu.plugins.sort import FairShare
 
 
@@ -175,13 +175,17 @@ def test_the_limit_is_the_waiting_queues_starvation_after():
     assert holding(b_starves_after=1200.0).cycle(4).started == ["a-long", "a-short"]
 
 
-@pytest.mark.parametrize(("b_gpus", "b_runs", "a_starts"), [(2, 5000.0, True), (3, 500.0, False)])
-def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back(b_gpus, b_runs, a_starts):
+@pytest.mark.parametrize(
+    ("b_pods", "b_gpus", "b_runs", "a_starts"), [(1, 2, 5000.0, True), (1, 3, 500.0, False), (2, 1, 5000.0, False)]
+)
+def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back_but_a_gang(b_pods, b_gpus, b_runs, a_starts):
     """a runs 13 of 16 GPUs, far above its share; h's 8-GPU gang starves and holds n0, which frees first
     (at 1,000 s). b, below its share, waits with a job. 2 GPUs for 5,000 s fit only n0's two free ones, which
     the hold keeps from work running past 1,000 s: b waits for the holder, not for room, and a's long 1-GPU
     job takes n1's free GPU (held back, it would only leave it idle: batch-monopoly, docs/performance.md).
-    3 GPUs for 500 s may use n0 but fit nowhere: b waits for room, and a's start is held back for it."""
+    3 GPUs for 500 s may use n0 but fit nowhere: b waits for room, and a's start is held back for it. A gang of
+    2 × 1 GPU for 5,000 s is kept off n0 too, but its pods must find room together outside it (n1 has one free
+    GPU): it waits for room, and a's start, which would take that GPU, is held back for it."""
     queues = QueueTree([QueueSpec("a"), QueueSpec("b"), QueueSpec("h", starvation_after=0)])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
     for name, node, gpus, end in (("a-n0", 0, 6, 1000.0), ("a-n1", 1, 7, 5000.0)):
@@ -190,6 +194,42 @@ def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back(b_gpus, b_runs
     s.submit(replace(job("gang", "h", whole(8)), duration=3600.0))
     s.cycle(0)
     assert list(s.reservations["gang"].fit.nodes) == [0]
-    s.submit(replace(job("b-job", "b", whole(b_gpus), t=1), duration=b_runs))
+    s.submit(replace(job("b-job", "b", whole(b_gpus), pods=b_pods, t=1), duration=b_runs))
     s.submit(timed("a-long", "a", 2000.0, t=2))
     assert s.cycle(3).started == (["a-long"] if a_starts else [])
+
+
+@pytest.mark.parametrize(("h_starves_after", "gang_starts"), [(0.0, True), (1e6, False)])
+def test_the_starving_holders_own_start_is_never_held_back(h_starves_after, gang_starts):
+    """16 GPUs. a holds 6 on n0 (A100, expected to end at 1,000 s) and 2 on n1 (H100); b holds 1, h 4 on n1, one
+    free. h's 8-GPU gang (20,000 s) fits nowhere; starving at once, it holds n0 from 1,000 s. b (furthest
+    below its share: tried first) then evicts its own low-priority job for a 2-GPU 100 s job only n1 can run,
+    and waits the victim's 1,000 s grace: tried every cycle and fitting nowhere, b waits for room (and,
+    evicting, leaves the hold to h: work that fails ahead of a holder without evicting drops its hold).
+    a's job on n0 ends early, at 500 s: the gang fits now, and its start takes h above its share (12 GPUs
+    against 11) for longer than b's starvation_after. Held back for b, n0 would idle for the holder, so the
+    holder starts; the same gang that did not starve holds nothing and is held back."""
+    queues = QueueTree(
+        [
+            QueueSpec("a"),
+            QueueSpec(
+                "b",
+                starvation_after=10_000.0,
+                preemption=PreemptionPolicy(within_queue="LowerPriority", grace_period=1000.0),
+            ),
+            QueueSpec("h", starvation_after=h_starves_after),
+        ]
+    )
+    s = Scheduler([gpu_node("n0"), gpu_node("n1", model="H100-80GB")], queues, load_profile("fairgpu"))
+    running = (("a-n0", "a", 0, range(6), 1000.0), ("a-n1", "a", 1, range(2), 5000.0))
+    running += (("b-low", "b", 1, range(2, 3), 20_000.0), ("h-n1", "h", 1, range(4, 8), 20_000.0))
+    for name, queue, node, cards, end in running:
+        w = replace(job(name, queue, whole(len(cards))), duration=end)
+        s.adopt(w, [s.state.placement_for(w.pods[0], node, cards)], started=0.0)
+    s.submit(replace(job("gang", "h", whole(8)), duration=20_000.0))
+    assert s.cycle(0).started == []
+    assert ("gang" in s.reservations) == gang_starts
+    s.submit(replace(job("b-high", "b", whole(2, gpu_include=("H100",)), t=1, priority=1), duration=100.0))
+    assert [e.workload for e in s.cycle(1).evictions] == ["b-low"]
+    s.remove("a-n0", finished_at=500.0)
+    assert s.cycle(500).started == (["gang"] if gang_starts else [])

@@ -22,6 +22,10 @@ class Changes:
         self._log = np.zeros(2 * self._keep, dtype=np.int64)  # node indices, oldest first
         self._n = 0  # entries in _log; _log[0] is at position _base
         self._base = start
+        # since()'s answers at one end, by mark: the filters, the scores and a score plugin's sums of one pod
+        # ask for the same marks in turn (a shape's filters and scores are usually as old as each other)
+        self._answers: dict[int, np.ndarray] = {}
+        self._answered_at = start
 
     @property
     def end(self) -> int:
@@ -52,7 +56,18 @@ class Changes:
 
     def since(self, mark: int) -> np.ndarray:
         """The nodes changed after `mark` (an earlier `end`), each once, ascending; every node when the
-        log no longer reaches back to it."""
+        log no longer reaches back to it. Callers until the next change share the answer: read it, never
+        write it."""
+        end = self._base + self._n
+        if self._answered_at != end:
+            self._answers.clear()
+            self._answered_at = end
+        rows = self._answers.get(mark)
+        if rows is None:
+            rows = self._answers[mark] = self._since(mark)
+        return rows
+
+    def _since(self, mark: int) -> np.ndarray:
         if mark < self._base:
             return np.arange(self.nodes)
         changed = self._log[mark - self._base : self._n]

@@ -37,8 +37,9 @@ class Shape:
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
     """The profile's filters on these rows, in order."""
-    n = view.state.num_nodes if isinstance(rows, slice) else len(rows)
-    mask = FitMask(nodes=np.ones(n, dtype=bool), rows=rows)
+    nodes = np.empty(view.state.num_nodes if isinstance(rows, slice) else len(rows), dtype=bool)
+    nodes.fill(True)  # np.ones costs a microsecond more, asked for on every placement
+    mask = FitMask(nodes=nodes, rows=rows)
     for f in profile.filter:
         f.filter(pod, view, mask)
     return mask

@@ -59,14 +59,15 @@ def place_pod(
             node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])])
     else:
         nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
-        if not nodes.any():
+        # the first node that fits, if any (argmax stops there, where .any() reads on); none in an empty cluster
+        if not nodes.size or not nodes[first := int(nodes.argmax())]:
             return None
         _teach(profile, key, pod)
         if profile.score:  # the totals are -inf where the filters refuse a node
             total = ev.scored(shape, pod, view, profile)
-            node = int(np.argmax(total if exclude is None else np.where(exclude, -np.inf, total)))
+            node = int((total if exclude is None else np.where(exclude, -np.inf, total)).argmax())
         else:
-            node = int(np.argmax(nodes))
+            node = first
     if pod.gpu is None:
         return st.placement_for(pod, node, ())
     assert shape.slots is not None, "the Resources filter narrows a GPU pod's slots"

@@ -88,6 +88,7 @@ class Scheduler:
             self.running_ends,
         )
         self.growth = Growth(self.state, self.profile, self.accounting, self.reservations, self.running)
+        self.held_back: frozenset[tuple[int, int]] = frozenset()  # last cycle's (queue, shape) (idle.py)
         self.starving = Starving(
             tree,
             self.profile,
@@ -364,6 +365,7 @@ class Scheduler:
             for q, entries in memo.skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
+            self.held_back = frozenset(memo.held)
 
     def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo) -> bool:
         """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
@@ -373,11 +375,16 @@ class Scheduler:
         if memo.held_back(q, entry.key, duration):
             return True
 
-        # A queue waits for room once work of its fitted nowhere this cycle: work kept only off reserved nodes
-        # waits for their holder, and one not yet tried may take the room itself (holding back for either only
-        # idled GPUs within the cycle on batch-monopoly, docs/performance.md)
+        # A queue waits for room once work of its fitted nowhere this cycle: other work kept only off reserved
+        # nodes waits for their holder, and one not yet tried may take the room itself (holding back for either
+        # only idled GPUs within the cycle on batch-monopoly, docs/performance.md). A gang kept off them waits
+        # for room too: its pods must find it together, outside the held nodes, and an over-share long start
+        # takes what it is gathering (Philly: fairer or as fair at every size measured).
         def waits(k: int) -> bool:
-            return any(e.key in memo.failed for e in memo.skipped.get(k, ()))
+            return any(
+                e.key in memo.failed or (e.workload.needed > 1 and e.key in memo.failed_outside)
+                for e in memo.skipped.get(k, ())
+            )
 
         held = self.pending.get(holder) if holder else None
         if not self.over_share.holds_back(entry, duration, waits, held.queue if held else None):

@@ -16,6 +16,7 @@ from fairgpu.model.pod import PodSpec
 from fairgpu.state import ClusterState
 
 _CACHE_LIMIT = 256
+_ANY_TAINTED = ("any tainted", None)
 
 
 @dataclass(slots=True)
@@ -28,6 +29,8 @@ class NodeAffinity:
     _cache: dict[tuple[Any, ...], tuple[list[Any], np.ndarray]] = field(default_factory=dict)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
+        if not (pod.node_selector or pod.affinity or self._cached(view.state, _ANY_TAINTED, _any_tainted)):
+            return  # nothing to match and no taint to tolerate: the usual pod, asked for on every placement
         for _, excluded in self.reasons(pod, view):
             mask.restrict_nodes(~excluded[mask.rows])
 
@@ -38,7 +41,7 @@ class NodeAffinity:
             out.append(("node selector does not match", ~self._cached(st, ("sel", pod.node_selector), _selector)))
         if pod.affinity:
             out.append(("node affinity does not match", ~self._cached(st, ("aff", pod.affinity), _affinity)))
-        if self._cached(st, ("any tainted", None), _any_tainted):
+        if self._cached(st, _ANY_TAINTED, _any_tainted):
             out.append(("untolerated taint", self._cached(st, ("tol", pod.tolerations), _untolerated)))
         return out
 

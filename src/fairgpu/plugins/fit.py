@@ -28,20 +28,27 @@ class Resources:
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         st, r, g = view.state, mask.rows, pod.gpu
+        per_container = g is not None and pod.per_container
+        whole = g is not None and not st.has_mig and st.takes_whole_cards(g)
         # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a shared-card
         # pod's checks in one compiled pass; whole cards are two reads of the state's idle index either way
-        shared = g is not None and not (st.has_mig or pod.per_container or st.takes_whole_cards(g))
-        if self.compiled and shared and not isinstance(r, slice):
-            assert g is not None
+        if self.compiled and g is not None and not (st.has_mig or per_container or whole) and not isinstance(r, slice):
             self._shared(pod, g, st, r, mask)
             return
-        mask.restrict_nodes(st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib))
+        nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None:
+            mask.restrict_nodes(nodes)
             return
-        if pod.per_container:
+        if whole and not (g.mem_mib or per_container) and mask.slots is None:
+            # the usual whole-card pod: its slots are the idle cards, which the state counts per node
+            mask.restrict_nodes(nodes & (st.node_idle_gpus[r] >= g.count))
+            mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
+            return
+        mask.restrict_nodes(nodes)
+        if per_container:
             self._per_container(pod, st, mask)
             return
-        if st.takes_whole_cards(g) and not st.has_mig:
+        if whole:
             # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
             if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
                 mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))

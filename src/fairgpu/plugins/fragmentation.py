@@ -120,14 +120,25 @@ class Fragmentation:
         elif agg.fit_count.shape[1] < len(mix.need):
             per_node.extend(agg, mix)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
-        if rows.size:
-            per_node.refresh(agg, mix, rows, mem, self.compiled)
-        if rows.size or agg.usable is None:  # the boosts follow `hosts` and `room`, which only refreshed rows move
-            self._reweigh(agg)
-        if agg.usable is not None and rows.size:
-            agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
-            if self.cpu_balance:
-                agg.need[rows], agg.price[rows] = need_and_price(agg, mix, self._w, rows, self.compiled)
+        if rows.size and self.compiled:  # refresh, weights and the rows' usable capacity in one call
+            w, changed, usable = kernels.upkeep(
+                rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
+                agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room,
+                agg.free_total, mix.p, self.scarce, self.pressure, self._w, agg.usable is not None,
+            )  # fmt: skip
+            if changed:
+                self._new_weights(agg, w)
+            elif agg.usable is not None:
+                agg.usable[rows] = usable @ self._w
+        else:
+            if rows.size:
+                per_node.refresh(agg, mix, rows, mem)
+            if rows.size or agg.usable is None:  # the boosts follow `hosts` and `room`, which only refreshed rows move
+                self._reweigh(agg)
+            if agg.usable is not None and rows.size:
+                agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
+        if agg.usable is not None and rows.size and self.cpu_balance:
+            agg.need[rows], agg.price[rows] = need_and_price(agg, mix, self._w, rows, self.compiled)
         if agg.usable is None:
             every = np.arange(state.num_nodes)
             agg.usable = self._after(agg, every, 0, 0, 0, 0)
@@ -157,10 +168,14 @@ class Fragmentation:
                 w = (w * boost).astype(np.float32)
             changed = not np.array_equal(w, self._w)
         if changed:
-            self._w = w
-            self._generation += 1
-            agg.usable = None
-            agg.deltas.clear()
+            self._new_weights(agg, w)
+
+    def _new_weights(self, agg: per_node.Aggregates, w: np.ndarray) -> None:
+        """Cached usable capacities and deltas go stale with the weights."""
+        self._w = w
+        self._generation += 1
+        agg.usable = None
+        agg.deltas.clear()
 
     def _after(
         self, agg: per_node.Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int
@@ -235,7 +250,8 @@ class Fragmentation:
     def _to_score(self, x: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
         # -50, 50))), in place on the clipped exponents (`_exponent`; np.clip and a new array per step cost
-        # more than a few rows' math; numba's exp rounds otherwise than NumPy's, so it stays here)
+        # more than a few rows' math; numba's exp rounds otherwise than NumPy's, so the compiled path keeps
+        # NumPy's exp and does the rest in `kernels.scores`)
         np.exp(x, out=x)
         x += 1.0
         np.divide(100.0, x, out=x)
@@ -249,30 +265,42 @@ class Fragmentation:
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         pod = pod.as_one_container()
-        out = np.zeros(len(mask.nodes))
         if not self._mix.keys:
-            return out
+            return np.zeros(len(mask.nodes))
         agg = self._aggregates(view.state)
         # whole cards are idle cards, priced per node; any other GPU pod per card (on cards of 200 cores a
         # cores-100 pod takes half of one, HAMi's share, and leaves the rest to the mix)
         shared = pod.gpu is not None and not view.state.takes_whole_cards(pod.gpu)
         key = shape_key(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
+        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
+        nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         hit = agg.deltas.get(key)
         if hit is None:
             n = view.state.num_nodes
-            rows, delta = np.arange(n), np.full((n, agg.free.shape[1]) if shared else n, np.inf)
+            delta, valid = np.full((n, agg.free.shape[1]) if shared else n, np.inf), np.zeros(n, dtype=bool)
+            changed = _NO_ROWS if shared else np.arange(n)
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
         else:
-            rows, delta = view.state.changes.since(hit[0]) if hit[0] != agg.at else _NO_ROWS, hit[1]
+            at, delta, valid = hit
+            changed = view.state.changes.since(at) if at != agg.at else _NO_ROWS
+        # A shared pod's changes are brought up to date only on the nodes asked about (a node's change depends
+        # on that node alone, and its float64 product rounds alike in any batch of rows); the rest wait until
+        # a pod of the shape can go there: after new weights or for a new shape, the nodes that fit, not every
+        # node. A whole-GPU pod's float32 product rounds by the rows batched with it, so its rows go in the
+        # batches they always did: every node, then the nodes changed since.
+        if shared:
+            valid[changed] = False
+            rows = nodes[~valid[nodes]]
+        else:
+            rows = changed
         if rows.size:
+            valid[rows] = True
             if self.compiled:  # the delta rows written in place, in a few calls
                 self._compiled_deltas(pod, agg, rows, shared, delta)
             else:
                 delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
-        agg.deltas[key] = (agg.at, delta)
-        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
-        nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
+        agg.deltas[key] = (agg.at, delta, valid)
         # a shared pod's node scores by its best allowed GPU
         if not shared:
             x = kernels.node_exponents(delta, nodes) if self.compiled else self._exponent(delta[nodes])
@@ -282,6 +310,9 @@ class Fragmentation:
                 x = kernels.gpu_exponents(delta, nodes, mask.slots, fit)
             else:
                 x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
+        if self.compiled:  # exp stays NumPy's (numba's rounds otherwise), the rest in one pass
+            return np.asarray(kernels.scores(np.exp(x, out=x), fit, len(mask.nodes), self.quantize))
+        out = np.zeros(len(mask.nodes))
         out[fit] = self._to_score(x)
         return out
 

@@ -269,6 +269,46 @@ def weights(
 
 
 @njit(cache=True)
+def upkeep(
+    rows: np.ndarray,
+    usable: np.ndarray,
+    cores_free: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    hosts: np.ndarray,
+    room: np.ndarray,
+    free_total: np.ndarray,
+    p: np.ndarray,
+    scarce: int,
+    pressure: int,
+    now: np.ndarray,
+    matrix: bool,
+) -> tuple[np.ndarray, bool, np.ndarray]:
+    """A placement's upkeep in one call: `refresh_rows`, then `weights` from the moved `hosts`, `room` and
+    `free_total`, then, if the weights stayed and `matrix` is asked for, the rows' `node_matrix` with nothing
+    taken (whose product with the weights is their usable capacity). Returns (weights, changed, matrix), the
+    matrix empty when not computed."""
+    refresh_rows(
+        rows, usable, cores_free, cpu_free, mem_free, need, k, cpu_t, mem_t, access, free, cpu, mem, fit_count,
+        fit_free, hosts, room, free_total,
+    )  # fmt: skip
+    w, changed = weights(p, hosts, room, free_total[0], scarce, pressure, now)
+    if changed or not matrix:
+        return w, changed, np.empty((0, k.shape[0]), dtype=np.float32)
+    return w, changed, node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, 0, 0, 0, 0)
+
+
+@njit(cache=True)
 def gpu_exponents(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: np.ndarray) -> np.ndarray:
     """(k,) the exponent of FGD's score mapping (`Fragmentation._exponent`) of each node's least change over
     the GPUs `slots[fit[i]]` allows (inf where it allows none, so 50)."""
@@ -289,6 +329,17 @@ def node_exponents(delta: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     out = np.empty(nodes.shape[0], dtype=np.float64)
     for i in range(nodes.shape[0]):
         out[i] = _clipped(delta[nodes[i]])
+    return out
+
+
+@njit(cache=True)
+def scores(e: np.ndarray, fit: np.ndarray, n: int, quantize: bool) -> np.ndarray:
+    """(n,) FGD's score, 100 / (1 + e[i]) (floored when `quantize`), at fit[i], 0 elsewhere: the rest of
+    `Fragmentation._to_score` after NumPy's exp (`e`), in its operations and order."""
+    out = np.zeros(n)
+    for i in range(fit.shape[0]):
+        v = 100.0 / (e[i] + 1.0)
+        out[fit[i]] = np.floor(v) if quantize else v
     return out
 
 

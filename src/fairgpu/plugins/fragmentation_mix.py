@@ -15,6 +15,8 @@ from fairgpu.model.pod import PodSpec
 # pod keys already counted into the mix, least recently tried first: a pod tried again after this many
 # other pods were first tried counts a second time (memory stays bounded in a controller that runs for months)
 _REMEMBERED = 1 << 16
+# arrivals between exact sums of the counts: bounds the running sum's rounding error (ShapeMix.running)
+_EXACT_EVERY = 1024
 
 
 def shape_key(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
@@ -45,6 +47,12 @@ class ShapeMix:
     # Shape weights in use: between refreshes each node's usable capacity stays cached in the plugin
     p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     p_total: float = 0.0
+    # the counts' sum kept as they grow, and the arrivals since it was last `count.sum()`: after k arrivals
+    # (non-negative) the two differ by under (2k + 18)·2⁻⁵³ of the sum (each addition rounds once, here and in
+    # `count`, and NumPy's pairwise sum of ≤ 512 counts a few times more), so while the running sum is below the
+    # refresh threshold by more than that, `count.sum()` (a NumPy call per arrival) is too
+    running: float = 0.0
+    since_sum: int = 0
     # cpu_balance's sums, refreshed with p: per shape its pods' CPU and GPU capacity, and CPU-only pods'
     # millicores per GPU percent of all GPU pods
     need_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -89,11 +97,19 @@ class ShapeMix:
             self.shape_cpu = np.append(self.shape_cpu, 0.0)
             self.shape_gpu = np.append(self.shape_gpu, 0.0)
             self.pods.append(pod)  # the aggregates gain its column when next brought up to date
-        self.count[t] += pod.gpu.gpu_equivalents() if by_demand else 1
+        arrived = pod.gpu.gpu_equivalents() if by_demand else 1
+        self.count[t] += arrived
         self.shape_cpu[t] += pod.cpu_m
         self.shape_gpu[t] += gpu_pct
+        self.running += arrived
+        self.since_sum += 1
+        threshold = self.p_total * (1 + 1 / 4)
+        due = refresh or len(self.p) < len(self.count)
+        if not due and self.since_sum < _EXACT_EVERY and self.running < threshold * (1 - 1e-9):
+            return added, False  # the exact sum is below the threshold too (see `running`)
         total = max(float(self.count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
-        if not (refresh or len(self.p) < len(self.count) or total > self.p_total * (1 + 1 / 4)):
+        self.running, self.since_sum = total, 0
+        if not (due or total > threshold):
             return added, False
         self.p = (self.count / total).astype(np.float32)
         self.p_total = total

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.plugins.fragmentation_mix import ShapeMix
 from fairgpu.state import ClusterState
 
@@ -35,9 +34,10 @@ class Aggregates:
     # percent there, valid with `usable`
     need: np.ndarray = field(default_factory=lambda: np.zeros(0))
     price: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # pod key → (the state's version when computed, (N,) change in fragmentation per node): pod shapes
-    # repeat, and between two placements only the nodes that changed need scoring again
-    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray]] = field(default_factory=dict)
+    # pod key → (the state's version when computed, (N,) change in fragmentation per node, (N,) which nodes'
+    # changes are computed and current): pod shapes repeat, and between two placements only the nodes that
+    # changed need scoring again, and only once a pod of the shape can go there
+    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def free_cores(state: ClusterState, rows: np.ndarray | slice) -> np.ndarray:
@@ -80,16 +80,11 @@ def extend(agg: Aggregates, mix: ShapeMix) -> None:
     agg.room = np.concatenate([agg.room, (ok * fit_free).sum(axis=0, dtype=np.float64)])
 
 
-def refresh(agg: Aggregates, mix: ShapeMix, rows: np.ndarray, mem: np.ndarray, compiled: bool) -> None:
+def refresh(agg: Aggregates, mix: ShapeMix, rows: np.ndarray, mem: np.ndarray) -> None:
     """These rows' aggregates from the state's free cores, CPU and memory (`mem`: all nodes' free memory, or
-    zeros), and `hosts`, `room` and `free_total` moved with them."""
+    zeros), and `hosts`, `room` and `free_total` moved with them. The NumPy path; the compiled one is
+    `fragmentation_kernels.refresh_rows`, inside the plugin's one upkeep call."""
     state = agg.state
-    if compiled:
-        kernels.refresh_rows(
-            rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
-            agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room, agg.free_total,
-        )  # fmt: skip
-        return
     free, cpu, mem = free_cores(state, rows), state.cpu_free[rows], mem[rows]
     fit = free[:, :, None] >= mix.need
     agg.hosts -= shapes_fit(agg, mix, rows, agg.fit_count[rows], agg.cpu[rows], agg.mem[rows]).sum(axis=0)
