@@ -48,20 +48,22 @@ def starved(
     free memory could not feed (`memory_short`)."""
     if compiled:
         # float(weight): one compiled signature whatever type the profile gave (no compile in a decision)
-        cpu = kernels.starved(rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight))
-        return np.asarray(cpu + weight * memory_short(agg, mix, w, rows, taken, mem_m, compiled))
+        return np.asarray(
+            kernels.starved(
+                rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight), agg.fit_count,
+                agg.fit_free, agg.mem, agg.access, mix.k, mix.mem, mix.gpu_per_mib, w, mem_m,
+            )
+        )  # fmt: skip
     need, price = agg.need[rows], agg.price[rows]
     ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
     free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]
     before = np.maximum(0.0, free - np.divide(cpu, need, out=np.zeros(len(rows)), where=ok))
     after = np.maximum(0.0, free - taken - np.divide(cpu - cpu_m, need, out=np.zeros(len(rows)), where=ok))
     cpu_part = weight * price * np.where(ok, after - before, 0.0)
-    return np.asarray(cpu_part + weight * memory_short(agg, mix, w, rows, taken, mem_m, compiled))
+    return np.asarray(cpu_part + weight * memory_short(agg, mix, w, rows, taken, mem_m))
 
 
-def memory_short(
-    agg: Aggregates, mix: ShapeMix, w: np.ndarray, rows: np.ndarray, taken: int, mem_m: int, compiled: bool
-) -> np.ndarray:
+def memory_short(agg: Aggregates, mix: ShapeMix, w: np.ndarray, rows: np.ndarray, taken: int, mem_m: int) -> np.ndarray:
     """(rows,) change in Σ_t w_t · the free capacity of shape t's GPUs with room on the node that the node's
     free memory cannot feed at t's own memory per GPU percent, once a pod took `taken` of the capacity and
     `mem_m` of the memory (shapes that can use the node now, as `need_and_price` counts them). Per shape, not
@@ -71,14 +73,11 @@ def memory_short(
     needed beside free GPUs pays for those GPUs as FGD's measure does for the last pod's."""
     if not mix.gpu_per_mib.any():  # memory left out, or no shape asks any: nothing to feed
         return np.zeros(len(rows))
-    if compiled:
-        matrix = kernels.memory_rows(
-            rows, agg.fit_count, agg.fit_free, agg.mem, agg.access, mix.k, mix.mem, mix.gpu_per_mib, taken, mem_m
-        )
-    else:
-        fit_free, mem = agg.fit_free[rows].astype(np.float64), agg.mem[rows].astype(np.float64)[:, None]
-        uses = (agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]
-        before = np.maximum(0.0, fit_free - mem * mix.gpu_per_mib)
-        after = np.maximum(0.0, np.maximum(fit_free - taken, 0.0) - (mem - mem_m) * mix.gpu_per_mib)
-        matrix = np.where(uses & (mix.gpu_per_mib > 0), after - before, 0.0)
-    return np.asarray(matrix @ w.astype(np.float64))
+    # the NumPy path's; the compiled one is in kernels.starved (`_memory_sum`)
+    fit_free, mem = agg.fit_free[rows].astype(np.float64), agg.mem[rows].astype(np.float64)[:, None]
+    uses = (agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]
+    before = np.maximum(0.0, fit_free - mem * mix.gpu_per_mib)
+    after = np.maximum(0.0, np.maximum(fit_free - taken, 0.0) - (mem - mem_m) * mix.gpu_per_mib)
+    weighed = np.where(uses & (mix.gpu_per_mib > 0), after - before, 0.0) * w.astype(np.float64)
+    # summed shape after shape, as the kernel does (which skips the zeros: adding 0 changes no float)
+    return np.asarray(np.cumsum(weighed, axis=1)[:, -1])

@@ -167,27 +167,6 @@ def starved(
     taken: int,
     cpu_m: int,
     weight: float,
-) -> np.ndarray:
-    """Change in the price of the GPU capacity (percent) the node's free CPU could not feed at its `need` once a
-    pod took `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight` x `price` (0 where need is 0)."""
-    out = np.empty(rows.shape[0], dtype=np.float64)
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        if need[r] <= 0.0:
-            out[i] = 0.0
-            continue
-        f = 0
-        for g in range(free.shape[1]):
-            f += free[r, g]
-        before = f - cpu[r] / need[r]
-        after = (f - taken) - (cpu[r] - cpu_m) / need[r]
-        out[i] = weight * price[r] * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
-    return out
-
-
-@njit(cache=True)
-def memory_rows(
-    rows: np.ndarray,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     mem: np.ndarray,
@@ -195,24 +174,56 @@ def memory_rows(
     k: np.ndarray,
     mem_t: np.ndarray,
     gpu_per_mib: np.ndarray,
-    taken: int,
+    w: np.ndarray,
     mem_m: int,
 ) -> np.ndarray:
-    """(rows, T) float64: `memory_short`'s matrix, each shape's change in the capacity of its GPUs with room
-    that the node's free memory cannot feed once a pod took `taken` of it and `mem_m` of the memory (0 for a
-    shape that cannot use the node or asks no memory), in the NumPy path's operations and types."""
-    out = np.zeros((rows.shape[0], k.shape[0]), dtype=np.float64)
+    """Change in the price of the GPU capacity (percent) the node's free CPU could not feed at its `need` once a
+    pod took `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight` x `price` (0 where need is 0),
+    plus `weight` x `memory_short`'s sum for the pod's `mem_m` of memory (`_memory_sum`)."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
     for i in range(rows.shape[0]):
         r = rows[i]
-        m = np.float64(mem[r])
-        for t in range(k.shape[0]):
-            per = gpu_per_mib[t]
-            if per > 0 and fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
-                f = np.float64(fit_free[r, t])
-                before = max(0.0, f - m * per)
-                after = max(0.0, max(f - taken, 0.0) - (m - mem_m) * per)
-                out[i, t] = after - before
+        short = _memory_sum(r, fit_count, fit_free, mem, access, k, mem_t, gpu_per_mib, w, taken, mem_m)
+        cpu_part = 0.0
+        if need[r] > 0.0:
+            f = 0
+            for g in range(free.shape[1]):
+                f += free[r, g]
+            before = f - cpu[r] / need[r]
+            after = (f - taken) - (cpu[r] - cpu_m) / need[r]
+            cpu_part = weight * price[r] * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
+        out[i] = cpu_part + weight * short
     return out
+
+
+@njit(cache=True)
+def _memory_sum(
+    r: int,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    gpu_per_mib: np.ndarray,
+    w: np.ndarray,
+    taken: int,
+    mem_m: int,
+) -> float:
+    """`memory_short` of node `r`: over the shapes that can use it and ask memory, in order, the sum of each
+    one's weight times its change in the capacity of its GPUs with room that the node's free memory cannot
+    feed once a pod took `taken` of it and `mem_m` of the memory, in the NumPy path's operations and types
+    (its sum is a cumulative sum: shape after shape, so equal; the shapes skipped here add 0 there)."""
+    m = np.float64(mem[r])
+    s = 0.0
+    for t in range(k.shape[0]):
+        per = gpu_per_mib[t]
+        if per > 0 and fit_count[r, t] >= k[t] and mem[r] >= mem_t[t] and access[r, t]:
+            f = np.float64(fit_free[r, t])
+            before = max(0.0, f - m * per)
+            after = max(0.0, max(f - taken, 0.0) - (m - mem_m) * per)
+            s += (after - before) * np.float64(w[t])
+    return s
 
 
 @njit(cache=True)
