@@ -449,10 +449,10 @@ def fits_somewhere(pod: PodSpec, st_) -> bool:
         if g is None:
             return True
         slots = range(len(st_.nodes[n].gpus))
-        if g.exclusive:
-            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0]
+        need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
+        if g.exclusive:  # an idle card, with the memory the request records (HAMi checks gpumem on any card)
+            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0 and st_.nodes[n].gpus[s].memory_mib >= need[s]]
         else:
-            need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
             ok = [
                 s
                 for s in slots
