@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairgpu.model.pod import GpuRequest, PodSpec
-from fairgpu.plugins.fragmentation_mix import ShapeMix, shape_key
+from fairgpu.plugins.fragmentation_mix import _EXACT_EVERY, ShapeMix, shape_key
 
 
 def arrivals(seed: int, n: int) -> list[PodSpec]:
@@ -47,3 +47,23 @@ def test_the_weights_refresh_at_the_arrivals_a_sum_every_time_refreshes_them() -
             assert mix.p_total == total
     assert refreshes == 6 + growths  # every shape's first pod, and the rest by a quarter's growth
     assert growths > 15
+
+
+def test_the_counts_are_summed_exactly_at_least_every_exact_every_arrivals() -> None:
+    """The running sum is trusted for at most _EXACT_EVERY arrivals at a time: one that drifted from the counts
+    (its rounding grows with the arrivals since the last exact sum; made large here on purpose) is set right by
+    an exact sum within that many arrivals, and the refresh it hid comes then, from the exact counts."""
+    mix = ShapeMix()
+    pod = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048))
+    assert mix.add(pod, memory=True, by_demand=True, max_shapes=512, refresh=True) == (True, True)
+    mix.running = -1e9  # the counts' sum is 0.3: the next arrival is due a refresh (0.6 > 0.3 · 5/4)
+    late = next(
+        (
+            i
+            for i in range(1, 2 * _EXACT_EVERY)
+            if mix.add(pod, memory=True, by_demand=True, max_shapes=512, refresh=False)[1]
+        ),
+        None,
+    )  # arrivals until the refresh
+    assert late is not None and late <= _EXACT_EVERY
+    assert mix.p_total == float(mix.count.sum()) and mix.p_total > 0.3 * late
