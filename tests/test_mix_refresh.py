@@ -25,8 +25,9 @@ def arrivals(seed: int, n: int) -> list[PodSpec]:
     return pods
 
 
-def test_the_weights_refresh_at_the_arrivals_a_sum_every_time_refreshes_them() -> None:
-    pods = arrivals(5, 6000)
+def refreshes_as_a_sum_every_time(pods: list[PodSpec]) -> tuple[int, int]:
+    """Feeds the pods to a mix by demand and checks each arrival's (added, refreshed) against the rule summed
+    every time; returns (refreshes, those by a quarter's growth)."""
     mix = ShapeMix()
     counts: dict[tuple[object, ...], float] = {}
     p_total, refreshes, growths = 0.0, 0, 0
@@ -45,8 +46,28 @@ def test_the_weights_refresh_at_the_arrivals_a_sum_every_time_refreshes_them() -
         if due:
             p_total, refreshes, growths = total, refreshes + 1, growths + (not new and i > 0)
             assert mix.p_total == total
+    return refreshes, growths
+
+
+def test_the_weights_refresh_at_the_arrivals_a_sum_every_time_refreshes_them() -> None:
+    refreshes, growths = refreshes_as_a_sum_every_time(arrivals(5, 6000))
     assert refreshes == 6 + growths  # every shape's first pod, and the rest by a quarter's growth
     assert growths > 15
+
+
+def test_the_weights_refresh_when_the_counts_cross_the_threshold_though_the_running_sum_rounds_below_it() -> None:
+    """28 and 65 cores in this order: at the 45th arrival the counts sum to 21.85000000000001, above the
+    threshold 21.850000000000005 (a quarter above the last refresh), while the running sum, added up in
+    another order, rounds to 21.85, below it: only the exact sum sees the refresh is due."""
+    order = "abbbbaaabaabbbbbbbbbbaabaaabaaabaabbbbbabaaab"
+    pods = [PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 28 if c == "a" else 65, 2048)) for c in order]
+    mix = ShapeMix()
+    for pod in pods[:-1]:
+        mix.add(pod, memory=True, by_demand=True, max_shapes=512, refresh=False)
+    count = mix.count.copy()
+    count[mix.keys[shape_key(pods[-1], True)]] += 0.65
+    assert mix.running + 0.65 < mix.p_total * (1 + 1 / 4) < float(count.sum())  # as described
+    assert refreshes_as_a_sum_every_time(pods)[1] > 0
 
 
 def test_the_counts_are_summed_exactly_at_least_every_exact_every_arrivals() -> None:
