@@ -1,0 +1,82 @@
+"""NumPy's own matrix-vector products, callable from compiled kernels.
+
+`matrix @ w` in float32 (OpenBLAS's sgemv) rounds a row by the rows batched with it, and by a different
+summation than any loop of ours, so a kernel cannot recompute it; it can call the very routines NumPy calls.
+NumPy's wheels carry OpenBLAS as `numpy.libs/libscipy_openblas64_*.so`: its matmul of a C-contiguous (m, T)
+matrix by a (T,) vector is `cblas_?dot` for one row and `cblas_?gemv` (column-major, transposed) for more
+(tests/test_blas.py checks the results bit for bit against `@`). The symbols are registered with LLVM by name,
+so kernels calling them stay cacheable. `AVAILABLE` is False where NumPy has no such library (another build):
+the plugins then run their NumPy path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+import llvmlite.binding as llvm  # type: ignore[import-untyped]
+import numba
+import numpy as np
+from numba import njit
+
+types: Any = numba.types  # numba's type objects build signatures by calls mypy cannot follow
+
+_COL_MAJOR, _TRANS = 102, 112
+_NAMES = ("scipy_cblas_sdot64_", "scipy_cblas_sgemv64_", "scipy_cblas_ddot64_", "scipy_cblas_dgemv64_")
+
+
+def _register() -> bool:
+    """Find NumPy's OpenBLAS and give its four routines' addresses to LLVM."""
+    libs = sorted((Path(np.__file__).resolve().parent.parent / "numpy.libs").glob("libscipy_openblas64_*.so"))
+    if not libs:
+        return False
+    try:
+        lib = ctypes.CDLL(str(libs[0]))
+        addresses = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _NAMES]
+    except (OSError, AttributeError):
+        return False
+    for name, address in zip(_NAMES, addresses, strict=True):
+        llvm.add_symbol(name, address)
+    return True
+
+
+AVAILABLE = _register()
+
+_i64 = types.int64
+
+
+def _routines(t: Any) -> tuple[Any, Any]:
+    p = types.CPointer(t)
+    prefix = "scipy_cblas_s" if t == types.float32 else "scipy_cblas_d"
+    dot = types.ExternalFunction(prefix + "dot64_", t(_i64, p, _i64, p, _i64))
+    gemv_sig = types.void(types.int32, types.int32, _i64, _i64, t, p, _i64, p, _i64, t, p, _i64)
+    return dot, types.ExternalFunction(prefix + "gemv64_", gemv_sig)
+
+
+_sdot, _sgemv = _routines(types.float32)
+_ddot, _dgemv = _routines(types.float64)
+
+
+@njit(cache=True)
+def matvec32(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float32 matrix and (T,) float32 vector, bit for bit as NumPy."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float32)
+    if m == 1 and t > 0:
+        out[0] = _sdot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        _sgemv(_COL_MAJOR, _TRANS, t, m, np.float32(1.0), a.ctypes, t, w.ctypes, 1, np.float32(0.0), out.ctypes, 1)
+    return out
+
+
+@njit(cache=True)
+def matvec64(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float64 matrix and (T,) float64 vector, bit for bit as NumPy."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float64)
+    if m == 1 and t > 0:
+        out[0] = _ddot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        _dgemv(_COL_MAJOR, _TRANS, t, m, 1.0, a.ctypes, t, w.ctypes, 1, 0.0, out.ctypes, 1)
+    return out
