@@ -284,9 +284,8 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
 )
 def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plugin):
     """Binpack, Spread and LeastAllocated (resources in a given order, summed in it) on their compiled path and
-    their NumPy path, on changed rows (and on every node, where both take NumPy's passes), over a filling and
-    draining cluster (CPU-only, whole and shared GPU pods): the same floats. A kernel summing in another order,
-    or dividing other counts, differs."""
+    their NumPy path, on changed rows and on every node, over a filling and draining cluster (CPU-only, whole
+    and shared GPU pods): the same floats. A kernel summing in another order, or dividing other counts, differs."""
     plain = dataclasses.replace(plugin, compiled=False)
     compared = [0]
 

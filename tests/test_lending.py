@@ -175,13 +175,17 @@ def test_the_limit_is_the_waiting_queues_starvation_after():
     assert holding(b_starves_after=1200.0).cycle(4).started == ["a-long", "a-short"]
 
 
-@pytest.mark.parametrize(("b_gpus", "b_runs", "a_starts"), [(2, 5000.0, True), (3, 500.0, False)])
-def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back(b_gpus, b_runs, a_starts):
+@pytest.mark.parametrize(
+    ("b_pods", "b_gpus", "b_runs", "a_starts"), [(1, 2, 5000.0, True), (1, 3, 500.0, False), (2, 1, 5000.0, False)]
+)
+def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back_but_a_gang(b_pods, b_gpus, b_runs, a_starts):
     """a runs 13 of 16 GPUs, far above its share; h's 8-GPU gang starves and holds n0, which frees first
     (at 1,000 s). b, below its share, waits with a job. 2 GPUs for 5,000 s fit only n0's two free ones, which
     the hold keeps from work running past 1,000 s: b waits for the holder, not for room, and a's long 1-GPU
     job takes n1's free GPU (held back, it would only leave it idle: batch-monopoly, docs/performance.md).
-    3 GPUs for 500 s may use n0 but fit nowhere: b waits for room, and a's start is held back for it."""
+    3 GPUs for 500 s may use n0 but fit nowhere: b waits for room, and a's start is held back for it. A gang of
+    2 × 1 GPU for 5,000 s is kept off n0 too, but its pods must find room together outside it (n1 has one free
+    GPU): it waits for room, and a's start, which would take that GPU, is held back for it."""
     queues = QueueTree([QueueSpec("a"), QueueSpec("b"), QueueSpec("h", starvation_after=0)])
     s = Scheduler([gpu_node("n0"), gpu_node("n1")], queues, load_profile("fairgpu"))
     for name, node, gpus, end in (("a-n0", 0, 6, 1000.0), ("a-n1", 1, 7, 5000.0)):
@@ -190,7 +194,7 @@ def test_work_kept_off_a_starving_holders_nodes_holds_nobody_back(b_gpus, b_runs
     s.submit(replace(job("gang", "h", whole(8)), duration=3600.0))
     s.cycle(0)
     assert list(s.reservations["gang"].fit.nodes) == [0]
-    s.submit(replace(job("b-job", "b", whole(b_gpus), t=1), duration=b_runs))
+    s.submit(replace(job("b-job", "b", whole(b_gpus), pods=b_pods, t=1), duration=b_runs))
     s.submit(timed("a-long", "a", 2000.0, t=2))
     assert s.cycle(3).started == (["a-long"] if a_starts else [])
 

@@ -178,6 +178,16 @@ def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
     assert why == {"node cordoned": 1, "too few GPUs": 1}
 
 
+@pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
+def test_a_cluster_without_nodes_places_nothing(profile: str) -> None:
+    """Before any node is known (a controller starting): no node fits, and looking for the first that does
+    must not fail on an empty array."""
+    view, prof = view_of([], profile)
+    for pod in (whole(1), fraction(20, 1024), PodSpec(cpu_m=100, memory_mib=64)):
+        assert place(pod, view, prof) is None
+        assert place(pod, view, prof, exclude=np.zeros(0, dtype=bool)) is None
+
+
 # -- HAMi requests ------------------------------------------------------------------------------------------
 def test_invalid_requests_are_never_placed() -> None:
     from fairgpu.model import gpu_request

@@ -62,8 +62,8 @@ class OverShareHold:
     def holds_back(
         self, entry: Entry, duration: float | None, waits: Callable[[int], bool], holder: int | None
     ) -> bool:
-        """Whether `entry` (expected run `duration`) waits; `waits(k)`: work of queue k fitted nowhere this cycle;
-        `holder`: the starving holder's queue."""
+        """Whether `entry` (expected run `duration`) waits; `waits(k)`: queue k waits for room this cycle (work of
+        it fitted nowhere, or a gang of it was kept off a starving holder's nodes); `holder`: the holder's queue."""
         v, q = self.view, entry.queue
         if duration is None or v.usage_dom[q] + v.history_dom[q] + entry.share <= v.entitled_dom[q] + 1e-9:
             return False

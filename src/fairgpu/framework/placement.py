@@ -59,8 +59,8 @@ def place_pod(
             node = int(within[np.argmax(ev.scored(shape, pod, view, profile)[within])])
     else:
         nodes = shape.nodes if exclude is None else shape.nodes & ~exclude
-        first = int(nodes.argmax())  # the first node that fits, if any: argmax stops there, .any() reads on
-        if not nodes[first]:
+        # the first node that fits, if any (argmax stops there, where .any() reads on); none in an empty cluster
+        if not nodes.size or not nodes[first := int(nodes.argmax())]:
             return None
         _teach(profile, key, pod)
         if profile.score:  # the totals are -inf where the filters refuse a node

@@ -373,11 +373,16 @@ class Scheduler:
         if memo.held_back(q, entry.key, duration):
             return True
 
-        # A queue waits for room once work of its fitted nowhere this cycle: work kept only off reserved nodes
-        # waits for their holder, and one not yet tried may take the room itself (holding back for either only
-        # idled GPUs within the cycle on batch-monopoly, docs/performance.md)
+        # A queue waits for room once work of its fitted nowhere this cycle: other work kept only off reserved
+        # nodes waits for their holder, and one not yet tried may take the room itself (holding back for either
+        # only idled GPUs within the cycle on batch-monopoly, docs/performance.md). A gang kept off them waits
+        # for room too: its pods must find it together, outside the held nodes, and an over-share long start
+        # takes what it is gathering (Philly: fairer or as fair at every size measured).
         def waits(k: int) -> bool:
-            return any(e.key in memo.failed for e in memo.skipped.get(k, ()))
+            return any(
+                e.key in memo.failed or (e.workload.needed > 1 and e.key in memo.failed_outside)
+                for e in memo.skipped.get(k, ())
+            )
 
         held = self.pending.get(holder) if holder else None
         if not self.over_share.holds_back(entry, duration, waits, held.queue if held else None):

@@ -1,8 +1,8 @@
 """Compiled twins of node-local plugins' common cases (numba, cached on disk): the `Resources` filter for a
-shared-card pod of one GPU container on a cluster without MIG cards, and the free-fraction scores (`Binpack`,
-`Spread`, `LeastAllocated`), on the few rows that changed since a pod shape's last evaluation, where the cost
-of the NumPy path is its dozen array operations, not their size (on every node NumPy's whole-array passes
-are faster: at 5,000 nodes 60 µs against 130 for the card checks, 28 against 95 for a score). The same
+shared-card pod of one GPU container on a cluster without MIG cards, on the few rows that changed since a pod
+shape's last evaluation, where the cost of the NumPy path is its dozen array operations, not their size (on
+every node NumPy's whole-array passes are faster: at 5,000 nodes 60 against 130 µs); and the free-fraction
+scores (`Binpack`, `Spread`, `LeastAllocated`) on any rows (on every node 24 against 68 µs). The same
 integer comparisons as `Resources.filter` and `cardfit.card_ok`, so the same verdicts, and the scores' float
 operations in their order, so the same floats (tests/test_evaluations.py compares each with its NumPy path)."""
 
@@ -70,14 +70,17 @@ def free_fraction(
 ) -> np.ndarray:
     """(rows,) 100 × the mean over resources `order` (indices into `free`/`cap`: CPU, memory, GPU cores) of the
     fraction free once the pod took `taken[j]` of resource j (0 where a node has none of it), summed in that
-    order as `scores._free_fraction` sums; `fuller`: 100 × (1 − that mean), Binpack's."""
-    out = np.empty(rows.shape[0], dtype=np.float64)
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        total = 0.0
-        for j in order:
-            c = cap[j][r]
-            total += (free[j][r] - taken[j]) / c if c > 0 else 0.0
-        frac = total / order.shape[0]
-        out[i] = 100.0 * (1.0 - frac) if fuller else 100.0 * frac
-    return out
+    order as `scores._free_fraction` sums; `fuller`: 100 × (1 − that mean), Binpack's. One resource at a time
+    over the rows: a tuple read by a resource index inside the row loop made it 5x slower than NumPy on every
+    node, this way it is 3x faster."""
+    n = rows.shape[0]
+    total = np.zeros(n, dtype=np.float64)
+    for j in order:
+        fj, cj, tj = free[j], cap[j], taken[j]
+        for i in range(n):
+            c = cj[rows[i]]
+            total[i] += (fj[rows[i]] - tj) / c if c > 0 else 0.0
+    for i in range(n):
+        frac = total[i] / order.shape[0]
+        total[i] = 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+    return total

@@ -13,6 +13,7 @@ from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise, once
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
+_ORDER: dict[tuple[str, ...], np.ndarray] = {}  # resources → their indices in the kernel's tuples
 
 
 def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
@@ -38,18 +39,20 @@ def _score(
     pod: PodSpec, view: EngineView, resources: tuple[str, ...], mask: FitMask, fuller: bool, compiled: bool
 ) -> np.ndarray:
     """100 × the mean fraction of `resources` free once the pod took its share (`fuller`: 100 × its
-    complement), on the rows of `mask`: on a few changed rows in one compiled pass, else on the NumPy path,
-    the same floats."""
-    rows = mask.rows
-    if not compiled or isinstance(rows, slice):  # every node: NumPy's whole-array passes are faster
+    complement), on the rows of `mask`: in one compiled pass, else on the NumPy path, the same floats."""
+    if not compiled:
         frac = _free_fraction(pod, view, resources, mask)
         return 100.0 * (1.0 - frac) if fuller else 100.0 * frac
     st = view.state
+    rows = mask.rows
+    # one compiled signature for any caller's rows (no compile in a decision)
+    rows = np.ascontiguousarray(np.arange(st.num_nodes)[rows] if isinstance(rows, slice) else rows)
     cores = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
     taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
-    order = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
+    order = _ORDER.get(resources)
+    if order is None:
+        order = _ORDER[resources] = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
     free, cap = (st.cpu_free, st.mem_free, st.node_cores_free), (st.cpu_cap, st.mem_cap, st.node_cores_cap)
-    rows = np.ascontiguousarray(rows)  # one compiled signature for any caller's rows (no compile in a decision)
     return np.asarray(node_kernels.free_fraction(rows, free, cap, taken, order, fuller))
 
 
