@@ -26,3 +26,11 @@ def test_the_products_equal_numpys_bit_for_bit(dtype: type) -> None:
             differ += int((got != a @ w.astype(dtype)).sum())
             rows += m
     assert differ == 0 and rows > 8000
+
+
+def test_without_numpys_blas_the_plugin_runs_its_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels link to NumPy's OpenBLAS by name: where it is missing they must not be called at all."""
+    from fairgpu.plugins.fragmentation import Fragmentation
+
+    monkeypatch.setattr(blas, "AVAILABLE", False)
+    assert not Fragmentation(compiled=True).compiled
