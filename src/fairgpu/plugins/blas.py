@@ -5,7 +5,9 @@ summation than any loop of ours, so a kernel cannot recompute it; it can call th
 NumPy's wheels carry OpenBLAS (`numpy.libs/libscipy_openblas64_*.so`, loaded with NumPy): its matmul of a
 C-contiguous (m, T) matrix by a (T,) vector is `cblas_?dot` for one row and `cblas_?gemv` (column-major,
 transposed) for more (tests/test_blas.py checks the results bit for bit against `@`). The symbols are
-registered with LLVM by name, so kernels calling them stay cacheable. `AVAILABLE` is False where NumPy has no
+registered with LLVM by name, so kernels calling them stay cacheable (the kernels calling them,
+`fragmentation_kernels.matvec32` and `matvec64`, live beside their callers: numba's disk cache notices a
+change in a kernel's own file, not in another module's). `AVAILABLE` is False where NumPy has no
 such library (another build, another C library): the plugins then run their NumPy path.
 """
 
@@ -16,12 +18,10 @@ from typing import Any
 
 import llvmlite.binding as llvm  # type: ignore[import-untyped]  # llvmlite ships no type information
 import numba
-import numpy as np
-from numba import njit
 
 types: Any = numba.types  # numba's type objects build signatures by calls mypy cannot follow
 
-_COL_MAJOR, _TRANS = 102, 112
+COL_MAJOR, TRANS = 102, 112  # CBLAS_ORDER and CBLAS_TRANSPOSE
 _NAMES = ("scipy_cblas_sdot64_", "scipy_cblas_sgemv64_", "scipy_cblas_ddot64_", "scipy_cblas_dgemv64_")
 _LIBRARY = b"libscipy_openblas64_"
 
@@ -36,8 +36,8 @@ _VISIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Loaded), ctypes.c_size_t
 
 
 def _numpys_blas() -> bytes | None:
-    """The path of the OpenBLAS NumPy has loaded into this process, asked of the dynamic linker (no file is
-    read: the library is mapped already), or None."""
+    """The path of the OpenBLAS NumPy has loaded into this process (numba imports NumPy, which loads it), asked of
+    the dynamic linker (no file is read: the library is mapped already), or None."""
     found: list[bytes] = []
 
     def visit(info: Any, size: int, data: Any) -> int:
@@ -81,29 +81,5 @@ def _routines(t: Any) -> tuple[Any, Any]:
     return dot, types.ExternalFunction(prefix + "gemv64_", gemv_sig)
 
 
-_sdot, _sgemv = _routines(types.float32)
-_ddot, _dgemv = _routines(types.float64)
-
-
-@njit(cache=True)
-def matvec32(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`a @ w` for a C-contiguous (m, T) float32 matrix and (T,) float32 vector, bit for bit as NumPy."""
-    m, t = a.shape
-    out = np.zeros(m, dtype=np.float32)
-    if m == 1 and t > 0:
-        out[0] = _sdot(t, a.ctypes, 1, w.ctypes, 1)
-    elif m > 1 and t > 0:
-        _sgemv(_COL_MAJOR, _TRANS, t, m, np.float32(1.0), a.ctypes, t, w.ctypes, 1, np.float32(0.0), out.ctypes, 1)
-    return out
-
-
-@njit(cache=True)
-def matvec64(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`a @ w` for a C-contiguous (m, T) float64 matrix and (T,) float64 vector, bit for bit as NumPy."""
-    m, t = a.shape
-    out = np.zeros(m, dtype=np.float64)
-    if m == 1 and t > 0:
-        out[0] = _ddot(t, a.ctypes, 1, w.ctypes, 1)
-    elif m > 1 and t > 0:
-        _dgemv(_COL_MAJOR, _TRANS, t, m, 1.0, a.ctypes, t, w.ctypes, 1, 0.0, out.ctypes, 1)
-    return out
+sdot, sgemv = _routines(types.float32)
+ddot, dgemv = _routines(types.float64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fairgpu.plugins.blas import matvec32, matvec64
+from fairgpu.plugins import blas
 
 
 @njit(cache=True)
@@ -446,3 +446,30 @@ def node_rows(
     for i in range(rows.shape[0]):
         r = rows[i]
         delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + starved[i]
+
+
+@njit(cache=True)
+def matvec32(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float32 matrix and (T,) float32 vector, bit for bit as NumPy
+    (plugins/blas.py)."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float32)
+    if m == 1 and t > 0:
+        out[0] = blas.sdot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        blas.sgemv(
+            blas.COL_MAJOR, blas.TRANS, t, m, np.float32(1.0), a.ctypes, t, w.ctypes, 1, np.float32(0.0), out.ctypes, 1
+        )
+    return out
+
+
+@njit(cache=True)
+def matvec64(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float64 matrix and (T,) float64 vector, bit for bit as NumPy."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float64)
+    if m == 1 and t > 0:
+        out[0] = blas.ddot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        blas.dgemv(blas.COL_MAJOR, blas.TRANS, t, m, 1.0, a.ctypes, t, w.ctypes, 1, 0.0, out.ctypes, 1)
+    return out
