@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from fairgpu.framework.idle import CAUSES
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import QueueSpec, QueueTree
 from fairgpu.model.node import GpuDevice, NodeSpec
+from fairgpu.plugins.sort import FairShare
 from fairgpu.sim import scenario as scenarios
 
 
@@ -95,3 +98,21 @@ def test_simulated_idle_gpu_hours_add_up_to_the_idle_capacity(name, profile):
     assert list(res.idle_gpu_hours) == list(CAUSES)
     assert sum(res.idle_gpu_hours.values()) == pytest.approx(total * (1 - res.utilization), rel=1e-9, abs=1e-9)
     assert res.to_json()["idle_gpu_hours"] == res.idle_gpu_hours
+
+
+@pytest.mark.parametrize(("long_over_share", "expect"), [("hold", {"held": 2}), ("start", {"fragmented": 1})])
+def test_gpus_the_over_share_hold_keeps_idle_are_held(long_over_share, expect):
+    """8 GPUs, a and b entitled to 4 each: a holds 4, b 1 and waits with a 4-GPU job that does not fit the 3
+    free GPUs. a's 300 s job starts; its 1,000 s job, above a's share and past b's starvation_after, is held
+    back (long_over_share: hold): the 2 GPUs it would fit are idle because of the hold, not for want of a fit.
+    Work-conserving, it starts, and the one GPU left is too few for b's job."""
+    profile = replace(load_profile("fairgpu"), queue_sort=FairShare(long_over_share=long_over_share))
+    s = Scheduler([gpu_node("n0")], tree("a", "b"), profile)
+    for name, queue in (*((f"a-{i}", "a") for i in range(4)), ("b-run", "b")):
+        s.submit(replace(job(name, queue, whole(1)), duration=1000.0))
+    s.cycle(0)
+    s.submit(replace(job("b-big", "b", whole(4), t=1), duration=1000.0))
+    s.submit(replace(job("a-long", "a", whole(1), t=2), duration=1000.0))
+    s.submit(replace(job("a-short", "a", whole(1), t=3), duration=300.0))
+    assert "a-short" in s.cycle(4).started
+    assert causes(s, 4) == expect

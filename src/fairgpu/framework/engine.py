@@ -159,6 +159,7 @@ class Engine(Protocol):
     pending: dict[str, Entry]
     running: dict[str, Entry]
     reservations: Reservations
+    held_back: frozenset[tuple[int, int]]  # (queue, shape) held back above its share in the last cycle
 
     def refresh_shares(self, now: float) -> None: ...
 

@@ -26,6 +26,7 @@ CAUSES = (
     "cpu_memory",  # a pending pod's GPUs would fit, but the node lacks its CPU or memory
     "fragmented",  # pending pods want this GPU model, but none fits the free slices
     "no_fit",  # nothing pending could run on this node's GPUs (or nothing pending at all)
+    "held",  # only pods whose start the last cycle held back above their queue's share would fit (OverShareHold)
     "other",  # an admitted, non-gang pod would fit: the cycle has not yet taken it (e.g. evictions pending)
 )
 
@@ -34,7 +35,8 @@ CAUSES = (
 class _Fits:
     """(N,) per node: some pending pod of each kind fits there."""
 
-    admitted: np.ndarray  # fully, and its queue admits it
+    admitted: np.ndarray  # fully, and its queue admits it (not held back)
+    held: np.ndarray  # fully, admitted, but held back above its queue's share in the last cycle
     gang: np.ndarray  # fully, and it belongs to a gang (admitted)
     refused: np.ndarray  # fully, but its queue refuses it
     gpus: np.ndarray  # on GPUs, ignoring CPU and memory
@@ -58,6 +60,7 @@ def idle_gpus(engine: Engine, now: float) -> dict[str, float]:
         ("fragmented", fits.wanted),
         ("cpu_memory", fits.gpus),
         ("limit", fits.refused),
+        ("held", fits.held),
         ("other", fits.admitted),
         ("gang", fits.gang),
         ("reserved", _reserved(engine, now)),
@@ -79,23 +82,25 @@ def _reserved(engine: Engine, now: float) -> np.ndarray:
 
 def _pending_fits(engine: Engine, candidates: np.ndarray) -> _Fits:
     n = engine.state.num_nodes
-    fits = _Fits(*(np.zeros(n, dtype=bool) for _ in range(5)))
+    fits = _Fits(*(np.zeros(n, dtype=bool) for _ in range(6)))
     # Pending workloads grouped by (queue, what must fit next): admission and fit are the same within one.
     groups: dict[tuple[int, int], Entry] = {}
     for entry in engine.pending.values():
         if not entry.terminating:
             groups.setdefault((entry.queue, entry.key), entry)
-    shapes: dict[tuple[object, ...], tuple[PodSpec, bool, bool]] = {}  # pod key → (pod, admitted anywhere, in a gang)
-    for entry in groups.values():
+    # pod key → (pod, admitted anywhere, in a gang, in a workload neither in a gang nor held back)
+    shapes: dict[tuple[object, ...], tuple[PodSpec, bool, bool, bool]] = {}
+    for (q, key), entry in groups.items():
         admitted = engine.admission_refusal(entry) is None
         gang = engine.profile.gang and entry.workload.needed - len(entry.placed) > 1
+        free = admitted and not gang and (q, key) not in engine.held_back
         for pod in entry.rest:
             if pod.gpu is None:
                 continue
-            _, was_admitted, was_gang = shapes.get(pod.key(), (pod, False, False))
-            shapes[pod.key()] = (pod, was_admitted or admitted, was_gang or (admitted and gang))
+            _, was_admitted, was_gang, was_free = shapes.get(pod.key(), (pod, False, False, False))
+            shapes[pod.key()] = (pod, was_admitted or admitted, was_gang or (admitted and gang), was_free or free)
     view, profile = engine.view, engine.profile
-    for pod, admitted, gang in shapes.values():
+    for pod, admitted, gang, free in shapes.values():
         g = pod.gpu
         assert g is not None
         st = engine.state
@@ -111,6 +116,8 @@ def _pending_fits(engine: Engine, candidates: np.ndarray) -> _Fits:
             fits.refused |= full
         elif gang:
             fits.gang |= full
-        else:
+        elif free:
             fits.admitted |= full
+        else:
+            fits.held |= full
     return fits

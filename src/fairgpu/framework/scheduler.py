@@ -88,6 +88,7 @@ class Scheduler:
             self.running_ends,
         )
         self.growth = Growth(self.state, self.profile, self.accounting, self.reservations, self.running)
+        self.held_back: frozenset[tuple[int, int]] = frozenset()  # last cycle's (queue, shape) (idle.py)
         self.starving = Starving(
             tree,
             self.profile,
@@ -364,6 +365,7 @@ class Scheduler:
             for q, entries in memo.skipped.items():
                 for entry in entries:
                     self.backlogs[q].push(entry)
+            self.held_back = frozenset(memo.held)
 
     def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo) -> bool:
         """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
