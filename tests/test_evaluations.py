@@ -298,3 +298,15 @@ def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plug
 
     churn(200, 13, before=act)
     assert compared[0] == 400
+
+
+@pytest.mark.parametrize("plugin", [Spread(), Binpack(), LeastAllocated()], ids=repr)
+def test_a_resource_a_node_has_one_unit_of_counts_in_the_compiled_free_fraction_as_on_the_numpy_path(plugin):
+    """A node reporting 1 millicore of CPU (a virtual node) still has CPU: the compiled free-fraction scores
+    leave out only a resource a node has none of, as the NumPy path does, on changed rows and on every node."""
+    nodes = [NodeSpec("tiny", 1, 1024), NodeSpec("big", 64_000, 1 << 18)]
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("kube-default")).view
+    pod = PodSpec(cpu_m=0, memory_mib=512)
+    plain = dataclasses.replace(plugin, compiled=False)
+    for mask in (FitMask(np.ones(2, dtype=bool), None), FitMask(np.ones(2, dtype=bool), None, rows=np.arange(2))):
+        assert np.array_equal(plugin.score(pod, view, mask), plain.score(pod, view, mask))
