@@ -310,3 +310,10 @@ def test_a_resource_a_node_has_one_unit_of_counts_in_the_compiled_free_fraction_
     plain = dataclasses.replace(plugin, compiled=False)
     for mask in (FitMask(np.ones(2, dtype=bool), None), FitMask(np.ones(2, dtype=bool), None, rows=np.arange(2))):
         assert np.array_equal(plugin.score(pod, view, mask), plain.score(pod, view, mask))
+
+
+def test_a_fragmentation_plugin_asked_for_the_numpy_path_stays_on_it() -> None:
+    """compiled=False is the NumPy path whatever BLAS the kernels could load (the tests that compare the two
+    paths build their NumPy twin this way; were it compiled after all, they would compare a path with itself)."""
+    assert Fragmentation(compiled=False).compiled is False
+    assert dataclasses.replace(Fragmentation(), compiled=False).compiled is False
