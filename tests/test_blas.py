@@ -35,3 +35,12 @@ def test_without_numpys_blas_the_plugin_runs_its_numpy_path(monkeypatch: pytest.
 
     monkeypatch.setattr(blas, "AVAILABLE", False)
     assert not Fragmentation(compiled=True).compiled
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_changed_node_against_a_mix_of_one_shape_is_its_product(dtype: type) -> None:
+    """The smallest product the upkeep asks for (one node changed, one shape learned so far): a 1 × 1 matrix,
+    which NumPy computes as a dot product of length one."""
+    product = kernels.matvec32 if dtype is np.float32 else kernels.matvec64
+    a, w = np.array([[300.0]], dtype=dtype), np.array([0.5], dtype=dtype)
+    assert product(a, w).tolist() == (a @ w).tolist() == [150.0]
