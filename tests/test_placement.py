@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tests.conftest import fraction, gpu_node, whole
 
@@ -450,8 +450,8 @@ def fits_somewhere(pod: PodSpec, st_) -> bool:
             return True
         slots = range(len(st_.nodes[n].gpus))
         need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
-        if g.exclusive:  # an idle card, with the memory the request records (HAMi checks gpumem on any card)
-            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0 and st_.nodes[n].gpus[s].memory_mib >= need[s]]
+        if g.exclusive:  # an idle card, with the memory the request records (HAMi checks it for any cores)
+            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0 and st_.gpu_mem_cap[n, s] >= need[s]]
         else:
             ok = [
                 s
@@ -478,6 +478,7 @@ pods_strategy = st.lists(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pods=pods_strategy, policy=st.sampled_from(["fairgpu", "kube-default", "Random", "GpuPacking", "DotProd"]))
+@example(pods=[whole(4), fraction(100, 15_361)], policy="fairgpu")  # a whole T4 asking 1 MiB more than it has
 def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> None:
     nodes = [gpu_node("big", gpus=4), gpu_node("t4", gpus=2, model="T4", mem_mib=15360, cpu_m=16_000)]
     view, prof = view_of(nodes, policy if policy in ("fairgpu", "kube-default") else "fairgpu")
