@@ -44,3 +44,14 @@ def test_one_changed_node_against_a_mix_of_one_shape_is_its_product(dtype: type)
     product = kernels.matvec32 if dtype is np.float32 else kernels.matvec64
     a, w = np.array([[300.0]], dtype=dtype), np.array([0.5], dtype=dtype)
     assert product(a, w).tolist() == (a @ w).tolist() == [150.0]
+
+
+def test_where_numpy_has_no_openblas_or_it_lacks_the_routines_the_kernels_are_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`AVAILABLE` is False where the dynamic linker finds no OpenBLAS of NumPy's, or one without the four
+    routines (another build): the plugins then run their NumPy path instead of calling symbols never given."""
+    monkeypatch.setattr(blas, "_numpys_blas", lambda: None)
+    assert blas._register() is False
+    monkeypatch.setattr(blas, "_numpys_blas", lambda: b"libc.so.6")  # loaded, but no cblas routines in it
+    assert blas._register() is False
