@@ -302,3 +302,57 @@ def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plug
 
     churn(200, 13, before=act)
     assert compared[0] == 400
+
+
+@pytest.mark.parametrize("plugin", [Spread(), Binpack(), LeastAllocated()], ids=repr)
+def test_a_resource_a_node_has_one_unit_of_counts_in_the_compiled_free_fraction_as_on_the_numpy_path(plugin):
+    """A node reporting 1 millicore of CPU (a virtual node) still has CPU: the compiled free-fraction scores
+    leave out only a resource a node has none of, as the NumPy path does, on changed rows and on every node."""
+    nodes = [NodeSpec("tiny", 1, 1024), NodeSpec("big", 64_000, 1 << 18)]
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("kube-default")).view
+    pod = PodSpec(cpu_m=0, memory_mib=512)
+    plain = dataclasses.replace(plugin, compiled=False)
+    for mask in (FitMask(np.ones(2, dtype=bool), None), FitMask(np.ones(2, dtype=bool), None, rows=np.arange(2))):
+        assert np.array_equal(plugin.score(pod, view, mask), plain.score(pod, view, mask))
+
+
+def test_a_fragmentation_plugin_asked_for_the_numpy_path_stays_on_it() -> None:
+    """compiled=False is the NumPy path whatever BLAS the kernels could load (the tests that compare the two
+    paths build their NumPy twin this way; were it compiled after all, they would compare a path with itself)."""
+    assert Fragmentation(compiled=False).compiled is False
+    assert dataclasses.replace(Fragmentation(), compiled=False).compiled is False
+
+
+def test_where_numpy_carries_its_own_openblas_the_kernels_find_it() -> None:
+    """NumPy's wheels bundle scipy-openblas: there the compiled path must find its routines (were they not
+    found, every Fragmentation plugin would quietly fall back to its NumPy path: the same floats, slower)."""
+    from fairgpu.plugins import blas
+
+    if np.show_config(mode="dicts")["Build Dependencies"]["blas"].get("name") != "scipy-openblas":
+        pytest.skip("NumPy without its bundled OpenBLAS")
+    assert blas.AVAILABLE and Fragmentation().compiled
+
+
+def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(monkeypatch) -> None:
+    """kernels.upkeep brings the changed rows' usable capacity up to date in the plugin's cache, and writes
+    nothing while the plugin has none (an empty array), as after a refresh of the mix; with one shape a refresh
+    keeps its weights, so the kernel is not told by new weights. Compiled, a write past an array is silent
+    memory corruption; run here as plain Python (the kernels it calls stay compiled), it raises."""
+    from fairgpu.plugins import fragmentation_kernels as kernels
+
+    uncached = [0]
+    upkeep = kernels.upkeep.py_func
+
+    def counted(*args):
+        w, changed = upkeep(*args)
+        uncached[0] += not changed and args[-1].size == 0
+        return w, changed
+
+    monkeypatch.setattr(kernels, "upkeep", counted)
+    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    pod = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048))
+    for i in range(12):  # the mix refreshes at the 1st, 2nd, 3rd, 4th, 6th, 8th and 11th arrival
+        p = place_pod(pod, sched.view, sched.profile, key=f"p{i}")
+        assert p is not None
+        sched.view.state.assign(f"p{i}", p)
+    assert uncached[0] >= 3

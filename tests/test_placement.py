@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tests.conftest import fraction, gpu_node, whole
 
@@ -469,10 +469,10 @@ def fits_somewhere(pod: PodSpec, st_) -> bool:
         if g is None:
             return True
         slots = range(len(st_.nodes[n].gpus))
-        if g.exclusive:
-            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0]
+        need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
+        if g.exclusive:  # an idle card, with the memory the request records (HAMi checks it for any cores)
+            ok = [s for s in slots if st_.gpu_tasks[n, s] == 0 and st_.gpu_mem_cap[n, s] >= need[s]]
         else:
-            need = [g.mem_for(st_.nodes[n].gpus[s].memory_mib) for s in slots]
             ok = [
                 s
                 for s in slots
@@ -498,6 +498,7 @@ pods_strategy = st.lists(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pods=pods_strategy, policy=st.sampled_from(["fairgpu", "kube-default", "Random", "GpuPacking", "DotProd"]))
+@example(pods=[whole(4), fraction(100, 15_361)], policy="fairgpu")  # a whole T4 asking 1 MiB more than it has
 def test_no_placement_over_commits_a_gpu(pods: list[PodSpec], policy: str) -> None:
     nodes = [gpu_node("big", gpus=4), gpu_node("t4", gpus=2, model="T4", mem_mib=15360, cpu_m=16_000)]
     view, prof = view_of(nodes, policy if policy in ("fairgpu", "kube-default") else "fairgpu")

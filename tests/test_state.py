@@ -616,6 +616,23 @@ def test_changes_list_each_changed_node_once_and_every_node_once_the_log_forgot(
     assert state.changes.since(recent).tolist() == [0]
 
 
+def test_a_mark_asked_again_after_as_many_changes_as_the_log_holds_is_answered_anew() -> None:
+    """since() keeps its answers until the log's end moves: after 2048 changes (the log of a small cluster
+    holds that many, and forgot the older half on the way) the cache that asked at `mark` must see that every
+    node may have changed, not the empty answer it was given before (a filter cache would then keep a node
+    it no longer fits on)."""
+    from fairgpu.changes import Changes
+
+    log = Changes(3)
+    log.add(0)
+    mark = log.end
+    assert log.since(mark).size == 0
+    for _ in range(2048):
+        log.add(2)
+    assert log.since(mark).tolist() == [0, 1, 2]  # the log no longer reaches back to `mark`
+    assert log.since(log.end - 1).tolist() == [2]
+
+
 def test_a_change_log_lists_what_changed_after_each_mark_whatever_it_kept() -> None:
     from fairgpu.changes import Changes
 

@@ -24,6 +24,7 @@ import numpy as np
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.node import GPU_CORES
 from fairgpu.model.pod import PodSpec
+from fairgpu.plugins import blas
 from fairgpu.plugins import fragmentation_kernels as kernels
 from fairgpu.plugins import fragmentation_nodes as per_node
 from fairgpu.plugins.fragmentation_cpu import need_and_price, starved
@@ -33,6 +34,7 @@ from fairgpu.state import ClusterState
 
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_CAPACITY = np.zeros(0, dtype=np.float32)
 _SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
 
 
@@ -75,10 +77,12 @@ class Fragmentation:
     # does (FGD's own measure, the `fgd` baseline, sees CPU only)
     memory: bool = False
     max_shapes: int = 128
-    # the inner loops compiled (fragmentation_kernels.py); False runs the NumPy path, bit for bit the same
+    # the inner loops compiled (fragmentation_kernels.py); False runs the NumPy path, bit for bit the same (and
+    # so does a NumPy without the BLAS the kernels call for its products: plugins/blas.py)
     compiled: bool = True
     _mix: ShapeMix = field(default_factory=ShapeMix)
     _w: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # the mix's p with boosts
+    _w64: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _agg: per_node.Aggregates | None = None
     # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
     # rescores every node, else only nodes whose state changed
@@ -87,6 +91,7 @@ class Fragmentation:
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
             raise ValueError("max_shapes must be at least 1")
+        self.compiled = self.compiled and blas.AVAILABLE
         if self.compiled:  # once per process and settings; a fresh plugin: this one learns nothing from it
             settings = {name: getattr(self, name) for name in _SETTINGS}
             once(("Fragmentation", *settings.values()), lambda: exercise(Fragmentation(**settings)))
@@ -121,15 +126,14 @@ class Fragmentation:
             per_node.extend(agg, mix)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size and self.compiled:  # refresh, weights and the rows' usable capacity in one call
-            w, changed, usable = kernels.upkeep(
+            w, changed = kernels.upkeep(
                 rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
                 agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room,
-                agg.free_total, mix.p, self.scarce, self.pressure, self._w, agg.usable is not None,
+                agg.free_total, mix.p, self.scarce, self.pressure, self._w,
+                _NO_CAPACITY if agg.usable is None else agg.usable,
             )  # fmt: skip
             if changed:
                 self._new_weights(agg, w)
-            elif agg.usable is not None:
-                agg.usable[rows] = usable @ self._w
         else:
             if rows.size:
                 per_node.refresh(agg, mix, rows, mem)
@@ -172,7 +176,7 @@ class Fragmentation:
 
     def _new_weights(self, agg: per_node.Aggregates, w: np.ndarray) -> None:
         """Cached usable capacities and deltas go stale with the weights."""
-        self._w = w
+        self._w, self._w64 = w, w.astype(np.float64)  # a shared pod's products are float64, as NumPy promotes
         self._generation += 1
         agg.usable = None
         agg.deltas.clear()
@@ -328,17 +332,15 @@ class Fragmentation:
         starved = self._starved(pod, agg, rows)  # its own module's measure, compiled there
         if shared:
             assert pod.gpu is not None
-            cores = pod.gpu.cores
-            first, sub, slots, matrix = kernels.slot_rows(
+            kernels.gpu_deltas(
                 rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.access, cores, cpu_m, mem_m,
+                agg.access, pod.gpu.cores, cpu_m, mem_m, self._w64, agg.usable, starved, delta,
             )  # fmt: skip
-            after = matrix @ self._w
-            kernels.gpu_rows(rows, first, sub, slots, after, agg.usable, agg.free, cores, starved, delta)
             return
-        taken = k * GPU_CORES
-        after = self._after(agg, rows, k, taken, cpu_m, mem_m)
-        kernels.node_rows(rows, after, agg.usable, taken, starved, delta)
+        kernels.node_deltas(
+            rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access, k,
+            k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, starved, delta,
+        )  # fmt: skip
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).

@@ -3,15 +3,16 @@
 Each kernel does in one pass what the plugin's NumPy path does in a dozen array operations on a few rows,
 where the cost is the operations' count, not their size. They compute the same values in the same
 floating-point types and order, so results are bit-identical to the NumPy path
-(tests/test_evaluations.py); the weighted sums over shapes stay NumPy matrix products on the
-matrices built here, so the summation order is NumPy's in both paths and a change of shape weights
-changes nothing here.
+(tests/test_evaluations.py); the weighted sums over shapes are NumPy's own matrix-vector products, the
+same BLAS routines called the same way (blas.py), so a change of shape weights changes nothing here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from fairgpu.plugins import blas
 
 
 @njit(cache=True)
@@ -303,20 +304,79 @@ def upkeep(
     scarce: int,
     pressure: int,
     now: np.ndarray,
-    matrix: bool,
-) -> tuple[np.ndarray, bool, np.ndarray]:
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, bool]:
     """A placement's upkeep in one call: `refresh_rows`, then `weights` from the moved `hosts`, `room` and
-    `free_total`, then, if the weights stayed and `matrix` is asked for, the rows' `node_matrix` with nothing
-    taken (whose product with the weights is their usable capacity). Returns (weights, changed, matrix), the
-    matrix empty when not computed."""
+    `free_total`; if the weights stayed, the rows' usable capacity under them (`capacity[rows]`, the plugin's
+    cached usable capacity; empty when it has none) as the NumPy path's `node_matrix @ w`. Returns (weights,
+    changed)."""
     refresh_rows(
         rows, usable, cores_free, cpu_free, mem_free, need, k, cpu_t, mem_t, access, free, cpu, mem, fit_count,
         fit_free, hosts, room, free_total,
     )  # fmt: skip
     w, changed = weights(p, hosts, room, free_total[0], scarce, pressure, now)
-    if changed or not matrix:
-        return w, changed, np.empty((0, k.shape[0]), dtype=np.float32)
-    return w, changed, node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, 0, 0, 0, 0)
+    if not changed and capacity.shape[0]:
+        after = matvec32(node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, 0, 0, 0, 0), now)
+        for i in range(rows.shape[0]):
+            capacity[rows[i]] = after[i]
+    return w, changed
+
+
+@njit(cache=True)
+def node_deltas(
+    rows: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    gpus: int,
+    taken: int,
+    cpu_m: int,
+    mem_m: int,
+    w: np.ndarray,
+    usable: np.ndarray,
+    starved: np.ndarray,
+    delta: np.ndarray,
+) -> None:
+    """delta[rows] for a CPU-only or whole-GPU pod taking `gpus` GPUs (`taken` cores), `cpu_m` and `mem_m`:
+    `node_matrix`, its product with the weights `w` as NumPy computes it, and `node_rows`, in one call."""
+    after = matvec32(
+        node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, gpus, taken, cpu_m, mem_m), w
+    )
+    node_rows(rows, after, usable, taken, starved, delta)
+
+
+@njit(cache=True)
+def gpu_deltas(
+    rows: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+    w: np.ndarray,
+    usable: np.ndarray,
+    starved: np.ndarray,
+    delta: np.ndarray,
+) -> None:
+    """delta[rows] for a shared pod taking `cores` of one GPU: `slot_rows`, the product with the weights `w`
+    (float64, as NumPy promotes the float32 weights) as NumPy computes it, and `gpu_rows`, in one call."""
+    first, sub, slots, matrix = slot_rows(
+        rows, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
+    )
+    gpu_rows(rows, first, sub, slots, matvec64(matrix, w), usable, free, cores, starved, delta)
 
 
 @njit(cache=True)
@@ -427,3 +487,30 @@ def node_rows(
     for i in range(rows.shape[0]):
         r = rows[i]
         delta[r] = np.float64((np.float32(-taken) - after[i]) + usable[r]) + starved[i]
+
+
+@njit(cache=True)
+def matvec32(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float32 matrix and (T,) float32 vector, bit for bit as NumPy
+    (plugins/blas.py)."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float32)
+    if m == 1 and t > 0:
+        out[0] = blas.sdot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        blas.sgemv(
+            blas.COL_MAJOR, blas.TRANS, t, m, np.float32(1.0), a.ctypes, t, w.ctypes, 1, np.float32(0.0), out.ctypes, 1
+        )
+    return out
+
+
+@njit(cache=True)
+def matvec64(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`a @ w` for a C-contiguous (m, T) float64 matrix and (T,) float64 vector, bit for bit as NumPy."""
+    m, t = a.shape
+    out = np.zeros(m, dtype=np.float64)
+    if m == 1 and t > 0:
+        out[0] = blas.ddot(t, a.ctypes, 1, w.ctypes, 1)
+    elif m > 1 and t > 0:
+        blas.dgemv(blas.COL_MAJOR, blas.TRANS, t, m, 1.0, a.ctypes, t, w.ctypes, 1, 0.0, out.ctypes, 1)
+    return out
