@@ -182,14 +182,23 @@ def starved(
     pod took `taken` of its GPU capacity and `cpu_m` of its CPU, times `weight` x `price` (0 where need is 0),
     plus `weight` x `memory_short`'s sum for the pod's `mem_m` of memory (`_memory_sum`)."""
     out = np.empty(rows.shape[0], dtype=np.float64)
+    per_min = np.inf  # the least GPU percent per MiB of the shapes that ask memory
+    for t in range(gpu_per_mib.shape[0]):
+        if 0.0 < gpu_per_mib[t] < per_min:
+            per_min = gpu_per_mib[t]
     for i in range(rows.shape[0]):
         r = rows[i]
-        short = _memory_sum(r, fit_count, fit_free, mem, access, k, mem_t, gpu_per_mib, w, taken, mem_m)
+        f = 0
+        for g in range(free.shape[1]):
+            f += free[r, g]
+        # Where the memory left feeds all the node's free capacity even at the hungriest shape's memory per GPU
+        # percent, every shape's term is 0 before and after (a shape's capacity is at most the node's), so
+        # `_memory_sum` would add only zeros: skipped, the same float
+        short = 0.0
+        if per_min < np.inf and (np.float64(mem[r]) - mem_m) * per_min < f:
+            short = _memory_sum(r, fit_count, fit_free, mem, access, k, mem_t, gpu_per_mib, w, taken, mem_m)
         cpu_part = 0.0
         if need[r] > 0.0:
-            f = 0
-            for g in range(free.shape[1]):
-                f += free[r, g]
             before = f - cpu[r] / need[r]
             after = (f - taken) - (cpu[r] - cpu_m) / need[r]
             cpu_part = weight * price[r] * ((after if after > 0.0 else 0.0) - (before if before > 0.0 else 0.0))
