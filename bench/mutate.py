@@ -47,6 +47,8 @@ import mutate_changed
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = (
     "src/fairgpu/fairness.py",
+    "src/fairgpu/state.py",  # where a GPU booked twice would come from
+    "src/fairgpu/changes.py",  # a stale answer leaves caches of filters and scores stale
     "src/fairgpu/plugins/*.py",
     "src/fairgpu/framework/*.py",
     "src/fairgpu/k8s/leader.py",

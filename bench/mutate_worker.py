@@ -34,7 +34,7 @@ import fairgpu
 from mutate import mutated_tree
 
 ROOT = Path.cwd()
-PYTEST_ARGS = ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts="]
+PYTEST_ARGS = ["-x", "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts=", "--hypothesis-profile=mutation"]
 REPORT = ROOT / ".mutate-report.xml"  # each run's JUnit report: which test killed the mutant
 
 

@@ -8,11 +8,16 @@ import subprocess
 from functools import cache
 
 import pytest
+from hypothesis import settings
 
 from fairgpu.catalog import load_profile
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.sim.runner import SimResult, simulate
 from fairgpu.sim.scenario import load
+
+# bench/mutate.py's workers run the tests with this profile: no example database, since a mutant's failing
+# example saved in the scratch copy would fail later, unrelated mutants' property tests and count as their kills
+settings.register_profile("mutation", database=None)
 
 
 @cache
