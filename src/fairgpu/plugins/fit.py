@@ -36,27 +36,18 @@ class Resources:
             self._shared(pod, g, st, r, mask)
             return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
-        if g is None:
+        if g is None or per_container:
             mask.restrict_nodes(nodes)
+            if per_container:
+                self._per_container(pod, st, mask)
             return
-        if whole and not (g.mem_mib or per_container) and mask.slots is None:
-            # the usual whole-card pod: its slots are the idle cards, which the state counts per node
-            mask.restrict_nodes(nodes & (st.node_idle_gpus[r] >= g.count))
-            mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
-            return
-        mask.restrict_nodes(nodes)
-        if per_container:
-            self._per_container(pod, st, mask)
-            return
-        if whole:
-            # Whole cards need an idle GPU; the state keeps that index (and its per-node count) current.
-            if g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
-                mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
-            else:
-                mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
-        else:
+        if not whole:
             mask.restrict_slots(card_ok(st, g, r))  # a GPU policy (`mutex` too) goes per container, above
-        mask.restrict_nodes(mask.counts() >= g.count)
+        elif g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
+            mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
+        else:  # idle cards: the state keeps that index current, and its per-node count (the mask's counts)
+            mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
+        mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
     @staticmethod
     def _shared(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask) -> None:
