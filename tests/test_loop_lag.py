@@ -27,7 +27,9 @@ def test_explaining_a_long_backlog_never_holds_the_loop():
         engine = Scheduler([gpu_node("n0"), gpu_node("n1")], tree("q", "r"), load_profile("fairgpu"))
         ctl = Controller(NoPort(), load_profile("fairgpu"))  # type: ignore[arg-type]
         book = Holdings(engine, lambda: {}, lambda k: False, lambda: None, lambda k: None)
-        for i in range(80):  # 16 GPUs, 80 workloads of whole GPUs, fractions and gangs: most wait
+        # 16 GPUs, 200 workloads of whole GPUs, fractions and gangs: most wait, so many that explaining them all at
+        # once would hold the loop even where the engine is fast (with 80, a faster engine fell short of that)
+        for i in range(200):
             pod = (whole(1), whole(2), fraction(50, 20000))[i % 3]
             wl = job(f"w{i}", "qr"[i % 2], pod, pods=4 if i % 4 == 0 else 1, t=float(i))
             engine.submit(wl)
