@@ -197,7 +197,9 @@ class Reconciler:
                 self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), problem)
 
         def waiting(p: PodInfo) -> bool:
-            if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
+            # A gated pod waits for its gates to go, as kube-scheduler's PreEnqueue has it wait: its Binding would
+            # be refused, after its room was booked (and victims perhaps evicted for it) at every pass.
+            if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting or p.gated:
                 return False
             if UNATTRIBUTED in p.annotations:  # charged to no one (webhook.stamp): it waits, and says why
                 meta = self.pods.cache[p.key]["metadata"]
