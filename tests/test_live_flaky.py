@@ -175,3 +175,50 @@ def test_a_card_that_leaves_the_inventory_and_comes_back_stays_booked_for_the_po
     assert ctl.engine.state.placement("a/p0").slots == (slot,)
     report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
     assert not report.overcommit, report.overcommit
+
+
+def test_an_eviction_sent_after_a_pass_still_names_the_victim_the_engine_chose():
+    """A gang's members are evicted one after another. While v-0's Eviction is on the wire, v-1 is deleted and
+    made again under its name, and a pass parses the new pod (and drops the workload). Before: v-1's Eviction
+    carried the UID parsed last, the new pod's, which the engine never chose: a new pod of the victim's name was
+    evicted. Now it carries the UID held when the engine decided: the API server refuses it (409, the UID
+    precondition), which counts as gone."""
+    from types import SimpleNamespace
+
+    from fairgpu.framework.interfaces import Evict
+    from fairgpu.k8s.carryout import CarryOut, Stats
+    from fairgpu.k8s.parsed import ParsedPods
+    from fairgpu.k8s.translate import pod_info
+
+    def parsed(name: str, uid: str):
+        obj = chaos_pod("b", name, ONE)
+        obj["metadata"]["uid"] = uid
+        return pod_info(obj)
+
+    class Port:
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, str | None]] = []
+            self.first = asyncio.Event()
+
+        async def evict(self, ns: str, name: str, grace: int | None = None, uid: str | None = None) -> None:
+            self.sent.append((name, uid))
+            if name == "v-0":
+                await self.first.wait()
+
+    async def go() -> list[tuple[str, str | None]]:
+        port = Port()
+        reporter = SimpleNamespace(preempted=lambda key, why: None)
+        pods = ParsedPods()
+        carry = CarryOut(port, reporter, pods, lambda key: None, lambda: 1e9, lambda: None, Stats(), {}, Writes())
+        keys = ("b/v-0", "b/v-1")
+        pods.infos = {k: parsed(k[2:], f"old-{k[2:]}") for k in keys}
+        carry.book = SimpleNamespace(members={"W": keys}, uids={k: f"old-{k[2:]}" for k in keys})
+        task = asyncio.create_task(carry._evict(Evict("W", "reclaim"), 1))
+        await asyncio.sleep(0.01)  # v-0's Eviction is on the wire
+        pods.infos["b/v-1"] = parsed("v-1", "new-v-1")  # a pass parsed the new pod
+        carry.book.members, carry.book.uids = {}, {}  # ... and dropped the workload
+        port.first.set()
+        await task
+        return port.sent
+
+    assert asyncio.run(go()) == [("v-0", "old-v-0"), ("v-1", "old-v-1")]
