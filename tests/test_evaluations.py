@@ -258,14 +258,16 @@ def test_a_gang_member_with_one_node_left_places_as_before_and_the_caches_catch_
     assert digest == "e0c0305b8f993fb2"
 
 
-def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
-    """`Resources`' compiled path for shared-card pods against its NumPy path, on changed rows (every node goes
-    by NumPy's passes either way), over a filling and draining cluster where every fourth node has cards of 200
-    cores (a cores-100 task is a share there, alone only on 100-core cards) and at most 3 tasks a card: the
-    same nodes, cards and counts. Without the cores-100 rule, the task limit or the 0-core rule a verdict
-    differs."""
+@pytest.mark.parametrize("mixed", [True, False], ids=["200-core cards", "100-core cards"])
+def test_the_compiled_card_checks_give_the_numpy_paths_verdicts(mixed: bool):
+    """`Resources`' compiled path for GPU pods against its NumPy path, on changed rows (every node goes by
+    NumPy's passes either way), over a filling and draining cluster: where every fourth node has cards of 200
+    cores (a cores-100 task is a share there, alone only on 100-core cards) and at most 3 tasks a card, and
+    where every card has 100 cores (a cores-100 pod takes idle cards, some asking gpumem the smaller cards
+    lack): the same nodes, cards and counts. Without the cores-100 rule, the task limit, the 0-core rule, the
+    idle cards' memory or their CPU check a verdict differs."""
     nodes = cluster()
-    for i in range(0, len(nodes), 4):
+    for i in range(0, len(nodes) if mixed else 0, 4):
         nodes[i].gpus = tuple(dataclasses.replace(d, cores=200, split=3) for d in nodes[i].gpus)
     sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
     view, profile = sched.view, sched.profile
@@ -274,11 +276,13 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
     resources.compiled = False
     rng = np.random.default_rng(5)
     placed: list[str] = []
-    compared = shared = 0
+    compared = shared = whole = 0
     for i in range(300):
         pod = draw(rng)
         if rng.random() < 0.3 and pod.gpu is not None:  # a cores-100 share or a 0-core task
             pod = dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, cores=int(rng.choice([0, 100]))))
+        if rng.random() < 0.3 and pod.gpu is not None and pod.gpu.exclusive:  # whole cards of at least 20 GiB
+            pod = dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, mem_mib=20 * 1024))
         rows = np.sort(rng.choice(view.state.num_nodes, size=5, replace=False))
         a, b = ev.run_filters(pod, view, profile, rows), ev.run_filters(pod, view, plain, rows)
         assert np.array_equal(a.nodes, b.nodes)
@@ -286,13 +290,15 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
             assert a.slots is not None and np.array_equal(a.slots, b.slots)
             assert np.array_equal(a.counts(), b.counts())
         compared += 1
-        shared += pod.gpu is not None and not view.state.takes_whole_cards(pod.gpu) and bool(a.nodes.any())
+        if pod.gpu is not None and a.nodes.any():
+            whole += view.state.takes_whole_cards(pod.gpu)
+            shared += not view.state.takes_whole_cards(pod.gpu)
         if (p := place_pod(pod, view, profile, key=f"p{i}")) is not None:
             view.state.assign(f"p{i}", p)
             placed.append(f"p{i}")
         if placed and rng.random() < 0.25:
             view.state.release(placed.pop(int(rng.integers(len(placed)))))
-    assert compared == 300 and shared > 100, shared
+    assert compared == 300 and (shared > 100 and not whole if mixed else whole > 50), (shared, whole)
 
 
 @pytest.mark.parametrize(

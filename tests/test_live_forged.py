@@ -67,3 +67,79 @@ def test_an_unreadable_gang_size_or_runtime_is_a_problem_that_names_its_key():
     assert "metadata.annotations[fairgpu.io/expected-runtime]: 'forever' is not a duration" in p.problem
     pod["spec"]["nodeName"] = "node-000"
     assert pod_info(pod).spec.gpu is not None
+
+
+def test_a_pod_with_scheduling_gates_is_left_alone_until_they_are_removed(fake_api, tmp_path):
+    """kube-scheduler leaves a gated pod alone (its PreEnqueue), and the API server refuses its Binding (409).
+    Before: fairgpu placed b/g0 at every pass, annotated it, took and released the node lock and sent a Binding
+    that was refused, booking the GPU (and free to evict for it) each time. Now it waits until its gates are
+    gone, then binds."""
+    fake_api.control("device-plugin")
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=1)
+        gated = chaos_pod("b", "g0", ONE)
+        gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+        await port.create(PODS, gated, "b")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: "b/g0" in ctl.pods.cache and ctl.stats.cycles + ctl.stats.bind_failures >= 1, 10, "g0")
+            await asyncio.sleep(1.5)  # past the retry interval: a refused bind would have been tried again
+            g0 = "/api/v1/namespaces/b/pods/g0"
+            touched = [r for r in fake_api.control("requests")["requests"] if r["path"] in (g0, f"{g0}/binding")]
+            assert not [r for r in touched if r["verb"] != "GET"], touched
+            await port.patch(PODS, "g0", {"spec": {"schedulingGates": []}}, "b")
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "g0's bind once ungated")
+        finally:
+            await stop(port, run)
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 30))
+    assert ctl.stats.bind_failures == 0
+    assert pods_now(fake_api)["b/g0"]["spec"].get("nodeName") == "node-000"
+
+
+def test_a_pod_cannot_join_another_users_gang_to_be_charged_to_them(fake_api, tmp_path):
+    """Inside a queue, fairness between users reads the webhook's stamp, which nobody can forge. A gang is one
+    workload of one user: before, alice's pod labelled into bob's pod group (any pod of the namespace may carry
+    the label) ran as part of bob's gang, charged to bob. Now each user's pods of a group are a gang of their
+    own: bob's runs without z, alice's once it has two members; a successor adopts them as two workloads."""
+    fake_api.control("device-plugin")
+    group = {"fairgpu.io/pod-group": "g", "fairgpu.io/min-members": "2"}
+
+    def of(user: str, name: str) -> dict:
+        p = chaos_pod("a", name, ONE, {**group, "fairgpu.io/user": user})
+        p["metadata"]["annotations"] = {"fairgpu.io/user-name": user}
+        return p
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=4)
+        await port.create(PODS, of("bob", "g-0"), "a")
+        await port.create(PODS, of("alice", "z"), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.cycles >= 1 and "a/z" in ctl.pods.cache, 10, "a cycle")
+            await asyncio.sleep(0.5)
+            assert ctl.stats.binds == 0
+            await port.create(PODS, of("bob", "g-1"), "a")  # bob's own second member: his gang runs, without z
+            await until(lambda: ctl.stats.binds == 2 and not ctl.inflight, 10, "bob's gang")
+            assert not ctl.pods.cache["a/z"]["spec"].get("nodeName")
+            assert sorted(e.workload.user for e in ctl.engine.running.values()) == ["bob"]
+            await port.create(PODS, of("alice", "z2"), "a")
+            await until(lambda: ctl.stats.binds == 4 and not ctl.inflight, 10, "alice's gang")
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            successor = Controller(port, load_profile("fairgpu"))
+            run = asyncio.create_task(successor.run())
+            await until(lambda: successor.stats.cycles >= 1, 10, "the successor's first cycle")
+            running = successor.engine.running.values()
+            assert sorted((e.workload.user, len(e.workload.pods)) for e in running) == [("alice", 2), ("bob", 2)]
+        finally:
+            await stop(port, run)
+        return ctl
+
+    asyncio.run(asyncio.wait_for(go(), 30))

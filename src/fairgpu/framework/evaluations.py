@@ -33,6 +33,10 @@ class Shape:
     filtered_at: int  # the state's version when the verdicts were last brought up to date
     scored_at: int = EVERY  # and the scores
     generation: tuple[int, ...] = ()
+    # the filters' answer on the rows they last brought up to date (rows: `Changes.since`'s own array, the
+    # same object for the same mark until the next change): scoring those very rows reads it, not a copy of
+    # the same verdicts out of `nodes` and `slots`
+    fresh: FitMask | None = None
 
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
@@ -65,7 +69,7 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
         return shape
     rows = st.changes.since(shape.filtered_at)
     shape.filtered_at = st.version
-    mask = run_filters(pod, view, profile, rows)
+    mask = shape.fresh = run_filters(pod, view, profile, rows)
     shape.nodes[rows] = mask.nodes
     if shape.slots is not None and mask.slots is not None:
         shape.slots[rows] = mask.slots
@@ -76,7 +80,7 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     """(N,) the weighted score sum, current on every node (for a pod some node can take), -inf on nodes the
     filters refuse: its argmax is the best feasible node, in one pass."""
     st = view.state
-    generation = tuple(plugin.generation(pod, view) for plugin, _ in profile.score)
+    generation = tuple([plugin.generation(pod, view) for plugin, _ in profile.score])
     rows: np.ndarray | slice
     if generation != shape.generation:
         rows, shape.generation = slice(None), generation
@@ -85,9 +89,26 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     else:
         rows = st.changes.since(shape.scored_at)
     shape.scored_at = st.version
-    mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
-    total = np.zeros(len(mask.nodes))
+    fresh = shape.fresh
+    if fresh is not None and fresh.rows is rows:  # filtered just now, these very rows
+        mask = fresh
+    else:
+        mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
+    # The weighted sum 0 + w1·s1 + w2·s2 + ... in that order, without the array operations that change no
+    # value: the leading 0 (0 + x is x, but for -0.0, which no argmax tells from 0.0), a weight of 1, and a
+    # plugin indifferent to the pod (its scores all 0)
+    total: np.ndarray | None = None
     for plugin, weight in profile.score:
-        total += weight * plugin.score(pod, view, mask)
+        indifferent = getattr(plugin, "indifferent", None)
+        if indifferent is not None and indifferent(pod):
+            continue
+        scores = plugin.score(pod, view, mask)
+        weighted = scores if weight == 1.0 else weight * scores
+        if total is None:  # a float64 array of its own (the plugin may keep the one it returned)
+            total = weighted.astype(np.float64, copy=weighted is scores)
+        else:
+            total += weighted
+    if total is None:
+        total = np.zeros(len(mask.nodes))
     shape.total[rows] = np.where(mask.nodes, total, -np.inf)
     return shape.total

@@ -168,6 +168,7 @@ class PodInfo:
     duration: float | None
     annotations: dict[str, str]
     deleting: bool
+    gated: bool = False  # spec.schedulingGates not yet all removed: no scheduler may bind it (the API server refuses)
 
     @property
     def terminal(self) -> bool:
@@ -278,6 +279,7 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         duration=duration,
         annotations=dict(annotations),
         deleting=bool(meta.get("deletionTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
     )
 
 

@@ -30,10 +30,10 @@ class Resources:
         st, r, g = view.state, mask.rows, pod.gpu
         per_container = g is not None and pod.per_container
         whole = g is not None and not st.has_mig and st.takes_whole_cards(g)
-        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a shared-card
-        # pod's checks in one compiled pass; whole cards are two reads of the state's idle index either way
-        if self.compiled and g is not None and not (st.has_mig or per_container or whole) and not isinstance(r, slice):
-            self._shared(pod, g, st, r, mask)
+        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
+        # in one compiled pass
+        if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
+            self._compiled(pod, g, st, r, mask, whole)
             return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None or per_container:
@@ -50,16 +50,25 @@ class Resources:
         mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
     @staticmethod
-    def _shared(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask) -> None:
-        """The compiled path of a shared-card pod on these rows: the node checks and `card_ok` in one pass."""
-        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct], dtype=np.int64)
-        nodes, ok, count = node_kernels.cards(
-            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
-            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap, request,
-        )  # fmt: skip
+    def _compiled(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask, whole: bool) -> None:
+        """The compiled path of a GPU pod on these rows: the node checks and the cards (idle ones for whole
+        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there."""
+        if whole:
+            nodes, ok, count = node_kernels.idle_cards(
+                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, pod.cpu_m,
+                pod.memory_mib, g.mem_mib, g.count,
+            )  # fmt: skip
+        else:
+            request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+            nodes, ok, count = node_kernels.cards(
+                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+                st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
+                request,
+            )  # fmt: skip
         mask.restrict_nodes(nodes)
         mask.restrict_slots(ok, count)
-        mask.restrict_nodes(mask.counts() >= g.count)
+        if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left of them
+            mask.restrict_nodes(mask.counts() >= g.count)
 
     @staticmethod
     def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:

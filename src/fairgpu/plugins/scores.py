@@ -141,6 +141,10 @@ class PodPolicy(NodeLocal):
 
     NAME: ClassVar[str] = "PodPolicy"
 
+    def indifferent(self, pod: PodSpec) -> bool:
+        """A pod without a node policy of its own gets 0 on every node here: the engine skips the call."""
+        return not pod.node_policy
+
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
         if not pod.node_policy:
             return np.zeros(len(mask.nodes))
