@@ -108,7 +108,19 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
         assert np.array_equal(a, b)
         ka, pa, fa = compiled._agg, plain._agg, fresh._agg
         assert ka is not None and pa is not None and fa is not None
-        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "free_total", "usable"):
+        for name in (
+            "free",
+            "cpu",
+            "mem",
+            "fit_count",
+            "fit_free",
+            "hosts",
+            "room",
+            "free_total",
+            "usable",
+            "need",
+            "price",
+        ):
             assert np.array_equal(getattr(ka, name), getattr(pa, name)), name
         assert np.array_equal(compiled._w, plain._w)
         # room, hosts and the free total sum integers: any order of refreshes gives the fresh build's values

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from audit import audit
 from chaos import chaos_node, chaos_pod
 from fairgpu.catalog import load_profile
+from fairgpu.errors import KubeError
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
-from live_setup import ONE
-from test_live_scheduling import until
+from fairgpu.k8s.writes import Writes
+from live_setup import ONE, pods_now, setup
+from test_live_scheduling import stop, until
 
 
 def test_a_pod_made_again_after_our_bind_landed_unseen_is_scheduled_afresh(fake_api, tmp_path):
@@ -58,3 +63,65 @@ def test_a_pod_made_again_after_our_bind_landed_unseen_is_scheduled_afresh(fake_
             await port.close()
 
     asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_binding_the_api_server_timed_out_and_carries_out_later_books_nothing_twice(fake_api, tmp_path):
+    """The API server answers p0's Binding 504 (its timeout) while the write goes on, and commits it 1 s later;
+    the client's four retries are refused with 503 meanwhile. Before: the controller read p0 back, found it
+    unbound and freed its GPU; b/b0 came first (queue a runs a1 already) and was bound to the same card; then
+    p0's Binding landed on it too. Now a Binding
+    whose failure may still land is sent again until an answer settles it (here 201; 409 "already assigned"
+    had the first landed): p0 runs, b0 waits."""
+    fake_api.control("device-plugin")
+    fake_api.control("fault", code=504, count=1, verb="POST", path_contains="/pods/p0/binding", late=1.0)
+    fake_api.control("fault", code=503, count=4, verb="POST", path_contains="/pods/p0/binding")
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2)
+        await port.create(PODS, chaos_pod("a", "a1", ONE), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "a1's bind")
+            await port.create(PODS, chaos_pod("a", "p0", ONE), "a")
+            await until(lambda: "a/p0" in ctl.inflight, 10, "p0's bind")
+            await port.create(PODS, chaos_pod("b", "b0", ONE), "b")
+            await until(lambda: fake_api.control("state")["injected"].get("before 503") == 4, 10, "the retries")
+            await asyncio.sleep(0.6)  # past the late commit
+            await until(lambda: not ctl.inflight, 10, "binds to settle")
+        finally:
+            await stop(port, run)
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 30))
+    report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
+    assert not report.overcommit, report.overcommit
+    pods = pods_now(fake_api)
+    assert pods["a/p0"]["spec"].get("nodeName") == "node-000"
+    assert not pods["b/b0"]["spec"].get("nodeName")
+    assert ctl.stats.rollbacks == 0
+
+
+@pytest.mark.parametrize("code", [0, 500, 504])
+def test_a_write_answered_with_a_5xx_may_still_land_and_keeps_the_lease_from_release(code):
+    """A graceful stop or a hung leader's elector releases the lease only when no write of a decision may still
+    land (writes.Writes.quiet). Before, only a write with no answer at all counted: one answered 504 (the API
+    server's timeout, its handler going on) or 500 (an etcd request that timed out but commits) let the lease
+    go at once, and the Binding could land after a standby took over. A refusal (429, 409) is final."""
+
+    async def refused(c: int) -> None:
+        raise KubeError(c, "", "")
+
+    async def go() -> tuple[bool, bool]:
+        writes, outcomes = Writes(), []
+        for c in (code, 429):
+            fresh = Writes() if c == 429 else writes
+            with pytest.raises(KubeError):
+                await fresh.send(lambda: None, refused, c)
+            outcomes.append(fresh.quiet(15.0))
+        return outcomes[0], outcomes[1]
+
+    uncertain, refusal = asyncio.run(go())
+    assert not uncertain
+    assert refusal

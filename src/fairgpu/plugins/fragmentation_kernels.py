@@ -313,12 +313,18 @@ def upkeep(
     scarce: int,
     pressure: int,
     now: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
     capacity: np.ndarray,
 ) -> tuple[np.ndarray, bool]:
     """A placement's upkeep in one call: `refresh_rows`, then `weights` from the moved `hosts`, `room` and
     `free_total`; if the weights stayed, the rows' usable capacity under them (`capacity[rows]`, the plugin's
-    cached usable capacity; empty when it has none) as the NumPy path's `node_matrix @ w`. Returns (weights,
-    changed)."""
+    cached usable capacity; empty when it has none) as the NumPy path's `node_matrix @ w`, and, where
+    `node_need` is not empty (cpu_balance), the rows' `need_and_price` into `node_need` and `node_price`
+    (`need_rows`, its product with the weights in float64 as NumPy's). Returns (weights, changed)."""
     refresh_rows(
         rows, usable, cores_free, cpu_free, mem_free, need, k, cpu_t, mem_t, access, free, cpu, mem, fit_count,
         fit_free, hosts, room, free_total,
@@ -328,12 +334,19 @@ def upkeep(
         after = matvec32(node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, 0, 0, 0, 0), now)
         for i in range(rows.shape[0]):
             capacity[rows[i]] = after[i]
+        if node_need.shape[0]:
+            per_gpu, uses = need_rows(rows, fit_count, mem, access, k, mem_t, need_cpu, need_gpu, cpu_only)
+            price = matvec64(uses, now.astype(np.float64))
+            for i in range(rows.shape[0]):
+                node_need[rows[i]] = per_gpu[i]
+                node_price[rows[i]] = price[i]
     return w, changed
 
 
 @njit(cache=True)
 def node_deltas(
     rows: np.ndarray,
+    free: np.ndarray,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     cpu: np.ndarray,
@@ -348,15 +361,51 @@ def node_deltas(
     mem_m: int,
     w: np.ndarray,
     usable: np.ndarray,
-    starved: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows] for a CPU-only or whole-GPU pod taking `gpus` GPUs (`taken` cores), `cpu_m` and `mem_m`:
-    `node_matrix`, its product with the weights `w` as NumPy computes it, and `node_rows`, in one call."""
+    `node_matrix`, its product with the weights `w` as NumPy computes it, the `starved` term (`pod_pct`: the
+    pod's GPU percent; zeros when `weight` is 0) and `node_rows`, in one call."""
     after = matvec32(
         node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, gpus, taken, cpu_m, mem_m), w
     )
-    node_rows(rows, after, usable, taken, starved, delta)
+    extra = _starved_or_zero(
+        rows, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+        gpu_per_mib, w, mem_m,
+    )  # fmt: skip
+    node_rows(rows, after, usable, taken, extra, delta)
+
+
+@njit(cache=True)
+def _starved_or_zero(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    need: np.ndarray,
+    price: np.ndarray,
+    taken: int,
+    cpu_m: int,
+    weight: float,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    gpu_per_mib: np.ndarray,
+    w: np.ndarray,
+    mem_m: int,
+) -> np.ndarray:
+    """`starved`, or zeros where cpu_balance is off (`weight` 0), as `Fragmentation._starved` gives them."""
+    if weight == 0.0:
+        return np.zeros(rows.shape[0])
+    return starved(rows, free, cpu, need, price, taken, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+                   gpu_per_mib, w, mem_m)  # fmt: skip
 
 
 @njit(cache=True)
@@ -376,16 +425,26 @@ def gpu_deltas(
     cpu_m: int,
     mem_m: int,
     w: np.ndarray,
+    w32: np.ndarray,
     usable: np.ndarray,
-    starved: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows] for a shared pod taking `cores` of one GPU: `slot_rows`, the product with the weights `w`
-    (float64, as NumPy promotes the float32 weights) as NumPy computes it, and `gpu_rows`, in one call."""
+    (float64, as NumPy promotes the float32 weights `w32`) as NumPy computes it, the `starved` term (`pod_pct`:
+    the pod's GPU percent; zeros when `weight` is 0) and `gpu_rows`, in one call."""
     first, sub, slots, matrix = slot_rows(
         rows, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
     )
-    gpu_rows(rows, first, sub, slots, matvec64(matrix, w), usable, free, cores, starved, delta)
+    extra = _starved_or_zero(
+        rows, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+        gpu_per_mib, w32, mem_m,
+    )  # fmt: skip
+    gpu_rows(rows, first, sub, slots, matvec64(matrix, w), usable, free, cores, extra, delta)
 
 
 @njit(cache=True)
