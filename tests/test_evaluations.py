@@ -364,11 +364,13 @@ def test_where_numpy_carries_its_own_openblas_the_kernels_find_it() -> None:
     assert blas.AVAILABLE and Fragmentation().compiled
 
 
-def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(monkeypatch) -> None:
+@pytest.mark.parametrize("cpu_balance", [1.0, 0.0])
+def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(monkeypatch, cpu_balance) -> None:
     """kernels.upkeep brings the changed rows' usable capacity up to date in the plugin's cache, and writes
     nothing while the plugin has none (an empty array), as after a refresh of the mix; with one shape a refresh
-    keeps its weights, so the kernel is not told by new weights. Compiled, a write past an array is silent
-    memory corruption; run here as plain Python (the kernels it calls stay compiled), it raises."""
+    keeps its weights, so the kernel is not told by new weights. Nor need and price without cpu_balance (the
+    plugin passes empty arrays). Compiled, a write past an array is silent memory corruption; run here as plain
+    Python (the kernels it calls stay compiled), it raises."""
     from fairgpu.plugins import fragmentation_kernels as kernels
 
     uncached = [0]
@@ -381,6 +383,7 @@ def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(mo
 
     monkeypatch.setattr(kernels, "upkeep", counted)
     sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    next(p for p, _ in sched.profile.score if isinstance(p, Fragmentation)).cpu_balance = cpu_balance
     pod = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048))
     for i in range(12):  # the mix refreshes at the 1st, 2nd, 3rd, 4th, 6th, 8th and 11th arrival
         p = place_pod(pod, sched.view, sched.profile, key=f"p{i}")
