@@ -150,6 +150,20 @@ def test_compiled_cpu_balance_counts_under_one_percent_of_a_gpu_starved_after_th
     assert np.array_equal(a, b), (a, b)
 
 
+def test_without_memory_cpu_balance_on_nodes_with_cpu_to_spare_scores_as_fgds_measure_alone():
+    """With `memory` off no shape asks memory, so cpu_balance's memory term is 0: on nodes whose CPU feeds every
+    free GPU (128 cores for 8 GPUs of 1-core pods), a GPU pod's scores with cpu_balance equal those without."""
+    nodes = [gpu_node("q"), gpu_node("p", gpus=4), gpu_node("r")]
+    scores = []
+    for args in ({"cpu_balance": 1.0}, {}):
+        view, profile = _view(nodes, args)
+        for i, pod in enumerate((_whole(1000), _whole_gpus(2))):  # the mix, seen
+            place_pod(pod, view, profile, key=f"s{i}")
+        pod = _whole(1000)
+        scores.append(_learned(profile).score(pod, view, feasible(pod, view, profile)))
+    assert np.array_equal(scores[0], scores[1]), scores
+
+
 def test_fragmentation_without_cpu_balance_is_fgds_measure_alone():
     """cpu_balance is off unless a profile sets it (docs/profiles.md: 1 in `fairgpu`): the CPU-short node p
     that cpu_balance prefers (test_survivors::test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short) is
