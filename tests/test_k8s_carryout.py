@@ -6,17 +6,20 @@ bound pod taken for pending is placed again) or never schedules a pod (a new pod
 from __future__ import annotations
 
 import asyncio
+import types
 
 from tests.conftest import gpu_node, whole
 
 from fairgpu.catalog import load_profile
-from fairgpu.errors import BindError
+from fairgpu.errors import BindError, KubeError
+from fairgpu.framework.interfaces import Evict
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.k8s import hami
 from fairgpu.k8s.binder import device_string
 from fairgpu.k8s.carryout import CarryOut, Stats
 from fairgpu.k8s.parsed import ParsedPods
 from fairgpu.k8s.translate import pod_info
+from fairgpu.k8s.writes import Writes
 from fairgpu.model import QueueSpec, QueueTree
 
 KEY = "ns/p"
@@ -47,13 +50,24 @@ class _Port:
 
     def __init__(self, answer: dict) -> None:
         self.answer = answer
+        self.evicted: list[tuple[str, str | None]] = []
+        self.refuse: dict[str, int] = {}  # pod name -> the status its eviction is answered with
 
     async def get(self, kind: object, name: str, namespace: str) -> dict:
         return self.answer
 
+    async def evict(self, namespace: str, name: str, grace: int, uid: str | None) -> None:
+        self.evicted.append((name, uid))
+        code = self.refuse.get(name)
+        if code is not None:
+            raise KubeError(code, "Refused", name)
+
 
 class _Reporter:
     def scheduled(self, key: str, uid: str, node: str) -> None:
+        pass
+
+    def preempted(self, key: str, reason: str) -> None:
         pass
 
 
@@ -131,3 +145,20 @@ def test_a_failed_bind_read_back_bound_by_us_is_landed_and_one_read_back_unbound
     carry = _carry(cache, fails=True, answer=_obj("u1"))
     _land(carry, cache)
     assert (carry.is_bound(KEY), carry.stats.binds, carry.stats.bind_failures) == (False, 0, 1)
+
+
+def test_an_eviction_goes_on_past_a_victim_gone_or_made_again_and_stops_at_a_refusal():
+    """A workload of pods a and b is evicted in turn, each with the UID the engine chose. a answered 404 (gone)
+    or 409 (the UID precondition: a new pod of that name) is what an eviction wants: b is evicted next. a
+    refused (429, a PodDisruptionBudget) stops it: b keeps running, and the workload is out of choice a while."""
+    for code, evicted, refused in ((404, 1, False), (409, 1, False), (429, 0, True)):
+        carry = _carry({})
+        carry.writes = Writes()
+        carry.book = types.SimpleNamespace(  # type: ignore[assignment]
+            members={"w": ("ns/a", "ns/b")}, uids={"ns/a": "ua", "ns/b": "ub"}, shrinking={}
+        )
+        carry.port.refuse["a"] = code  # type: ignore[attr-defined]
+        asyncio.run(carry._evict(Evict("w", "reclaim"), 30))
+        sent = [("a", "ua"), ("b", "ub")] if not refused else [("a", "ua")]
+        assert carry.port.evicted == sent, code  # type: ignore[attr-defined]
+        assert (carry.stats.evictions, bool(carry._refusals)) == (evicted, refused), code
