@@ -275,6 +275,28 @@ def test_fair_share_eviction_counts_the_gpu_time_until_the_victims_queue_would_b
         assert evicted(sched.cycle(1000.0)) == expect, (others_end, young_end)
 
 
+def test_fair_share_eviction_counts_past_usage_as_the_queue_order_does():
+    """old (fair share, 6 h usage half-life) ran all 8 GPUs for a day; then new starts 6 jobs and old 2, and
+    at 86,500 s old wants 2 more. By current usage old holds 2 of the 4 it is entitled to, but with its past
+    usage it is far above its share, and FairShare serves new first: old evicts nothing (it did by current
+    usage alone, and new's next start was evicted again). Without past usage (half-life 0) it evicts two."""
+    fair = PreemptionPolicy(fair_share=True)
+    for half_life, expect in ((21600.0, 0), (0.0, 2)):
+        sched = engine([QueueSpec("old", usage_half_life=half_life, preemption=fair), QueueSpec("new")])
+        run(sched, "old", 8, 0.0, prefix="day")
+        sched.cycle(0.0)
+        sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
+        for i in range(8):
+            sched.remove(f"day{i}", finished_at=86400.0)
+        run(sched, "new", 6, 86400.0)
+        sched.cycle(86400.0)
+        run(sched, "old", 2, 86400.0)
+        sched.cycle(86400.0)
+        run(sched, "old", 2, 86500.0, prefix="more")
+        gone = evicted(sched.cycle(86500.0))
+        assert len(gone) == expect and all(v.startswith("new") for v in gone), (half_life, gone)
+
+
 def test_the_reclaim_profile_lets_every_queue_that_may_preempt_evict_for_its_fair_share():
     """The same cluster under fairgpu and fairgpu-reclaim (Preemption's `fair_share`): c holds all 8 GPUs
     with work that runs for hours, started at 7 s; a, with a default policy (no fair_share), wants 4 at 60 s.

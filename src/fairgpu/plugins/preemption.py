@@ -191,13 +191,15 @@ class Preemption:
 
 
 def _ratio(view: EngineView, q: int, usage: np.ndarray) -> float:
-    """Queue q's share ratio were it to hold `usage`."""
-    return float(share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom[q]))
+    """Queue q's share ratio were it to hold `usage`, past usage included as FairShare's order counts it: by
+    another measure a queue the order serves first (little past usage) would be evicted by one it serves
+    later, and each start undone at once (decayed-usage: thousands of evictions of work seconds old)."""
+    return float(share_ratio(dominant_shares(usage, view.capacity) + view.history_dom[q], view.entitled_dom[q]))
 
 
 def _ratios(view: EngineView, usage: np.ndarray) -> np.ndarray:
-    """(Q,) every queue's share ratio were each to hold its row of `usage`."""
-    return share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom)
+    """(Q,) every queue's share ratio were each to hold its row of `usage`, past usage included (`_ratio`)."""
+    return share_ratio(dominant_shares(usage, view.capacity) + view.history_dom, view.entitled_dom)
 
 
 def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
