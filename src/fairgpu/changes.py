@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 EVERY = -1  # a mark older than anything the log keeps: since() answers every node
-_FEW = 64  # up to this many entries are deduplicated through a set; more, through a mark per node
+# up to this many entries are deduplicated through a set; more, through a mark per node (a pass over the
+# nodes' marks costs ~1.5 µs at 5,000 nodes, a set of k entries ~0.07k µs: 64 entries took 4.3 µs)
+_FEW = 16
 
 
 class Changes:
@@ -77,7 +79,7 @@ class Changes:
             return np.array(sorted(set(changed.tolist())), dtype=np.int64)
         seen = np.zeros(self.nodes, dtype=bool)
         seen[changed] = True
-        return np.flatnonzero(seen)
+        return seen.nonzero()[0]  # np.flatnonzero's wrapper costs half a microsecond more
 
     def fork(self) -> Changes:
         """An empty log for a copy of the state, continuing from this one's end (a mark taken on one state

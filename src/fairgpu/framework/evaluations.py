@@ -94,9 +94,10 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
         mask = fresh
     else:
         mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
-    # The weighted sum 0 + w1·s1 + w2·s2 + ... in that order, without the array operations that change no
-    # value: the leading 0 (0 + x is x, but for -0.0, which no argmax tells from 0.0), a weight of 1, and a
-    # plugin indifferent to the pod (its scores all 0)
+    # The weighted sum 0 + w1·s1 + w2·s2 + ... in float64, in that order, without the array operations that
+    # change no value: the leading 0 (0 + x is x, but for -0.0, which no argmax tells from 0.0), a weight of 1,
+    # and a plugin indifferent to the pod (its scores all 0). Arrays are read, never written: a plugin may keep
+    # the one it returned.
     total: np.ndarray | None = None
     for plugin, weight in profile.score:
         indifferent = getattr(plugin, "indifferent", None)
@@ -104,10 +105,7 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
             continue
         scores = plugin.score(pod, view, mask)
         weighted = scores if weight == 1.0 else weight * scores
-        if total is None:  # a float64 array of its own (the plugin may keep the one it returned)
-            total = weighted.astype(np.float64, copy=weighted is scores)
-        else:
-            total += weighted
+        total = weighted if total is None else np.add(total, weighted, dtype=np.float64)
     if total is None:
         total = np.zeros(len(mask.nodes))
     shape.total[rows] = np.where(mask.nodes, total, -np.inf)
