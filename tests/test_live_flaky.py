@@ -4,6 +4,7 @@ land between two controller passes never strands a pod nor leaves a GPU booked f
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -11,6 +12,7 @@ from audit import audit
 from chaos import chaos_node, chaos_pod
 from fairgpu.catalog import load_profile
 from fairgpu.errors import KubeError
+from fairgpu.k8s import hami
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
@@ -125,3 +127,98 @@ def test_a_write_answered_with_a_5xx_may_still_land_and_keeps_the_lease_from_rel
     uncertain, refusal = asyncio.run(go())
     assert not uncertain
     assert refusal
+
+
+def test_a_card_that_leaves_the_inventory_and_comes_back_stays_booked_for_the_pod_on_it(fake_api, tmp_path):
+    """a/p0 runs on one of node-000's two cards. That card drops out of HAMi's register (fallen off the bus, a
+    device plugin rescan), then the whole node's allocatable GPUs go to 0 (the device plugin restarting), then
+    both come back. Each change rebuilds the engine from the cache: b/b0 may take the other card, c/c0 never
+    p0's. (Holds: no defect found; this proves it.)"""
+    fake_api.control("device-plugin")
+
+    async def go() -> tuple[Controller, str]:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2, tenants=("a", "b", "c"))
+        await port.create(PODS, chaos_pod("a", "p0", ONE), "a")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "p0's bind")
+            held = hami.decode_devices(ctl.pods.cache["a/p0"]["metadata"]["annotations"][hami.ALLOCATED])[0][0].uuid
+            whole = chaos_node(0, 2)
+            devices = json.loads(whole["metadata"]["annotations"][hami.NODE_REGISTER])
+            fewer = json.dumps([d for d in devices if d["id"] != held])
+            rebuilds = ctl.stats.rebuilds
+            await port.patch(NODES, "node-000", {"metadata": {"annotations": {hami.NODE_REGISTER: fewer}}})
+            await until(lambda: ctl.stats.rebuilds == rebuilds + 1, 10, "the rebuild without p0's card")
+            await port.create(PODS, chaos_pod("b", "b0", ONE), "b")
+            await until(lambda: ctl.stats.binds == 2 and not ctl.inflight, 10, "b0 on the other card")
+            await port.patch(
+                NODES, "node-000", {"status": {"allocatable": {"nvidia.com/gpu": "0"}}}, subresource="status"
+            )
+            await until(lambda: ctl.stats.rebuilds == rebuilds + 2, 10, "the rebuild without GPUs")
+            await port.patch(NODES, "node-000", {"status": whole["status"]}, subresource="status")
+            await port.patch(NODES, "node-000", {"metadata": whole["metadata"]})
+            both = lambda: ctl.stats.rebuilds >= rebuilds + 3 and len(ctl.engine.state.nodes[0].gpus) == 2  # noqa: E731
+            await until(both, 10, "the rebuild with both cards")
+            await port.create(PODS, chaos_pod("c", "c0", ONE), "c")
+            await until(lambda: "c/c0" in ctl.pods.cache and ctl.stats.cycles > 3, 10, "c0 seen")
+            await asyncio.sleep(0.3)  # a few passes: c0 had every chance
+        finally:
+            await stop(port, run)
+        return ctl, held
+
+    ctl, held = asyncio.run(asyncio.wait_for(go(), 30))
+    pods = pods_now(fake_api)
+    assert not pods["c/c0"]["spec"].get("nodeName")
+    slot = [g.uuid for g in ctl.engine.state.nodes[0].gpus].index(held)
+    assert ctl.engine.state.placement("a/p0").slots == (slot,)
+    report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
+    assert not report.overcommit, report.overcommit
+
+
+def test_an_eviction_sent_after_a_pass_still_names_the_victim_the_engine_chose():
+    """A gang's members are evicted one after another. While v-0's Eviction is on the wire, v-1 is deleted and
+    made again under its name, and a pass parses the new pod (and drops the workload). Before: v-1's Eviction
+    carried the UID parsed last, the new pod's, which the engine never chose: a new pod of the victim's name was
+    evicted. Now it carries the UID held when the engine decided: the API server refuses it (409, the UID
+    precondition), which counts as gone."""
+    from types import SimpleNamespace
+
+    from fairgpu.framework.interfaces import Evict
+    from fairgpu.k8s.carryout import CarryOut, Stats
+    from fairgpu.k8s.parsed import ParsedPods
+    from fairgpu.k8s.translate import pod_info
+
+    def parsed(name: str, uid: str):
+        obj = chaos_pod("b", name, ONE)
+        obj["metadata"]["uid"] = uid
+        return pod_info(obj)
+
+    class Port:
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, str | None]] = []
+            self.first = asyncio.Event()
+
+        async def evict(self, ns: str, name: str, grace: int | None = None, uid: str | None = None) -> None:
+            self.sent.append((name, uid))
+            if name == "v-0":
+                await self.first.wait()
+
+    async def go() -> list[tuple[str, str | None]]:
+        port = Port()
+        reporter = SimpleNamespace(preempted=lambda key, why: None)
+        pods = ParsedPods()
+        carry = CarryOut(port, reporter, pods, lambda key: None, lambda: 1e9, lambda: None, Stats(), {}, Writes())
+        keys = ("b/v-0", "b/v-1")
+        pods.infos = {k: parsed(k[2:], f"old-{k[2:]}") for k in keys}
+        carry.book = SimpleNamespace(members={"W": keys}, uids={k: f"old-{k[2:]}" for k in keys})
+        task = asyncio.create_task(carry._evict(Evict("W", "reclaim"), 1))
+        await asyncio.sleep(0.01)  # v-0's Eviction is on the wire
+        pods.infos["b/v-1"] = parsed("v-1", "new-v-1")  # a pass parsed the new pod
+        carry.book.members, carry.book.uids = {}, {}  # ... and dropped the workload
+        port.first.set()
+        await task
+        return port.sent
+
+    assert asyncio.run(go()) == [("v-0", "old-v-0"), ("v-1", "old-v-1")]

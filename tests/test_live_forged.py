@@ -143,3 +143,30 @@ def test_a_pod_cannot_join_another_users_gang_to_be_charged_to_them(fake_api, tm
         return ctl
 
     asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_the_controller_itself_refuses_a_queue_the_pods_namespace_may_not_use(fake_api, tmp_path):
+    """The webhook refuses such a label at CREATE; the controller checks it again at every submission, so a pod
+    that got past admission (a namespace the webhooks exclude, a queue that dropped the namespace since) never
+    skips into another tenant's queue. b/x names team a's queue: it waits, saying why; b/y, in its own, runs.
+    (Holds.)"""
+    fake_api.control("device-plugin")
+
+    async def go() -> Controller:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=2)
+        await port.create(PODS, chaos_pod("b", "x", ONE, {"fairgpu.io/queue": "q-a"}), "b")
+        await port.create(PODS, chaos_pod("b", "y", ONE), "b")
+        ctl = Controller(port, load_profile("fairgpu"))
+        run = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "y's bind")
+            await until(lambda: ctl.reporter.last.get("b/x"), 10, "x's reason")
+        finally:
+            await stop(port, run)
+        return ctl
+
+    ctl = asyncio.run(asyncio.wait_for(go(), 30))
+    pods = pods_now(fake_api)
+    assert pods["b/y"]["spec"].get("nodeName") and not pods["b/x"]["spec"].get("nodeName")
+    assert ctl.reporter.last["b/x"] == "namespace b may not use queue 'q-a'"

@@ -351,20 +351,23 @@ class CarryOut:
         the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
         seconds, and its preemptor picks another victim at its next attempt. A closed fence stops it too: the
         victim keeps running, its preemptor plans again (if this replica still leads: a renewal in time)."""
-        keys = self._book().members.get(ev.workload, ())
+        book = self._book()
+        keys = book.members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
+        # The UIDs of the pods the engine chose, taken now: while one eviction is on the wire a pass may parse a
+        # new pod made under a victim's name, which is not the victim (its UID went on the wire before).
+        uids = {key: book.uids.get(key) for key in keys}
         for key in keys:
             ns, name = key.split("/", 1)
-            p = self.parsed.infos.get(key)
             try:
-                await self.writes.send(self.fence, self.port.evict, ns, name, grace, p.uid if p is not None else None)
+                await self.writes.send(self.fence, self.port.evict, ns, name, grace, uids[key])
             except FenceClosed as err:
                 log.info("eviction of %s not sent: %s", key, err)
                 self._refusals.append((ev.workload, self.clock()))
                 break
             except KubeError as err:
-                if err.code == 404:
+                if err.code in (404, 409):  # 409: the UID precondition, a new pod of that name
                     continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
                 self._refusals.append((ev.workload, self.clock() + REFUSED_BACKOFF))

@@ -14,6 +14,8 @@ from numba import njit
 
 from fairgpu.plugins import blas
 
+_ALIKE_FROM = 16  # rows from which `alike` groups them: a few rows cost less computed than hashed
+
 
 @njit(cache=True)
 def refresh_rows(
@@ -436,15 +438,102 @@ def gpu_deltas(
 ) -> None:
     """delta[rows] for a shared pod taking `cores` of one GPU: `slot_rows`, the product with the weights `w`
     (float64, as NumPy promotes the float32 weights `w32`) as NumPy computes it, the `starved` term (`pod_pct`:
-    the pod's GPU percent; zeros when `weight` is 0) and `gpu_rows`, in one call."""
+    the pod's GPU percent; zeros when `weight` is 0) and `gpu_rows`, in one call; once per group of nodes alike
+    (`alike`), the others' rows copied from their group's first."""
+    group, firsts = alike(rows, free, cpu, mem, access, usable, node_need, node_price)
+    some = rows[firsts]
     first, sub, slots, matrix = slot_rows(
-        rows, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
+        some, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
     )
     extra = _starved_or_zero(
-        rows, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+        some, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
         gpu_per_mib, w32, mem_m,
     )  # fmt: skip
-    gpu_rows(rows, first, sub, slots, matvec64(matrix, w), usable, free, cores, extra, delta)
+    gpu_rows(some, first, sub, slots, matvec64(matrix, w), usable, free, cores, extra, delta)
+    for i in range(rows.shape[0]):
+        r, like = rows[i], some[group[i]]
+        if r != like:
+            delta[r] = delta[like]
+
+
+@njit(cache=True)
+def same_node(
+    o: int,
+    r: int,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    byte: np.ndarray,
+    bits_u: np.ndarray,
+    bits_n: np.ndarray,
+    bits_p: np.ndarray,
+) -> bool:
+    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`byte`:
+    the (N, T) access as bytes) and the same bits of usable capacity, need and price. Without early exits:
+    nodes compared are usually alike."""
+    diff = (cpu[o] ^ cpu[r]) | (mem[o] ^ mem[r]) | (np.int64(bits_u[o]) ^ np.int64(bits_u[r]))
+    diff |= (bits_n[o] ^ bits_n[r]) | (bits_p[o] ^ bits_p[r])
+    for g in range(free.shape[1]):
+        diff |= free[o, g] ^ free[r, g]
+    x = np.uint8(0)
+    for t in range(byte.shape[1]):
+        x |= byte[o, t] ^ byte[r, t]
+    return bool(diff == 0 and x == 0)
+
+
+@njit(cache=True)
+def alike(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Group these rows' nodes by everything a shared pod's change in fragmentation there is computed from:
+    each GPU's free cores (the per-shape sums follow from them: integers counted and summed), CPU, memory,
+    the shapes' access, the cached usable capacity, need and price (bit for bit). Nodes alike get the same
+    change bit for bit (a float64 product rounds a row alike in any batch of rows), so it is computed once
+    per group: after new weights most nodes a shape fits on are alike (idle, or filled alike). Returns (each
+    row's group, each group's first row), indices into `rows`, by a hash table with linear probing (the
+    access rows are compared, not hashed: nodes alike but for it are few)."""
+    n, gpus = rows.shape[0], free.shape[1]
+    group = np.arange(n)
+    if n < _ALIKE_FROM:
+        return group, group
+    bits_u, bits_n, bits_p = usable.view(np.int32), node_need.view(np.int64), node_price.view(np.int64)
+    byte = access.view(np.uint8)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    firsts = np.empty(n, dtype=np.int64)
+    odd = np.uint64(0x9E3779B97F4A7C15)  # each value times its own odd constant, summed: no serial chain
+    m = 0
+    for i in range(n):
+        r = rows[i]
+        h = np.uint64(cpu[r]) * odd + np.uint64(mem[r]) * (odd + np.uint64(2))
+        h += np.uint64(bits_u[r]) * (odd + np.uint64(4)) + np.uint64(bits_n[r]) * (odd + np.uint64(6))
+        h += np.uint64(bits_p[r]) * (odd + np.uint64(8))
+        for g in range(gpus):
+            h += np.uint64(free[r, g]) * (odd + np.uint64(10 + 2 * g))
+        h ^= h >> np.uint64(29)
+        s = np.int64((h * odd) >> np.uint64(40)) & (size - 1)
+        while True:
+            j = table[s]
+            if j < 0:
+                table[s] = m
+                firsts[m] = i
+                group[i] = m
+                m += 1
+                break
+            if same_node(rows[firsts[j]], r, free, cpu, mem, byte, bits_u, bits_n, bits_p):
+                group[i] = j
+                break
+            s = (s + 1) & (size - 1)
+    return group, firsts[:m]
 
 
 @njit(cache=True)
