@@ -96,7 +96,8 @@ def test_waits_for_a_live_lock_and_never_removes_anothers(fake_api, tmp_path):
 
         late = await make(port, "late")
         with pytest.raises(BindError, match="fell over"):
-            await Binder(Stealing()).bind(late, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 1000, 10)])
+            # settle 0: the 500 is final at once, as past the window in which a Binding is sent again
+            await Binder(Stealing(), settle=0.0).bind(late, "node-01", [hami.DeviceUse("GPU-01-0", "NVIDIA", 1000, 10)])
         assert lock_of(await port.get(NODES, "node-01")) == stolen
 
     run(fake_api, tmp_path, body)

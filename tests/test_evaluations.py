@@ -108,11 +108,25 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
         assert np.array_equal(a, b)
         ka, pa, fa = compiled._agg, plain._agg, fresh._agg
         assert ka is not None and pa is not None and fa is not None
-        for name in ("free", "cpu", "mem", "fit_count", "fit_free", "hosts", "room", "free_total", "usable"):
+        for name in (
+            "free",
+            "cpu",
+            "mem",
+            "fit_count",
+            "fit_free",
+            "hosts",
+            "room",
+            "free_total",
+            "usable",
+            "need",
+            "price",
+        ):
             assert np.array_equal(getattr(ka, name), getattr(pa, name)), name
         assert np.array_equal(compiled._w, plain._w)
-        # room, hosts and the free total sum integers: any order of refreshes gives the fresh build's values
-        for name in ("room", "hosts", "free_total"):
+        # room, hosts and the free total sum integers: any order of refreshes gives the fresh build's values;
+        # need and price are each node's alone (float64 products round a row alike in any batch), whatever
+        # rows new weights left as they were
+        for name in ("room", "hosts", "free_total", "need", "price"):
             assert np.array_equal(getattr(ka, name), getattr(fa, name)), name
         # the run must exercise memory and pressure: a shape held off a node by its memory alone (the
         # memory-aware measure avoids that: a few), and weights boosted by pressure
@@ -246,14 +260,17 @@ def test_a_gang_member_with_one_node_left_places_as_before_and_the_caches_catch_
     assert digest == "e0c0305b8f993fb2"
 
 
-def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
-    """`Resources`' compiled path for shared-card pods against its NumPy path, on changed rows (every node goes
-    by NumPy's passes either way), over a filling and draining cluster where every fourth node has cards of 200
-    cores (a cores-100 task is a share there, alone only on 100-core cards) and at most 3 tasks a card: the
-    same nodes, cards and counts. Without the cores-100 rule, the task limit or the 0-core rule a verdict
-    differs."""
+@pytest.mark.parametrize("mixed", [True, False], ids=["200-core cards", "100-core cards"])
+def test_the_compiled_card_checks_give_the_numpy_paths_verdicts(mixed: bool):
+    """`Resources`' compiled path for GPU pods against its NumPy path, on changed rows (in one compiled pass)
+    and on every node (NumPy's passes, from the open cards it keeps), over a filling and draining cluster with
+    dry runs in place: where every fourth node has cards of 200 cores (a cores-100 task is a share there, alone
+    only on 100-core cards) and at most 3 tasks a card, and where every card has 100 cores (a cores-100 pod
+    takes idle cards, some asking gpumem the smaller cards lack): the same nodes, cards and counts. Without the
+    cores-100 rule, the task limit, the 0-core rule, the idle cards' memory or their CPU check a verdict
+    differs; so does a card kept open past a change (a placement, a release, a dry run or its undo)."""
     nodes = cluster()
-    for i in range(0, len(nodes), 4):
+    for i in range(0, len(nodes) if mixed else 0, 4):
         nodes[i].gpus = tuple(dataclasses.replace(d, cores=200, split=3) for d in nodes[i].gpus)
     sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
     view, profile = sched.view, sched.profile
@@ -262,25 +279,39 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
     resources.compiled = False
     rng = np.random.default_rng(5)
     placed: list[str] = []
-    compared = shared = 0
+    compared = shared = whole = 0
     for i in range(300):
         pod = draw(rng)
         if rng.random() < 0.3 and pod.gpu is not None:  # a cores-100 share or a 0-core task
             pod = dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, cores=int(rng.choice([0, 100]))))
+        if rng.random() < 0.3 and pod.gpu is not None and pod.gpu.exclusive:  # whole cards of at least 20 GiB
+            pod = dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, mem_mib=20 * 1024))
         rows = np.sort(rng.choice(view.state.num_nodes, size=5, replace=False))
-        a, b = ev.run_filters(pod, view, profile, rows), ev.run_filters(pod, view, plain, rows)
-        assert np.array_equal(a.nodes, b.nodes)
-        if b.slots is not None:
-            assert a.slots is not None and np.array_equal(a.slots, b.slots)
-            assert np.array_equal(a.counts(), b.counts())
+
+        def compare(pod: PodSpec, rows: np.ndarray | slice) -> None:
+            a, b = ev.run_filters(pod, view, profile, rows), ev.run_filters(pod, view, plain, rows)
+            assert np.array_equal(a.nodes, b.nodes)
+            if b.slots is not None:
+                assert a.slots is not None and np.array_equal(a.slots, b.slots)
+                assert np.array_equal(a.counts(), b.counts())
+
+        compare(pod, rows)
+        compare(pod, slice(None))
+        if placed and rng.random() < 0.2:
+            with view.state.dry_run() as dry:
+                dry.release(placed[int(rng.integers(len(placed)))])
+                compare(pod, slice(None))
+        a = ev.run_filters(pod, view, profile, rows)
         compared += 1
-        shared += pod.gpu is not None and not view.state.takes_whole_cards(pod.gpu) and bool(a.nodes.any())
+        if pod.gpu is not None and a.nodes.any():
+            whole += view.state.takes_whole_cards(pod.gpu)
+            shared += not view.state.takes_whole_cards(pod.gpu)
         if (p := place_pod(pod, view, profile, key=f"p{i}")) is not None:
             view.state.assign(f"p{i}", p)
             placed.append(f"p{i}")
         if placed and rng.random() < 0.25:
             view.state.release(placed.pop(int(rng.integers(len(placed)))))
-    assert compared == 300 and shared > 100, shared
+    assert compared == 300 and (shared > 100 and not whole if mixed else whole > 50), (shared, whole)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +320,9 @@ def test_the_compiled_card_checks_give_the_numpy_paths_verdicts():
 def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plugin):
     """Binpack, Spread and LeastAllocated (resources in a given order, summed in it) on their compiled path and
     their NumPy path, on changed rows and on every node, over a filling and draining cluster (CPU-only, whole
-    and shared GPU pods): the same floats. A kernel summing in another order, or dividing other counts, differs."""
+    and shared GPU pods) with dry runs in place: the same floats. A kernel summing in another order, or dividing
+    other counts, differs; so do every-node scores kept past a change (placement, release or a dry run's undo)
+    without recomputing the nodes it changed."""
     plain = dataclasses.replace(plugin, compiled=False)
     compared = [0]
 
@@ -300,8 +333,8 @@ def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plug
             assert np.array_equal(plugin.score(pod, view, m), plain.score(pod, view, m))
             compared[0] += 1
 
-    churn(200, 13, before=act)
-    assert compared[0] == 400
+    churn(200, 13, before=act, dry_runs=True)
+    assert compared[0] > 400  # every pod, and pods inside dry runs
 
 
 @pytest.mark.parametrize("plugin", [Spread(), Binpack(), LeastAllocated()], ids=repr)

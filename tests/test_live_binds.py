@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from audit import audit
 from chaos import chaos_node, chaos_pod
 from fairgpu.catalog import load_profile
 from fairgpu.k8s import hami
+from fairgpu.k8s.binder import BINDING_SETTLE
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
@@ -17,12 +20,13 @@ from test_live_scheduling import stop, until
 
 
 def test_failed_gang_bind_books_nothing_twice_and_the_gang_runs_whole(fake_api, tmp_path):
-    """Finding 1: gang-0's Binding fails five times (the client's every attempt) while gang-1's is still in
-    flight; another tenant's pod arrives meanwhile. Before: both GPUs were freed, gang-1 landed, b0 was
-    bound to a GPU of the gang and gang-0 was resubmitted alone. Now the gang's room is held until every
-    bind of it has resolved, gang-0 is bound again in it, and b0 waits."""
+    """Finding 1: gang-0's Binding is refused (429, which says it was not carried out: a 5xx may still land, and
+    the Binding would be sent again, binder.Binder._binding) while gang-1's is still in flight; another
+    tenant's pod arrives meanwhile. Before: both GPUs were freed, gang-1 landed, b0 was bound to a GPU of the
+    gang and gang-0 was resubmitted alone. Now the gang's room is held until every bind of it has resolved,
+    gang-0 is bound again in it, and b0 waits."""
     fake_api.control("device-plugin")
-    fake_api.control("fault", code=500, count=5, verb="POST", path_contains="/pods/gang-0/binding")
+    fake_api.control("fault", code=429, count=1, verb="POST", path_contains="/pods/gang-0/binding")
     fake_api.control("delay", seconds=1.5, verb="POST", path_contains="/pods/gang-1/binding")
 
     async def go() -> None:
@@ -50,9 +54,13 @@ def test_failed_gang_bind_books_nothing_twice_and_the_gang_runs_whole(fake_api, 
     assert not pods["b/b0"]["spec"].get("nodeName")
 
 
-def test_a_bind_whose_answer_was_lost_counts_as_landed(fake_api, tmp_path):
-    """The Binding is committed but its answer lost (connection dropped), and the client's retries are all
-    refused: the controller reads the pod, finds it bound where it put it, and rolls nothing back."""
+@pytest.mark.parametrize("settle", [BINDING_SETTLE, 0.0], ids=["sent again", "read back"])
+def test_a_bind_whose_answer_was_lost_counts_as_landed(fake_api, tmp_path, settle):
+    """The client's first four attempts are refused (503), the fifth is committed but its answer lost
+    (connection dropped). Such a failure may have landed: the Binding is sent again and answered 409 "already
+    assigned" to that node (binder.Binder._binding), so nothing failed. Without sending it again (`settle` 0,
+    as after the settle window), the controller reads the pod back, finds it bound where it put it, and rolls
+    nothing back either."""
     fake_api.control("device-plugin")
     fake_api.control("fault", code=0, count=1, verb="POST", path_contains="/pods/p0/binding", after=True)
     fake_api.control("fault", code=503, count=4, verb="POST", path_contains="/pods/p0/binding")
@@ -62,6 +70,7 @@ def test_a_bind_whose_answer_was_lost_counts_as_landed(fake_api, tmp_path):
         await setup(port, nodes=1, gpus=2)
         await port.create(PODS, chaos_pod("a", "p0", ONE), "a")
         ctl = Controller(port, load_profile("fairgpu"))
+        ctl.binder.settle = settle
         run = asyncio.create_task(ctl.run())
         try:
             await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "the bind")
@@ -72,7 +81,7 @@ def test_a_bind_whose_answer_was_lost_counts_as_landed(fake_api, tmp_path):
         return ctl
 
     ctl = asyncio.run(asyncio.wait_for(go(), 60))
-    assert ctl.stats.rollbacks == 0 and ctl.stats.bind_failures == 1
+    assert ctl.stats.rollbacks == 0 and ctl.stats.bind_failures == (0 if settle else 1)
     report = audit(fake_api.api.store, fake_api.control("requests")["requests"], {}, set())
     assert not report.overcommit, report.overcommit
     state = fake_api.control("state")

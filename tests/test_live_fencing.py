@@ -254,7 +254,7 @@ def test_a_stop_with_an_eviction_unanswered_leaves_the_lease_to_expire(fake_api,
 def test_a_gang_rollback_stopped_by_the_fence_waits_and_never_writes_past_its_term(
     fake_api, tmp_path, monkeypatch, renewed
 ):
-    """gang-1's Binding always fails, so once its retries are spent the gang is rolled back: gang-0, which
+    """gang-1's Binding is always refused (429), so once its retries are spent the gang is rolled back: gang-0, which
     landed, is to be evicted and both lose the admitted mark. The fence closes just as the rollback starts.
     Nothing of it is sent while closed (it retries, carryout.UNDO_RETRY); when a renewal in time keeps the
     term, the rollback completes: gang-0 is evicted and the marks are gone. When the term is lost instead,
@@ -262,7 +262,7 @@ def test_a_gang_rollback_stopped_by_the_fence_waits_and_never_writes_past_its_te
     fence was abandoned: gang-0 ran on alone as a half gang holding a GPU, its mark still saying "admitted"."""
     monkeypatch.setattr(carryout, "UNDO_RETRY", 0.2)
     fake_api.control("device-plugin")
-    fake_api.control("fault", code=500, count=100, verb="POST", path_contains="/pods/gang-1/binding")
+    fake_api.control("fault", code=429, count=100, verb="POST", path_contains="/pods/gang-1/binding")
     kubeconfig = fake_api.kubeconfig(str(tmp_path / "kc"))
     rolled: list[float] = []
 

@@ -1,5 +1,5 @@
-"""Tests added for mutants that bench/mutate.py found surviving (docs/testing.md lists them): each pins a
-behaviour that no other test checked."""
+"""Tests added for mutants that bench/mutate.py found surviving (docs/testing.md counts them; the per-mutant
+record is `git show a748550:docs/testing.md`): each pins a behaviour that no other test checked."""
 
 from __future__ import annotations
 

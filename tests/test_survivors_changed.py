@@ -1,6 +1,7 @@
 """Mutants of the code changed since 445efb4 (FairShare's `borrowed: soonest-end`, the two-order backlog, an
-elastic workload's extra pod among the victims) that the suite let live (docs/testing.md, "changed since
-445efb4"): each test fails on its mutant."""
+elastic workload's extra pod among the victims) that the suite let live (docs/testing.md counts them;
+the per-mutant record is `git show a748550:docs/testing.md`, "changed since 445efb4"): each test fails on
+its mutant."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tests added for mutants of framework/ that bench/mutate.py found surviving on main f0b25c5, or whose fast
-tests all passed (docs/testing.md, "Session 7"): each pins a behaviour that no fast test checked."""
+tests all passed (`git show a748550:docs/testing.md`, "Session 7"): each pins a behaviour that no fast test checked."""
 
 from __future__ import annotations
 

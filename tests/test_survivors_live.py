@@ -1,6 +1,6 @@
 """Fast tests for what mutation testing of the live-safety modules (k8s/heartbeat.py, replica.py, leader.py)
 found unchecked by the slower live tests: each fails on a one-line change that the suite let through
-(docs/testing.md, session 9)."""
+(`git show a748550:docs/testing.md`, session 9)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Tests added for mutants of plugins/ that bench/mutate.py found surviving on main 445efb4 (docs/testing.md,
-"Session 8"): each pins a behaviour that no test checked."""
+"""Tests added for mutants of plugins/ that bench/mutate.py found surviving on main 445efb4 (`git show
+a748550:docs/testing.md`, "Session 8"): each pins a behaviour that no test checked."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_fragmentation_without_cpu_balance_is_fgds_measure_alone():
     assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(1000)) == 1
 
 
-# -- plugins/fragmentation*.py: the rest of session 8's pending (docs/testing.md, "Session 10") -----------------
+# -- plugins/fragmentation*.py: the rest of session 8's pending (git a748550 docs/testing.md, "Session 10") ----
 
 
 def _learned(profile) -> Fragmentation:

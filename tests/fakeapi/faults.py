@@ -1,6 +1,8 @@
 """Fault injection for the fake apiserver: answers refused before the write (the object is unchanged),
-answers lost after it (the write is committed, the client sees an error or a dropped connection), latency,
-and a log of every request with who sent it and what it was answered, for auditors."""
+answers lost after it (the write is committed, the client sees an error or a dropped connection), answers
+given before a write that is carried out later (`late`: the apiserver's timeout filter answers 504 while the
+handler goes on, and a write in flight to etcd still commits), latency, and a log of every request with who
+sent it and what it was answered, for auditors."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class Fault:
     after: bool = False  # committed, answer lost: the write happens, the client never learns it did
     rate: float = 1.0  # the chance a matching request is hit (seeded)
     agent_contains: str = ""  # only requests of clients whose User-Agent contains this
+    late: float = 0.0  # > 0: answered `code` at once, the request carried out this many seconds later
 
     def matches(self, request: web.Request, rng: random.Random) -> bool:
         if self.count <= 0 or not _selects(request, self.verb, self.path_contains, self.agent_contains):
@@ -73,6 +76,7 @@ class Faults:
                     bool(body.get("after", False)),
                     float(body.get("rate", 1.0)),
                     body.get("agent_contains", ""),
+                    float(body.get("late", 0.0)),
                 )
             )
         elif op == "delay":
@@ -103,10 +107,20 @@ class Faults:
         if pause:
             await asyncio.sleep(pause)
         for f in self.faults:
-            if not f.after and f.matches(request, self.rng):
+            if not f.after and not f.late and f.matches(request, self.rng):
                 self._count(f)
                 self._log(request, f.code)
                 raise ApiError(f.code, REASONS.get(f.code, "InternalError"), f"injected fault {f.code}")
+
+    def late(self, request: web.Request) -> Fault | None:
+        """A late fault this request meets (checked before `before`): the caller answers its code now and
+        carries the request out `late` seconds later."""
+        for f in self.faults:
+            if f.late and f.matches(request, self.rng):
+                self._count(f)
+                self._log(request, f.code)["lost"] = True
+                return f
+        return None
 
     def after(self, request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
         """Log the request; a matching after-fault replaces a successful write's answer with an error
@@ -137,5 +151,5 @@ class Faults:
         return entry
 
     def _count(self, f: Fault) -> None:
-        key = f"{'after' if f.after else 'before'} {f.code}"
+        key = f"{'late' if f.late else 'after' if f.after else 'before'} {f.code}"
         self.injected[key] = self.injected.get(key, 0) + 1

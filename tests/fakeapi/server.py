@@ -22,7 +22,7 @@ from . import openapi, patches
 from .admission import Admission, Request
 from .auth import Attributes, Authenticator, User, allowed, service_account
 from .errors import ApiError, conflict, not_found, success
-from .faults import Faults
+from .faults import REASONS, Faults
 from .selectors import Selector, label_selector, parse_fields, parse_labels
 from .store import NAMESPACES, RESOURCES, Resource, Store, clone, default
 
@@ -104,6 +104,7 @@ class FakeApi:
         self.app.router.add_route("*", "/_fake/{op}", self.control)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.streams: set[web.StreamResponse] = set()
+        self.late_writes: set[asyncio.Task] = set()  # requests answered already, carried out later (faults.late)
         self.admission = Admission(self.state.store)
 
     @property
@@ -116,12 +117,26 @@ class FakeApi:
         self.state.credentials.add(request.headers.get("Authorization", ""))
         try:
             request[USER] = self.state.auth.user(request.headers.get("Authorization"))
+            late = self.state.faults.late(request)
+            if late is not None:
+                await request.read()  # kept for the handling that comes later
+                task = asyncio.create_task(self._late(request, late.late))
+                self.late_writes.add(task)
+                task.add_done_callback(self.late_writes.discard)
+                raise ApiError(late.code, REASONS.get(late.code, "InternalError"), f"injected fault {late.code} (late)")
             await self.state.faults.before(request)
             return self.state.faults.after(request, await self._route(request))
         except ApiError as err:
             if err.code in (401, 403):
                 self.state.denied.append({"method": request.method, "path": request.path, "message": err.message})
             return respond_error(err)
+
+    async def _late(self, request: web.Request, seconds: float) -> None:
+        """Carry out a request answered already, as the apiserver's handler goes on after its timeout answered;
+        its outcome reaches nobody."""
+        await asyncio.sleep(seconds)
+        with contextlib.suppress(ApiError):
+            await self._route(request)
 
     def _authorize(self, request: web.Request, attrs: Attributes) -> User:
         user: User = request[USER]

@@ -21,6 +21,7 @@ from fairgpu.framework.interfaces import EngineView, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 
 SHAPES = 256  # shapes kept per state, the least recently used dropped first
+_REFUSED = np.float64(-np.inf)  # the total of a node the filters refuse
 
 
 @dataclass(slots=True)
@@ -33,6 +34,10 @@ class Shape:
     filtered_at: int  # the state's version when the verdicts were last brought up to date
     scored_at: int = EVERY  # and the scores
     generation: tuple[int, ...] = ()
+    # the filters' answer on the rows they last brought up to date (rows: `Changes.since`'s own array, the
+    # same object for the same mark until the next change): scoring those very rows reads it, not a copy of
+    # the same verdicts out of `nodes` and `slots`
+    fresh: FitMask | None = None
 
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
@@ -65,7 +70,7 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
         return shape
     rows = st.changes.since(shape.filtered_at)
     shape.filtered_at = st.version
-    mask = run_filters(pod, view, profile, rows)
+    mask = shape.fresh = run_filters(pod, view, profile, rows)
     shape.nodes[rows] = mask.nodes
     if shape.slots is not None and mask.slots is not None:
         shape.slots[rows] = mask.slots
@@ -76,7 +81,7 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     """(N,) the weighted score sum, current on every node (for a pod some node can take), -inf on nodes the
     filters refuse: its argmax is the best feasible node, in one pass."""
     st = view.state
-    generation = tuple(plugin.generation(pod, view) for plugin, _ in profile.score)
+    generation = tuple([plugin.generation(pod, view) for plugin, _ in profile.score])
     rows: np.ndarray | slice
     if generation != shape.generation:
         rows, shape.generation = slice(None), generation
@@ -85,9 +90,28 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
     else:
         rows = st.changes.since(shape.scored_at)
     shape.scored_at = st.version
-    mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
-    total = np.zeros(len(mask.nodes))
+    fresh = shape.fresh
+    if fresh is not None and fresh.rows is rows:  # filtered just now, these very rows
+        mask = fresh
+    else:
+        mask = FitMask(shape.nodes[rows], None if shape.slots is None else shape.slots[rows], rows=rows)
+    # The weighted sum 0 + w1·s1 + w2·s2 + ... in float64, in that order, without the array operations that
+    # change no value: the leading 0 (0 + x is x, but for -0.0, which no argmax tells from 0.0), a weight of 1,
+    # and a plugin indifferent to the pod (its scores all 0). Arrays are read, never written: a plugin may keep
+    # the one it returned.
+    total: np.ndarray | None = None
     for plugin, weight in profile.score:
-        total += weight * plugin.score(pod, view, mask)
-    shape.total[rows] = np.where(mask.nodes, total, -np.inf)
+        indifferent = getattr(plugin, "indifferent", None)
+        if indifferent is not None and indifferent(pod):
+            continue
+        scores = plugin.score(pod, view, mask)
+        weighted = scores if weight == 1.0 else weight * scores
+        total = weighted if total is None else np.add(total, weighted, dtype=np.float64)
+    if total is None:
+        total = np.zeros(len(mask.nodes))
+    # -inf as a float64 scalar: the result is float64 whatever the plugins' dtype (a Python float would not say)
+    if isinstance(rows, slice):  # every node: the new array is the shape's (callers read it at once)
+        shape.total = np.where(mask.nodes, total, _REFUSED)
+    else:
+        shape.total[rows] = np.where(mask.nodes, total, _REFUSED)
     return shape.total

@@ -155,6 +155,9 @@ class ExplainsFilter(Protocol):
 
 @runtime_checkable
 class Score(Protocol):
+    # Optional (not part of the contract, so existing scores still qualify): `indifferent(pod) -> bool`, True
+    # when `score` would give every node 0 for that pod (PodPolicy for a pod without a node policy): the
+    # engine then leaves the plugin out of the pod's weighted sum, which that 0 would not change
     def generation(self, pod: PodSpec, view: EngineView) -> int:
         """Called each time a pod is about to be scored (some node fits it), before `score`, dry runs
         included. Scores computed under another generation are stale on every node; within one, a node's

@@ -6,6 +6,7 @@ pass a view over a copy of the cluster state.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 
@@ -108,16 +109,22 @@ def place_all(
     as few nodes as the scores allow (fewer cross-node hops for distributed training); without one, each
     pod is placed on its own, as kube-scheduler does."""
     placed: list[Placement] = []
-    used: list[int] = []  # the nodes the gang took so far, in order
+    used: list[int] = []  # the nodes the gang took so far, ascending
+    within: np.ndarray | None = None  # the same as an array, made again only after a node joins
     for pod, key in zip(pods, keys, strict=True):
-        together = placed and profile.gang
         teach = key if learn else None
-        p = place_pod(pod, view, profile, exclude, np.array(sorted(set(used))), teach) if together else None
+        p = None
+        if placed and profile.gang:
+            if within is None:
+                within = np.array(used)
+            p = place_pod(pod, view, profile, exclude, within, teach)
         if p is None:
             p = place_pod(pod, view, profile, exclude, key=teach)
         if p is None:
             break
-        used.append(p.node)
+        if p.node not in used:
+            bisect.insort(used, p.node)
+            within = None
         view.state.assign(key, p)
         placed.append(p)
     return placed

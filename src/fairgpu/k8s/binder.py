@@ -17,9 +17,11 @@ from fairgpu.errors import BindError, KubeError
 from fairgpu.k8s import hami
 from fairgpu.k8s.port import NODES, PODS, KubePort
 from fairgpu.k8s.translate import PodInfo
-from fairgpu.k8s.writes import Writes
+from fairgpu.k8s.writes import Writes, may_have_landed
 from fairgpu.model.node import GpuDevice, mig_candidates
 from fairgpu.state import Placement
+
+BINDING_SETTLE = 60.0  # the API server's default --request-timeout
 
 
 def device_string(pod: PodInfo, devices: list[hami.DeviceUse], segments: tuple[int, ...] = ()) -> str:
@@ -57,6 +59,7 @@ class Binder:
         node_cache: Callable[[str], dict | None] | None = None,
         pod_cache: Callable[[str], dict | None] | None = None,
         lock_expiry: timedelta = hami.LOCK_EXPIRY,
+        settle: float = BINDING_SETTLE,
         fence: Callable[[], None] = lambda: None,
         abandoned: Callable[[dict, str], bool] | None = None,
         writes: Writes | None = None,
@@ -65,6 +68,7 @@ class Binder:
         self.lock_expiry = lock_expiry  # HAMi's nodeLockExpire (HAMI_NODELOCK_EXPIRE)
         self.clock = clock
         self.lock_wait = lock_wait
+        self.settle = settle  # seconds a Binding whose failure may still land is sent again (see _binding)
         # An event set at the node's next change (informer): waiting for a lock then costs no polling. It is
         # taken before each read of the node, so a release landing between the read and the wait is not missed.
         self.node_changed = node_changed
@@ -151,13 +155,26 @@ class Binder:
         raise BindError(f"annotating pod: {last}")
 
     async def _binding(self, pod: PodInfo, node: str, annotations: dict[str, str]) -> None:
-        try:
-            await self.writes.send(self.fence, self.port.bind, pod.namespace, pod.name, pod.uid, node, annotations)
-        except KubeError as err:
-            # A retried request whose first attempt landed: the pod already sits where we put it.
-            if err.code == 409 and f'already assigned to node "{node}"' in err.message:
+        """Send the Binding until an answer settles it. A failure that may still land (no answer, a 5xx: the API
+        server answers its timeout while the write goes on) is not taken for a refusal: read back unbound, the
+        pod's room was freed and given to another pod while the first Binding still landed. The same Binding is
+        sent again (fenced, counted) until it is answered 201 or refused for good, or 409 "already assigned" to
+        this node tells an earlier one landed; after `settle` seconds (the API server's request timeout, past
+        which no attempt is still carried out) a failure is final."""
+        loop = asyncio.get_running_loop()
+        end, pause = loop.time() + self.settle, 0.1
+        while True:
+            try:
+                await self.writes.send(self.fence, self.port.bind, pod.namespace, pod.name, pod.uid, node, annotations)
                 return
-            raise BindError(f"binding: {err}") from err
+            except KubeError as err:
+                # A retried request whose first attempt landed: the pod already sits where we put it.
+                if err.code == 409 and f'already assigned to node "{node}"' in err.message:
+                    return
+                if not may_have_landed(err) or loop.time() + pause > end:
+                    raise BindError(f"binding: {err}") from err
+            await asyncio.sleep(pause)
+            pause = min(2.0, pause * 2)
 
     async def _lock(self, pod: PodInfo, node: str) -> str:
         """Take HAMi's node lock with optimistic concurrency; wait while another pod legitimately holds it.

@@ -78,9 +78,12 @@ class CarryOut:
         self.book: Holdings | None = None
         self.inflight: set[str] = set()  # pods whose bind is under way
         self._target: dict[str, str] = {}  # pod → node, while its bind task runs
-        # Binds that landed (seen by us before the pod cache shows them): their room is kept when the
-        # workload is dropped. Failed binds per workload, with what became of the pod (see _outcome).
-        self._landed: set[str] = set()
+        # Binds that landed (seen by us before the pod cache shows them): pod → its UID. Their room is kept when
+        # the workload is dropped. By UID: a pod made again under the name before a pass saw the bound one is
+        # another pod, which must be scheduled (taken for the bound one, it was adopted as running and never
+        # scheduled, and its mark kept the cache from ever counting as quiet: no rebuild again).
+        # Failed binds per workload, with what became of the pod (see _outcome).
+        self._landed: dict[str, str] = {}
         self._failed: dict[str, dict[str, str]] = {}
         self._attempts: dict[str, int] = {}  # bind attempts per pod, this engine
         self._undoing: set[str] = set()  # gangs whose landed members are being evicted
@@ -116,7 +119,7 @@ class CarryOut:
 
     def seen(self, key: str) -> None:
         """The pod cache shows this pod's truth (bound, or gone): what we knew of its bind is no longer needed."""
-        self._landed.discard(key)
+        self._landed.pop(key, None)
         self._attempts.pop(key, None)
 
     def busy(self, key: str, node: str) -> bool:
@@ -130,10 +133,10 @@ class CarryOut:
 
     def quiet(self) -> bool:
         """No bind under way, and every landed bind shows in the pod cache: the cache alone tells what runs."""
-        for key in list(self._landed):
+        for key, uid in list(self._landed.items()):
             obj = self.pod_cache(key)
-            if obj is None or (obj.get("spec") or {}).get("nodeName"):
-                self._landed.discard(key)
+            if obj is None or (obj.get("spec") or {}).get("nodeName") or obj["metadata"].get("uid") != uid:
+                del self._landed[key]
         return not self.inflight and not self._landed
 
     def lost(self) -> None:
@@ -157,7 +160,10 @@ class CarryOut:
 
     def is_bound(self, key: str) -> bool:
         p = self.parsed.infos.get(key)
-        return key in self._landed or (p is not None and p.node is not None and not p.terminal)
+        landed = self._landed.get(key)
+        return (landed is not None and (p is None or p.uid == landed)) or (
+            p is not None and p.node is not None and not p.terminal
+        )
 
     def drop(
         self,
@@ -261,7 +267,7 @@ class CarryOut:
             if p is None:
                 raise BindError("pod disappeared before its bind")
             await binder.bind(p, node, devices, placement.segments, mig_string(p, placement, gpus))
-            self._landed.add(key)
+            self._landed[key] = p.uid
             self.stats.binds += 1
             self.stats.bind_latency.append(self.clock() - self.seen_at.pop(key, self.clock()))
             self.reporter.scheduled(key, p.uid, node)
@@ -273,8 +279,8 @@ class CarryOut:
                 else await self._outcome(p, node, device_string(p, devices, placement.segments) if devices else "")
             )
             log.warning("bind %s failed (%s): %s", key, outcome, err)
-            if outcome == LANDED:
-                self._landed.add(key)
+            if p is not None and outcome == LANDED:
+                self._landed[key] = p.uid
                 self.stats.binds += 1
             else:
                 self._failed.setdefault(workload, {})[key] = outcome
@@ -345,20 +351,23 @@ class CarryOut:
         the pod being gone already) stops there: the victim keeps running, out of choice for REFUSED_BACKOFF
         seconds, and its preemptor picks another victim at its next attempt. A closed fence stops it too: the
         victim keeps running, its preemptor plans again (if this replica still leads: a renewal in time)."""
-        keys = self._book().members.get(ev.workload, ())
+        book = self._book()
+        keys = book.members.get(ev.workload, ())
         if ev.pods is not None:
             keys = tuple(keys[i] for i in ev.pods)
+        # The UIDs of the pods the engine chose, taken now: while one eviction is on the wire a pass may parse a
+        # new pod made under a victim's name, which is not the victim (its UID went on the wire before).
+        uids = {key: book.uids.get(key) for key in keys}
         for key in keys:
             ns, name = key.split("/", 1)
-            p = self.parsed.infos.get(key)
             try:
-                await self.writes.send(self.fence, self.port.evict, ns, name, grace, p.uid if p is not None else None)
+                await self.writes.send(self.fence, self.port.evict, ns, name, grace, uids[key])
             except FenceClosed as err:
                 log.info("eviction of %s not sent: %s", key, err)
                 self._refusals.append((ev.workload, self.clock()))
                 break
             except KubeError as err:
-                if err.code == 404:
+                if err.code in (404, 409):  # 409: the UID precondition, a new pod of that name
                     continue  # gone already: what an eviction wants
                 log.info("eviction of %s refused: %s", key, err)
                 self._refusals.append((ev.workload, self.clock() + REFUSED_BACKOFF))

@@ -155,15 +155,16 @@ class Reconciler:
                     self.carry.drop(name, pods, finished_at=done)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
-        found: dict[str, list[PodInfo]] = {}
+        found: dict[tuple[str, str], list[PodInfo]] = {}
         for key in keys:
             p = pods.get(key)
             if p is not None and p.node and not p.terminal and key not in self.owned and key not in self.fixed:
                 if p.scheduler == self.scheduler_name:
-                    found.setdefault(f"{p.namespace}/group:{p.group}" if p.group else key, []).append(p)
+                    # one user's members of a group are one workload (workloads.pending_batches)
+                    found.setdefault((f"{p.namespace}/group:{p.group}" if p.group else key, p.user), []).append(p)
                 else:
                     book.pin(p)
-        for name, members in found.items():
+        for (name, _), members in found.items():
             book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 
@@ -197,7 +198,9 @@ class Reconciler:
                 self.reporter.unschedulable(key, obj["metadata"].get("uid", ""), problem)
 
         def waiting(p: PodInfo) -> bool:
-            if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting:
+            # A gated pod waits for its gates to go, as kube-scheduler's PreEnqueue has it wait: its Binding would
+            # be refused, after its room was booked (and victims perhaps evicted for it) at every pass.
+            if p.scheduler != self.scheduler_name or p.node or p.terminal or p.deleting or p.gated:
                 return False
             if UNATTRIBUTED in p.annotations:  # charged to no one (webhook.stamp): it waits, and says why
                 meta = self.pods.cache[p.key]["metadata"]

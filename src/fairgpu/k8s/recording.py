@@ -155,7 +155,7 @@ class Watcher:
                 p = pod_info(obj, self.rules)
             except ValueError:
                 continue  # the scheduler says why on the pod; it never runs as ours
-            if not p.terminal and p.problem is None:
+            if not p.terminal and p.problem is None and not p.gated:  # the controller leaves gated pods alone
                 members.setdefault(f"{p.namespace}/group:{p.group}" if p.group else p.key, []).append(p)
         workloads: dict[str, Workload] = {}
         running, evictions = [], []

@@ -168,6 +168,7 @@ class PodInfo:
     duration: float | None
     annotations: dict[str, str]
     deleting: bool
+    gated: bool = False  # spec.schedulingGates not yet all removed: no scheduler may bind it (the API server refuses)
 
     @property
     def terminal(self) -> bool:
@@ -231,16 +232,22 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
     selection.update(constraints)
     problems += why
     group = labels.get(POD_GROUP) or labels.get(SIG_POD_GROUP)
-    try:
-        min_members = int(labels.get(MIN_MEMBERS) or annotations.get(MIN_MEMBERS) or 1)
-    except ValueError as err:
-        raise RequestError(f"{labels.get(MIN_MEMBERS)!r} is not a number", f"metadata.labels[{MIN_MEMBERS}]") from err
+    # A tenant may still change these after admission: an unreadable value is a problem, never an exception,
+    # so a running pod stays accounted (an exception made it unreadable, taken for gone, its GPUs freed).
+    min_members = 1
+    raw = labels.get(MIN_MEMBERS) or annotations.get(MIN_MEMBERS)
+    if raw:
+        try:
+            min_members = int(raw)
+        except ValueError:
+            where = "labels" if labels.get(MIN_MEMBERS) else "annotations"
+            problems.append(f"metadata.{where}[{MIN_MEMBERS}]: {raw!r} is not a number")
     duration = None
     if EXPECTED_RUNTIME in annotations:
         try:
             duration = parse_duration(annotations[EXPECTED_RUNTIME])
         except ValueError as err:
-            raise RequestError(str(err), f"metadata.annotations[{EXPECTED_RUNTIME}]") from err
+            problems.append(f"metadata.annotations[{EXPECTED_RUNTIME}]: {err}")
     created = _timestamp(meta.get("creationTimestamp"))
     return PodInfo(
         key=f"{meta.get('namespace', '')}/{meta['name']}",
@@ -272,6 +279,7 @@ def pod_info(pod: dict, rules: GpuRules = DEFAULT_RULES) -> PodInfo:
         duration=duration,
         annotations=dict(annotations),
         deleting=bool(meta.get("deletionTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
     )
 
 

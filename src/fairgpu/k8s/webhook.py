@@ -47,6 +47,11 @@ GPU_RESOURCES = (r.GPU, r.GPUCORES, r.GPUMEM, r.GPUMEM_PCT)
 # queue name → namespaces allowed to use it (empty: any); None when the queue does not exist
 QueueLookup = Callable[[str], tuple[str, ...] | None]
 Stamp = dict[str, dict[str, str | None]]  # metadata field (labels, annotations) → key → value (None: absent)
+# The largest AdmissionReview read. aiohttp's default (1 MiB) answered 413 to reviews the API server sends: it
+# accepts request bodies of 3 MiB, and an UPDATE's review carries the object twice. A 413 is a failed call, so
+# a large GPU pod was refused (failurePolicy Fail) and a large workload's UPDATE skipped the webhook (Ignore),
+# keeping a template stamp its owner had rewritten.
+MAX_REVIEW = 8 * 1024 * 1024
 
 
 class UserInfo(BaseModel):
@@ -378,7 +383,7 @@ def webhook_app(
             return _review(req, {"allowed": True})
         return _review(req, {"allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": problem}})
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_REVIEW)
     app.router.add_post("/mutate", mutate_handler)
     app.router.add_post("/validate", validate_handler)
     return app

@@ -75,32 +75,50 @@ def pending_batches(
             touched.setdefault((p.namespace, p.group), [])
         elif waiting(p):
             out.append(Batch(key, [p]))
+    named: set[str] = set()
     for ns, group in touched:
-        everyone = [pods[k] for k in groups.get((ns, group), ()) if k in pods]
-        members = [m for m in everyone if waiting(m)]
-        if not members:
-            continue
-        bound = sum(1 for m in everyone if m.node)
-        admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
-        # Once admitted, members that ran and are gone no longer count against the minimum, but the ones
-        # still waiting go together: never one by one.
-        need = max(m.min_members for m in members) - bound
-        if admitted:
-            need = min(len(members), need)
-        if len(members) < need:
-            for m in members:
-                unschedulable(m, f"gang {group}: {len(members) + bound} of {need + bound} members exist")
-            continue
-        members.sort(key=lambda m: m.name)
-        # Members beyond what the gang still needs are elastic: they run as room allows and are the first
-        # given back when another queue reclaims. Members that join a running group form a workload of
-        # their own, named after their first member.
-        least = max(1, need)
-        name = f"{ns}/group:{group}"
-        if taken(name):
-            name = f"{name}/{members[0].name}"
-        out.append(Batch(name, members, least if len(members) > least else None))
+        grouped = [pods[k] for k in groups.get((ns, group), ()) if k in pods]
+        # A gang is one workload of one user: each user's pods of a group are a gang of their own. Any pod of the
+        # namespace may carry the label, and joining another user's gang charged the joiner's GPUs to that user.
+        for user in sorted({m.user for m in grouped}):
+            everyone = [m for m in grouped if m.user == user]
+            out += _gang(ns, group, everyone, waiting, lambda name: taken(name) or name in named, unschedulable)
+            named.update(b.name for b in out)
     return out
+
+
+def _gang(
+    ns: str,
+    group: str,
+    everyone: list[PodInfo],
+    waiting: Callable[[PodInfo], bool],
+    taken: Callable[[str], bool],
+    unschedulable: Callable[[PodInfo, str], None],
+) -> list[Batch]:
+    """The batch of one user's waiting members of a pod group, if enough of them exist."""
+    members = [m for m in everyone if waiting(m)]
+    if not members:
+        return []
+    bound = sum(1 for m in everyone if m.node)
+    admitted = any(m.annotations.get(GANG_ADMITTED) == "true" for m in members)
+    # Once admitted, members that ran and are gone no longer count against the minimum, but the ones
+    # still waiting go together: never one by one.
+    need = max(m.min_members for m in members) - bound
+    if admitted:
+        need = min(len(members), need)
+    if len(members) < need:
+        for m in members:
+            unschedulable(m, f"gang {group}: {len(members) + bound} of {need + bound} members exist")
+        return []
+    members.sort(key=lambda m: m.name)
+    # Members beyond what the gang still needs are elastic: they run as room allows and are the first
+    # given back when another queue reclaims. Members that join a running group form a workload of
+    # their own, named after their first member.
+    least = max(1, need)
+    name = f"{ns}/group:{group}"
+    if taken(name):
+        name = f"{name}/{members[0].name}"
+    return [Batch(name, members, least if len(members) > least else None)]
 
 
 def submit(engine: Scheduler, batch: Batch, queues: QueueMap) -> str | None:

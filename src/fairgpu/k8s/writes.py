@@ -33,6 +33,12 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+def may_have_landed(err: KubeError) -> bool:
+    """A failure that does not tell the write was refused: no answer (0), or a 5xx, which the API server also
+    answers while the write goes on (its timeout filter's 504; an etcd request that timed out but commits)."""
+    return err.code == 0 or err.code >= 500
+
+
 class Writes:
     def __init__(self) -> None:
         # Shared memory (picklable only into a process being started: elector_process.py hands it over),
@@ -47,7 +53,7 @@ class Writes:
 
     @property
     def unanswered_at(self) -> float:
-        """When a write whose fate is unknown (no answer, or cancelled on the wire) was last given up on."""
+        """When a write whose fate is unknown (no answer, a 5xx, or cancelled on the wire) was last given up on."""
         return float(self._unanswered_at.value)
 
     def quiet(self, within: float) -> bool:
@@ -72,7 +78,7 @@ class Writes:
             answered = True  # never sent
             raise
         except KubeError as err:
-            answered = err.code != 0  # 0: no answer came back (errors.KubeError)
+            answered = not may_have_landed(err)
             raise
         finally:
             self._sending.value -= 1

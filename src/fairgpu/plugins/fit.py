@@ -4,22 +4,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from fairgpu.framework.cardfit import card_ok, fit_containers
+from fairgpu.framework.cardfit import card_ok, fit_containers, open_cards
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise_filter, once
 from fairgpu.state import ClusterState
 
+# Per state, as of a version: every node's cards open to one more task (`cardfit.open_cards`), kept current
+# through the change log. A shared-card shape new to the engine's cache checks every card (~3,600 times a
+# benchmark cycle at 5,000 nodes), and this part of the check is the same for every such shape.
+_OPEN: WeakKeyDictionary[ClusterState, tuple[int, np.ndarray]] = WeakKeyDictionary()
+
+
+def _opened(st: ClusterState) -> np.ndarray:
+    hit = _OPEN.get(st)
+    if hit is None:
+        cards = open_cards(st, slice(None))
+    else:
+        at, cards = hit
+        rows = st.changes.since(at)
+        if rows.size:
+            cards[rows] = open_cards(st, rows)
+    _OPEN[st] = (st.version, cards)
+    return cards
+
 
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
-    # a shared-card pod's checks on changed rows in one compiled pass (node_kernels.py); False runs the NumPy
-    # path, the same verdicts
+    # a GPU pod's checks on changed rows in one compiled pass (node_kernels.py), and every node's open cards
+    # kept (`_opened`); False runs the NumPy path, the same verdicts
     compiled: bool = True
 
     def __post_init__(self) -> None:
@@ -30,10 +49,10 @@ class Resources:
         st, r, g = view.state, mask.rows, pod.gpu
         per_container = g is not None and pod.per_container
         whole = g is not None and not st.has_mig and st.takes_whole_cards(g)
-        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a shared-card
-        # pod's checks in one compiled pass; whole cards are two reads of the state's idle index either way
-        if self.compiled and g is not None and not (st.has_mig or per_container or whole) and not isinstance(r, slice):
-            self._shared(pod, g, st, r, mask)
+        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
+        # in one compiled pass
+        if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
+            self._compiled(pod, g, st, r, mask, whole)
             return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None or per_container:
@@ -41,8 +60,8 @@ class Resources:
             if per_container:
                 self._per_container(pod, st, mask)
             return
-        if not whole:
-            mask.restrict_slots(card_ok(st, g, r))  # a GPU policy (`mutex` too) goes per container, above
+        if not whole:  # a GPU policy (`mutex` too) goes per container, above
+            mask.restrict_slots(card_ok(st, g, r, opened=_opened(st)[r] if self.compiled else None))
         elif g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
             mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
         else:  # idle cards: the state keeps that index current, and its per-node count (the mask's counts)
@@ -50,16 +69,25 @@ class Resources:
         mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
     @staticmethod
-    def _shared(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask) -> None:
-        """The compiled path of a shared-card pod on these rows: the node checks and `card_ok` in one pass."""
-        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct], dtype=np.int64)
-        nodes, ok, count = node_kernels.cards(
-            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
-            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap, request,
-        )  # fmt: skip
+    def _compiled(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask, whole: bool) -> None:
+        """The compiled path of a GPU pod on these rows: the node checks and the cards (idle ones for whole
+        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there."""
+        if whole:
+            nodes, ok, count = node_kernels.idle_cards(
+                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, pod.cpu_m,
+                pod.memory_mib, g.mem_mib, g.count,
+            )  # fmt: skip
+        else:
+            request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+            nodes, ok, count = node_kernels.cards(
+                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+                st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
+                request,
+            )  # fmt: skip
         mask.restrict_nodes(nodes)
         mask.restrict_slots(ok, count)
-        mask.restrict_nodes(mask.counts() >= g.count)
+        if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left of them
+            mask.restrict_nodes(mask.counts() >= g.count)
 
     @staticmethod
     def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:

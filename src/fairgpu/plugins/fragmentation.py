@@ -35,6 +35,7 @@ from fairgpu.state import ClusterState
 _CACHED_SHAPES = 512
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_CAPACITY = np.zeros(0, dtype=np.float32)
+_NO_FLOATS = np.zeros(0)
 _SETTINGS = ("quantize", "by_demand", "cpu_balance", "scarce", "pressure", "memory", "max_shapes", "compiled")
 
 
@@ -87,6 +88,8 @@ class Fragmentation:
     # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
     # rescores every node, else only nodes whose state changed
     _generation: int = 0
+    # the shapes whose weights moved by a boost since the prices were current (None: recompute them all)
+    _moved: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
@@ -125,11 +128,13 @@ class Fragmentation:
         elif agg.fit_count.shape[1] < len(mix.need):
             per_node.extend(agg, mix)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
-        if rows.size and self.compiled:  # refresh, weights and the rows' usable capacity in one call
+        if rows.size and self.compiled:  # refresh, weights, the rows' usable capacity, need and price in one call
+            balance = self.cpu_balance and agg.usable is not None
             w, changed = kernels.upkeep(
                 rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
                 agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room,
-                agg.free_total, mix.p, self.scarce, self.pressure, self._w,
+                agg.free_total, mix.p, self.scarce, self.pressure, self._w, mix.need_cpu, mix.need_gpu,
+                mix.cpu_only_per_core, agg.need if balance else _NO_FLOATS, agg.price if balance else _NO_FLOATS,
                 _NO_CAPACITY if agg.usable is None else agg.usable,
             )  # fmt: skip
             if changed:
@@ -141,16 +146,19 @@ class Fragmentation:
                 self._reweigh(agg)
             if agg.usable is not None and rows.size:
                 agg.usable[rows] = self._after(agg, rows, 0, 0, 0, 0)
-        if agg.usable is not None and rows.size and self.cpu_balance:
-            agg.need[rows], agg.price[rows] = need_and_price(agg, mix, self._w, rows, self.compiled)
+            if agg.usable is not None and rows.size and self.cpu_balance:
+                agg.need[rows], agg.price[rows] = need_and_price(agg, mix, self._w, rows, self.compiled)
         if agg.usable is None:
             every = np.arange(state.num_nodes)
             agg.usable = self._after(agg, every, 0, 0, 0, 0)
-            agg.need, agg.price = (
-                need_and_price(agg, mix, self._w, every, self.compiled)
-                if self.cpu_balance
-                else (every * 0.0, every * 0.0)
-            )
+            if not self.cpu_balance:
+                agg.need, agg.price = every * 0.0, every * 0.0
+            elif self._moved is None:
+                agg.need, agg.price = need_and_price(agg, mix, self._w, every, self.compiled)
+            else:  # a boost moved some weights: the rows refreshed now, and those where a moved shape counts
+                stale = np.union1d(rows, self._counting(agg, self._moved))
+                agg.need[stale], agg.price[stale] = need_and_price(agg, mix, self._w, stale, self.compiled)
+            self._moved = None
         agg.at = state.version
         return agg
 
@@ -175,11 +183,23 @@ class Fragmentation:
             self._new_weights(agg, w)
 
     def _new_weights(self, agg: per_node.Aggregates, w: np.ndarray) -> None:
-        """Cached usable capacities and deltas go stale with the weights."""
+        """Cached usable capacities and deltas go stale with the weights; so do the prices, but where only some
+        weights moved (a boost, not a new mix) and the prices were current, only where those shapes count."""
+        current = agg.usable is not None and w.shape == self._w.shape
+        self._moved = np.flatnonzero(w != self._w) if current else None
         self._w, self._w64 = w, w.astype(np.float64)  # a shared pod's products are float64, as NumPy promotes
         self._generation += 1
         agg.usable = None
         agg.deltas.clear()
+
+    def _counting(self, agg: per_node.Aggregates, shapes: np.ndarray) -> np.ndarray:
+        """The nodes where any of these shapes counts in `need_and_price` (a model it allows, enough GPUs with
+        room, enough memory). Elsewhere a price, the float64 product of the shapes counting with the weights,
+        adds the same terms in the same order (0 for these), so it keeps its bits when only their weights move
+        (the need does not depend on the weights at all)."""
+        mix = self._mix
+        counts = (agg.fit_count[:, shapes] >= mix.k[shapes]) & (agg.mem[:, None] >= mix.mem[shapes])
+        return np.flatnonzero((counts & agg.access[:, shapes]).any(axis=1))
 
     def _after(
         self, agg: per_node.Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int
@@ -241,9 +261,7 @@ class Fragmentation:
         if not self.cpu_balance:
             return np.zeros(len(rows))
         taken = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-        return starved(
-            agg, self._mix, self._w, rows, taken, pod.cpu_m, self._mem_m(pod), self.cpu_balance, self.compiled
-        )
+        return starved(agg, self._mix, self._w, rows, taken, pod.cpu_m, self._mem_m(pod), self.cpu_balance)
 
     @staticmethod
     def _exponent(delta: np.ndarray) -> np.ndarray:
@@ -329,17 +347,20 @@ class Fragmentation:
         mix, cpu_m, mem_m = self._mix, pod.cpu_m, self._mem_m(pod)
         assert agg.usable is not None
         k = pod.gpu.count if pod.gpu is not None else 0
-        starved = self._starved(pod, agg, rows)  # its own module's measure, compiled there
+        pct = k * pod.gpu.cores if pod.gpu is not None else 0  # the starved term's GPU percent taken
+        weight = float(self.cpu_balance)  # one compiled signature whatever type the profile gave
         if shared:
             assert pod.gpu is not None
             kernels.gpu_deltas(
                 rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.access, pod.gpu.cores, cpu_m, mem_m, self._w64, agg.usable, starved, delta,
+                agg.access, pod.gpu.cores, cpu_m, mem_m, self._w64, self._w, agg.usable, agg.need, agg.price, pct,
+                weight, mix.gpu_per_mib, delta,
             )  # fmt: skip
             return
         kernels.node_deltas(
-            rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access, k,
-            k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, starved, delta,
+            rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access, k,
+            k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need, agg.price, pct, weight, mix.gpu_per_mib,
+            delta,
         )  # fmt: skip
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:

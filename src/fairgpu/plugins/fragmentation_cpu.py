@@ -40,20 +40,12 @@ def starved(
     cpu_m: int,
     mem_m: int,
     weight: float,
-    compiled: bool,
 ) -> np.ndarray:
     """Change in the price of the GPU capacity the node's free CPU could not feed once a pod took `taken` GPU
     percent, `cpu_m` of CPU and `mem_m` of memory there, at the node's need and price as it is
     (`need_and_price`): taking CPU never lowers the estimate; plus, shape by shape, that of the capacity its
-    free memory could not feed (`memory_short`)."""
-    if compiled:
-        # float(weight): one compiled signature whatever type the profile gave (no compile in a decision)
-        return np.asarray(
-            kernels.starved(
-                rows, agg.free, agg.cpu, agg.need, agg.price, taken, cpu_m, float(weight), agg.fit_count,
-                agg.fit_free, agg.mem, agg.access, mix.k, mix.mem, mix.gpu_per_mib, w, mem_m,
-            )
-        )  # fmt: skip
+    free memory could not feed (`memory_short`). The NumPy path; the compiled one is `kernels.starved`, inside
+    the plugin's delta kernels."""
     need, price = agg.need[rows], agg.price[rows]
     ok = need > 0  # else no shape can use the node (FGD's measure counts all of it lost already) or needs CPU
     free, cpu = agg.free[rows].sum(axis=1), agg.cpu[rows]

@@ -14,6 +14,8 @@ from numba import njit
 
 from fairgpu.plugins import blas
 
+_ALIKE_FROM = 16  # rows from which `alike` groups them: a few rows cost less computed than hashed
+
 
 @njit(cache=True)
 def refresh_rows(
@@ -313,12 +315,18 @@ def upkeep(
     scarce: int,
     pressure: int,
     now: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
     capacity: np.ndarray,
 ) -> tuple[np.ndarray, bool]:
     """A placement's upkeep in one call: `refresh_rows`, then `weights` from the moved `hosts`, `room` and
     `free_total`; if the weights stayed, the rows' usable capacity under them (`capacity[rows]`, the plugin's
-    cached usable capacity; empty when it has none) as the NumPy path's `node_matrix @ w`. Returns (weights,
-    changed)."""
+    cached usable capacity; empty when it has none) as the NumPy path's `node_matrix @ w`, and, where
+    `node_need` is not empty (cpu_balance), the rows' `need_and_price` into `node_need` and `node_price`
+    (`need_rows`, its product with the weights in float64 as NumPy's). Returns (weights, changed)."""
     refresh_rows(
         rows, usable, cores_free, cpu_free, mem_free, need, k, cpu_t, mem_t, access, free, cpu, mem, fit_count,
         fit_free, hosts, room, free_total,
@@ -328,12 +336,19 @@ def upkeep(
         after = matvec32(node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, 0, 0, 0, 0), now)
         for i in range(rows.shape[0]):
             capacity[rows[i]] = after[i]
+        if node_need.shape[0]:
+            per_gpu, uses = need_rows(rows, fit_count, mem, access, k, mem_t, need_cpu, need_gpu, cpu_only)
+            price = matvec64(uses, now.astype(np.float64))
+            for i in range(rows.shape[0]):
+                node_need[rows[i]] = per_gpu[i]
+                node_price[rows[i]] = price[i]
     return w, changed
 
 
 @njit(cache=True)
 def node_deltas(
     rows: np.ndarray,
+    free: np.ndarray,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     cpu: np.ndarray,
@@ -348,15 +363,51 @@ def node_deltas(
     mem_m: int,
     w: np.ndarray,
     usable: np.ndarray,
-    starved: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows] for a CPU-only or whole-GPU pod taking `gpus` GPUs (`taken` cores), `cpu_m` and `mem_m`:
-    `node_matrix`, its product with the weights `w` as NumPy computes it, and `node_rows`, in one call."""
+    `node_matrix`, its product with the weights `w` as NumPy computes it, the `starved` term (`pod_pct`: the
+    pod's GPU percent; zeros when `weight` is 0) and `node_rows`, in one call."""
     after = matvec32(
         node_matrix(rows, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, gpus, taken, cpu_m, mem_m), w
     )
-    node_rows(rows, after, usable, taken, starved, delta)
+    extra = _starved_or_zero(
+        rows, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+        gpu_per_mib, w, mem_m,
+    )  # fmt: skip
+    node_rows(rows, after, usable, taken, extra, delta)
+
+
+@njit(cache=True)
+def _starved_or_zero(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    need: np.ndarray,
+    price: np.ndarray,
+    taken: int,
+    cpu_m: int,
+    weight: float,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    gpu_per_mib: np.ndarray,
+    w: np.ndarray,
+    mem_m: int,
+) -> np.ndarray:
+    """`starved`, or zeros where cpu_balance is off (`weight` 0), as `Fragmentation._starved` gives them."""
+    if weight == 0.0:
+        return np.zeros(rows.shape[0])
+    return starved(rows, free, cpu, need, price, taken, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+                   gpu_per_mib, w, mem_m)  # fmt: skip
 
 
 @njit(cache=True)
@@ -376,16 +427,113 @@ def gpu_deltas(
     cpu_m: int,
     mem_m: int,
     w: np.ndarray,
+    w32: np.ndarray,
     usable: np.ndarray,
-    starved: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
     delta: np.ndarray,
 ) -> None:
     """delta[rows] for a shared pod taking `cores` of one GPU: `slot_rows`, the product with the weights `w`
-    (float64, as NumPy promotes the float32 weights) as NumPy computes it, and `gpu_rows`, in one call."""
+    (float64, as NumPy promotes the float32 weights `w32`) as NumPy computes it, the `starved` term (`pod_pct`:
+    the pod's GPU percent; zeros when `weight` is 0) and `gpu_rows`, in one call; once per group of nodes alike
+    (`alike`), the others' rows copied from their group's first."""
+    group, firsts = alike(rows, free, cpu, mem, access, usable, node_need, node_price)
+    some = rows[firsts]
     first, sub, slots, matrix = slot_rows(
-        rows, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
+        some, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m
     )
-    gpu_rows(rows, first, sub, slots, matvec64(matrix, w), usable, free, cores, starved, delta)
+    extra = _starved_or_zero(
+        some, free, cpu, node_need, node_price, pod_pct, cpu_m, weight, fit_count, fit_free, mem, access, k, mem_t,
+        gpu_per_mib, w32, mem_m,
+    )  # fmt: skip
+    gpu_rows(some, first, sub, slots, matvec64(matrix, w), usable, free, cores, extra, delta)
+    for i in range(rows.shape[0]):
+        r, like = rows[i], some[group[i]]
+        if r != like:
+            delta[r] = delta[like]
+
+
+@njit(cache=True)
+def same_node(
+    o: int,
+    r: int,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    byte: np.ndarray,
+    bits_u: np.ndarray,
+    bits_n: np.ndarray,
+    bits_p: np.ndarray,
+) -> bool:
+    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`byte`:
+    the (N, T) access as bytes) and the same bits of usable capacity, need and price. Without early exits:
+    nodes compared are usually alike."""
+    diff = (cpu[o] ^ cpu[r]) | (mem[o] ^ mem[r]) | (np.int64(bits_u[o]) ^ np.int64(bits_u[r]))
+    diff |= (bits_n[o] ^ bits_n[r]) | (bits_p[o] ^ bits_p[r])
+    for g in range(free.shape[1]):
+        diff |= free[o, g] ^ free[r, g]
+    x = np.uint8(0)
+    for t in range(byte.shape[1]):
+        x |= byte[o, t] ^ byte[r, t]
+    return bool(diff == 0 and x == 0)
+
+
+@njit(cache=True)
+def alike(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Group these rows' nodes by everything a shared pod's change in fragmentation there is computed from:
+    each GPU's free cores (the per-shape sums follow from them: integers counted and summed), CPU, memory,
+    the shapes' access, the cached usable capacity, need and price (bit for bit). Nodes alike get the same
+    change bit for bit (a float64 product rounds a row alike in any batch of rows), so it is computed once
+    per group: after new weights most nodes a shape fits on are alike (idle, or filled alike). Returns (each
+    row's group, each group's first row), indices into `rows`, by a hash table with linear probing (the
+    access rows are compared, not hashed: nodes alike but for it are few)."""
+    n, gpus = rows.shape[0], free.shape[1]
+    group = np.arange(n)
+    if n < _ALIKE_FROM:
+        return group, group
+    bits_u, bits_n, bits_p = usable.view(np.int32), node_need.view(np.int64), node_price.view(np.int64)
+    byte = access.view(np.uint8)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    firsts = np.empty(n, dtype=np.int64)
+    odd = np.uint64(0x9E3779B97F4A7C15)  # each value times its own odd constant, summed: no serial chain
+    m = 0
+    for i in range(n):
+        r = rows[i]
+        h = np.uint64(cpu[r]) * odd + np.uint64(mem[r]) * (odd + np.uint64(2))
+        h += np.uint64(bits_u[r]) * (odd + np.uint64(4)) + np.uint64(bits_n[r]) * (odd + np.uint64(6))
+        h += np.uint64(bits_p[r]) * (odd + np.uint64(8))
+        for g in range(gpus):
+            h += np.uint64(free[r, g]) * (odd + np.uint64(10 + 2 * g))
+        h ^= h >> np.uint64(29)
+        s = np.int64((h * odd) >> np.uint64(40)) & (size - 1)
+        while True:
+            j = table[s]
+            if j < 0:
+                table[s] = m
+                firsts[m] = i
+                group[i] = m
+                m += 1
+                break
+            if same_node(rows[firsts[j]], r, free, cpu, mem, byte, bits_u, bits_n, bits_p):
+                group[i] = j
+                break
+            s = (s + 1) & (size - 1)
+    return group, firsts[:m]
 
 
 @njit(cache=True)

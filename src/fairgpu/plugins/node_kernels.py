@@ -1,10 +1,11 @@
 """Compiled twins of node-local plugins' common cases (numba, cached on disk): the `Resources` filter for a
-shared-card pod of one GPU container on a cluster without MIG cards, on the few rows that changed since a pod
-shape's last evaluation, where the cost of the NumPy path is its dozen array operations, not their size (on
-every node NumPy's whole-array passes are faster: at 5,000 nodes 60 against 130 µs); and the free-fraction
-scores (`Binpack`, `Spread`, `LeastAllocated`) on any rows (on every node 24 against 68 µs). The same
-integer comparisons as `Resources.filter` and `cardfit.card_ok`, so the same verdicts, and the scores' float
-operations in their order, so the same floats (tests/test_evaluations.py compares each with its NumPy path)."""
+GPU pod of one GPU container on a cluster without MIG cards (whole cards or shares), on the few rows that
+changed since a pod shape's last evaluation, where the cost of the NumPy path is its dozen array operations,
+not their size (on every node NumPy's whole-array passes are faster: at 5,000 nodes 60 against 130 µs); and
+the free-fraction scores (`Binpack`, `Spread`, `LeastAllocated`) on any rows (on every node 24 against 68 µs).
+The same integer comparisons as `Resources.filter` and `cardfit.card_ok`, so the same verdicts, and the
+scores' float operations in their order, so the same floats (tests/test_evaluations.py compares each with its
+NumPy path)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def cards(
     cores_cap: np.ndarray,
     request: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(nodes with the CPU and memory, (rows, G) cards that pass HAMi's per-card checks, their count per
-    node) for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct)."""
+    """(nodes with the CPU, the memory and `count` such cards, (rows, G) cards that pass HAMi's per-card checks,
+    their count per node) for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct,
+    count)."""
     cpu_m, memory_mib, cores, mem_mib, mem_pct = request[0], request[1], request[2], request[3], request[4]
     n, gpus = rows.shape[0], usable.shape[1]
     nodes = np.empty(n, dtype=np.bool_)
@@ -56,6 +58,37 @@ def cards(
                 fits = fits and (cores_free[r, g] > 0 or cores_cap[r, g] == 0)
             ok[i, g] = fits
             count[i] += fits
+        nodes[i] = nodes[i] and count[i] >= request[5]
+    return nodes, ok, count
+
+
+@njit(cache=True)
+def idle_cards(
+    rows: np.ndarray,
+    schedulable: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    idle: np.ndarray,
+    gpu_mem_cap: np.ndarray,
+    cpu_m: int,
+    memory_mib: int,
+    mem_mib: int,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nodes with the CPU, the memory and `k` such cards, (rows, G) idle cards with `mem_mib` of memory if
+    asked, their count per node) for a pod that takes `k` whole cards."""
+    n, gpus = rows.shape[0], idle.shape[1]
+    nodes = np.empty(n, dtype=np.bool_)
+    ok = np.empty((n, gpus), dtype=np.bool_)
+    count = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        r = rows[i]
+        nodes[i] = schedulable[r] and cpu_free[r] >= cpu_m and mem_free[r] >= memory_mib
+        for g in range(gpus):
+            fits = idle[r, g] and (mem_mib == 0 or gpu_mem_cap[r, g] >= mem_mib)
+            ok[i, g] = fits
+            count[i] += fits
+        nodes[i] = nodes[i] and count[i] >= k
     return nodes, ok, count
 
 
