@@ -9,13 +9,14 @@ Rules (queue policies, design/ARCHITECTURE.md "Tenants: queues"):
 - protected: workloads younger than their queue's min_runtime, and `preemptible: false` workloads of a
   queue within its guarantee; from fair share (not from reclaim), workloads that have run at least their
   queue's fair_share_max_runtime, which bounds the work such an eviction loses;
-- worth it: an eviction for fair share only (not reclaim, not priority) is made only if it brings the
-  preemptor's start forward by more GPU-time than its victims have run (`_worth_it`);
-- no ping-pong: afterwards the preemptor's share ratio (usage over entitlement) must be no higher than
-  each victim queue's, so every eviction strictly reduces unfairness and preemption terminates. Reclaim
-  is held to it too: a victim larger than the need frees room that the preemptor's queue would borrow
-  back at once, and the victim's queue would then take it back by fair share. So a guarantee is not
-  reclaimed from victims much coarser than the ask; it comes back as they finish.
+- worth it: an eviction for fair share only (not reclaim, not priority) is made only if it gives the
+  preemptor's queue more GPU-time within its share than its victims have run (`_worth_it`);
+- no ping-pong: afterwards the preemptor's share ratio (usage, past usage included as FairShare counts it,
+  over entitlement) must be no higher than each victim queue's, so every eviction strictly reduces
+  unfairness and preemption terminates. Reclaim is held to it too: a victim larger than the need frees
+  room that the preemptor's queue would borrow back at once, and the victim's queue would then take it
+  back by fair share. So a guarantee is not reclaimed from victims much coarser than the ask; it comes
+  back as they finish.
 
 Choice: victims come first from the queues furthest above their fair share, then lowest priority, then
 least work lost (most recently started); an elastic workload's extra pods go before any whole workload.
