@@ -56,6 +56,12 @@ TARGETS = (
     "src/fairgpu/k8s/replica.py",
     "src/fairgpu/k8s/elector_process.py",
     "src/fairgpu/k8s/webhook.py",
+    # the live pass's accounting: a pod read wrong, a bind mistaken or a gang mis-formed books a GPU twice
+    "src/fairgpu/k8s/translate.py",
+    "src/fairgpu/k8s/carryout.py",
+    "src/fairgpu/k8s/reconcile.py",
+    "src/fairgpu/k8s/workloads.py",
+    "src/fairgpu/k8s/recording.py",
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
 SKIP_TESTS = ("test_dashboard.py", "test_live_dashboard.py", "test_grafana.py", "test_deploy.py")

@@ -127,6 +127,26 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _recompile_callers(module: types.ModuleType, name: str) -> None:
+    """A compiled caller binds the kernels it calls when it is compiled (loaded from numba's cache before the
+    fork, with the original): give every kernel of the module that reaches `name`, directly or through others,
+    a fresh dispatcher, compiled at its first call against the module's globals, where `name` is the mutant.
+    Without it a mutant of a kernel called only from other kernels ran in no test and survived unseen."""
+    from numba.core.registry import CPUDispatcher
+
+    kernels = {k: v for k, v in vars(module).items() if isinstance(v, CPUDispatcher) and k != name}
+    reached, grew = {name}, True
+    while grew:
+        callers = {k for k, v in kernels.items() if k not in reached and reached & set(v.py_func.__code__.co_names)}
+        reached |= callers
+        grew = bool(callers)
+    from numba import njit
+
+    for k in reached - {name}:
+        f = kernels[k].py_func
+        setattr(module, k, njit(types.FunctionType(f.__code__, vars(module), k, f.__defaults__)))
+
+
 def _fork(
     funcs: list[types.FunctionType],
     code: types.CodeType,
@@ -149,6 +169,7 @@ def _fork(
                 setattr(
                     jit, name, njit(types.FunctionType(code, vars(jit), name, getattr(jit, name).py_func.__defaults__))
                 )
+                _recompile_callers(jit, name)
             for f in funcs:
                 f.__code__ = code
             status = int(pytest.main([*PYTEST_ARGS, f"--junitxml={REPORT}", *tests]))

@@ -152,6 +152,20 @@ def test_pod_requests_defaults_gang_queue_runtime():
     assert device_string(p, devices) == ";GPU-a,NVIDIA,100,100:GPU-b,NVIDIA,100,100:;;"
 
 
+def test_a_pod_without_priority_ranks_below_priority_one_and_runs_from_when_the_kubelet_took_it():
+    """No spec.priority is priority 0 (kube's default), below a PriorityClass of value 1; a running pod's start
+    is status.startTime (what min_runtime protects and the twin replays), its creation time only before that."""
+    created = {"creationTimestamp": "2026-01-01T00:00:00Z"}
+    plain = _pod([_c("a", {"nvidia.com/gpu": "1"})])
+    plain["metadata"].update(created)
+    one = copy.deepcopy(plain)
+    one["spec"]["priority"] = 1
+    assert (pod_info(plain).priority, pod_info(one).priority) == (0, 1)
+    assert pod_info(plain).started == pod_info(plain).created == 1767225600.0
+    plain["status"] = {"phase": "Running", "startTime": "2026-01-01T00:10:00Z"}
+    assert (pod_info(plain).created, pod_info(plain).started) == (1767225600.0, 1767226200.0)
+
+
 def test_pod_problems_name_the_field_and_do_not_stop_translation():
     """A GPU request fairgpu will not schedule is the pod's `problem`, not an exception: once bound (by
     anyone) the pod must still be read and accounted."""

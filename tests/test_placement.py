@@ -13,10 +13,12 @@ from tests.conftest import fraction, gpu_node, whole
 
 from fairgpu.catalog import load_profile, profile_from_dict
 from fairgpu.errors import RequestError
+from fairgpu.framework.interfaces import FitMask
 from fairgpu.framework.placement import filter_breakdown, place_all, place_pod, unplaced_cause
 from fairgpu.framework.scheduler import Scheduler
 from fairgpu.model import GpuDevice, GpuRequest, NodeSpec, PodSpec, QueueSpec, QueueTree, Workload
 from fairgpu.model.constraints import MatchExpression, Taint, Toleration
+from fairgpu.plugins.fit import Resources
 from fairgpu.plugins.fragmentation_nodes import shapes_fit
 
 
@@ -162,6 +164,20 @@ def test_gpu_model_include_exclude() -> None:
     nodes = [gpu_node("a", model="A100-80GB"), gpu_node("t", model="T4", mem_mib=15360)]
     assert fits(replace(whole(), gpu_include=("t4",)), nodes) == ["t"]
     assert fits(replace(whole(), gpu_exclude=("A100",)), nodes) == ["t"]
+
+
+def test_a_whole_card_recording_exactly_its_memory_fits_and_one_mib_more_does_not() -> None:
+    """A T4 has 15,360 MiB: a whole card asking gpumem 15,360 takes it (HAMi checks request <= capacity), one
+    asking 15,361 fits only the A100; the last MiB decides, on the full filter as on a few changed rows."""
+    nodes = [gpu_node("a", gpus=1), gpu_node("t", gpus=1, model="T4", mem_mib=15360)]
+    assert fits(fraction(100, 15_360), nodes) == ["a", "t"]
+    assert fits(fraction(100, 15_361), nodes) == ["a"]
+    view, _ = view_of(nodes)
+    for compiled in (True, False):  # the node kernel's pass and the NumPy one, on the T4's row alone
+        for pod, fit in ((fraction(100, 15_360), True), (fraction(100, 15_361), False)):
+            mask = FitMask(np.ones(1, dtype=bool), rows=np.array([1]))
+            Resources(compiled=compiled).filter(pod, view, mask)
+            assert bool(mask.nodes[0]) is fit, (compiled, pod)
 
 
 # -- Resources: unhealthy GPUs and cordoned nodes -------------------------------------------------------------
