@@ -20,6 +20,7 @@ and the longest wait of a gang (a workload of more than one pod), and where the 
     .venv/bin/python bench/fair_full.py --borrowed soonest-end  # FairShare's order on borrowed capacity
     .venv/bin/python bench/fair_full.py --long-over-share start  # work-conserving starts above the share
     .venv/bin/python bench/fair_full.py --scenario philly:224 --profile fairgpu  # another size, fairgpu only
+    .venv/bin/python bench/fair_full.py --profile fairgpu-reclaim  # fair-share eviction in every queue
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from fairgpu.sim.traces import load_philly
 from fairgpu.spec import parse_duration
 
 PHILLY = Path(__file__).resolve().parents[1] / "../shared/traces/gavel-philly-vc/gavel_philly_vc_seed0.csv"
-PROFILES = ("kube-default", "fairgpu")
+PROFILES = ("kube-default", "fairgpu")  # run by default; --profile also takes fairgpu-reclaim
 
 
 GRACE_S = 120.0  # --fair-share-preemption: an evicted pod's notice before its GPUs are free
@@ -209,7 +210,12 @@ def main() -> None:
     ap.add_argument(
         "--scenario", action="append", help="built-in name, 'philly' or 'philly:<GPUs>' (default: all, Philly on 256)"
     )
-    ap.add_argument("--profile", action="append", choices=PROFILES, help="only this profile (default: both)")
+    ap.add_argument(
+        "--profile",
+        action="append",
+        choices=(*PROFILES, "fairgpu-reclaim"),
+        help="only this profile (default: the two above)",
+    )
     ap.add_argument("--table", action="store_true", help="one Markdown table instead of JSON lines")
     ap.add_argument("--undeclared-durations", action="store_true", help="the engine is told no run times")
     ap.add_argument("--fair-share-preemption", action="store_true", help="every queue evicts for its fair share")

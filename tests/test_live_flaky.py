@@ -17,6 +17,7 @@ from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.k8s.writes import Writes
+from fake_kubelet import FakeNodes
 from live_setup import ONE, pods_now, setup
 from test_live_scheduling import stop, until
 
@@ -222,3 +223,48 @@ def test_an_eviction_sent_after_a_pass_still_names_the_victim_the_engine_chose()
         return port.sent
 
     assert asyncio.run(go()) == [("v-0", "old-v-0"), ("v-1", "old-v-1")]
+
+
+def test_a_pending_reason_that_lands_after_the_bind_never_overwrites_the_running_pods_conditions(fake_api, tmp_path):
+    """b/p waits (a/blocker holds the only GPU) and its PodScheduled=False reason is on the wire, slow (the API
+    server takes a second); meanwhile the blocker goes, p is bound and the kubelet marks it Ready. Before: the
+    late write replaced the running pod's conditions (a merge patch replaces the list) with PodScheduled=False:
+    its Ready condition was gone until the kubelet's next sync (a Service drops such a pod). Now the reason is
+    written on condition that the pod is the version it was decided for (its resourceVersion, the other
+    conditions kept): the write made stale by the bind is refused (409) and dropped."""
+
+    async def go() -> dict:
+        port = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        await setup(port, nodes=1, gpus=1)
+        await port.create(PODS, chaos_pod("a", "blocker", ONE), "a")
+        ours = await KubeClient.connect(fake_api.kubeconfig(str(tmp_path / "kc")))
+        ours.api.user_agent = "fairgpu/r1"
+        ctl = Controller(ours, load_profile("fairgpu"))
+        kubelet = FakeNodes(port)
+        tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(kubelet.run())]
+        try:
+            await until(lambda: ctl.stats.binds == 1 and not ctl.inflight, 10, "the blocker's bind")
+            fake_api.control(
+                "delay", seconds=1.0, verb="PATCH", path_contains="/pods/p/status", agent_contains="fairgpu/"
+            )
+            await port.create(PODS, chaos_pod("b", "p", ONE), "b")
+            await until(lambda: ctl.reporter.last.get("b/p"), 10, "p's reason")
+            await asyncio.sleep(0.1)  # on the wire
+            await port.delete(PODS, "blocker", "a", grace_seconds=0)
+
+            def ready() -> bool:
+                status = (kubelet.informer.cache.get("b/p") or {}).get("status") or {}
+                return any(c.get("type") == "Ready" for c in status.get("conditions") or [])
+
+            await until(ready, 10, "p to run")
+            await asyncio.sleep(1.2)  # the slow reason lands (or is refused)
+            return await port.get(PODS, "p", "b")
+        finally:
+            await stop(ours, *tasks)
+            await port.close()
+
+    p = asyncio.run(asyncio.wait_for(go(), 30))
+    conditions = {c["type"]: c["status"] for c in p["status"].get("conditions") or []}
+    assert p["spec"]["nodeName"] == "node-000"
+    assert conditions.get("Ready") == "True", conditions
+    assert conditions.get("PodScheduled") != "False", conditions

@@ -126,7 +126,14 @@ def digest(decisions: list[object]) -> str:
 # waiting for room (was 103 / c2d068ee7f6f9a2e): the first difference is at 360 s, where w180, a long start
 # above its queue's share, is held back for such a gang (the old rule held back nothing at 360 s); the
 # evictions after it follow from the room that leaves.
-BEFORE = {2: (101, "49d93d03a81118b1"), 3: (89, "9e4bb0f972cdbdaa")}
+# Both recorded again when fair-share eviction came to count the GPU-time until the victims' queue would be
+# back within its share, or a victim would have ended if sooner (plugins/preemption.py `_worth_it`; was 101 /
+# 49d93d03a81118b1 and 89 / 9e4bb0f972cdbdaa): the first difference on seed 2 is at 300 s, where w239 (b,
+# 1 GPU, unaided start 600 s) evicts w2, w3, w20, w45 and w69 (495 GPU-seconds run): c, starting nothing
+# new, stays above its share until 3,600 s and the first of them ends then (the old rule counted 300 s); on
+# seed 3 at 300 s, w212 (b, a quarter GPU) evicts w93 (90 GPU-seconds run, ending at 720 s: 0.25 x 420 s
+# against the old 0.25 x 300 s) before w157 could; what follows follows from the room that leaves.
+BEFORE = {2: (99, "80f2a58ae4bf4edb"), 3: (87, "4642de319800bdfe")}
 
 
 @pytest.mark.parametrize("seed", sorted(BEFORE))

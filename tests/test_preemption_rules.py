@@ -249,6 +249,77 @@ def test_fair_share_evicts_only_when_the_wait_it_saves_outweighs_the_work_it_thr
         assert len(gone) == expect and all(v.startswith("c") for v in gone), (duration, gone)
 
 
+def test_fair_share_eviction_counts_the_gpu_time_until_the_victims_queue_would_be_back_within_its_share():
+    """c holds the node's 8 GPUs: c0..c3 since 0 s, c4..c7 since 850 s. a (fair share, no reclaim) has four
+    1-GPU jobs waiting at 1000 s: with both wanting all, each is entitled to 4. c0 ends at 1100 s. If c1..c3
+    run on to 36,000 s, c would hold more than its 4 until then, so every GPU it frees before goes to a: an
+    eviction gives a one GPU-time within its share until 36,000 s, for 150 GPU-seconds thrown away (the
+    youngest: c4, c5, c6). Three are evicted, not four: c is then back within its 4 when c0 ends, and a's
+    last job waits 100 s for c0's GPU rather than throw 150 away. Judged by a's head alone (a GPU at 1100 s,
+    100 s sooner) none is worth it. If c1..c3 end at 1100 s too, c is back within its share then and a gets
+    its 4 GPUs without eviction: nothing is evicted. Nor if c4 (the first victim in the cost order) ends at
+    1140 s: evicting it would give a a GPU 140 s before c4's own would have come to it, for 150 GPU-seconds
+    thrown away, though c stays above its share until 36,000 s."""
+    for others_end, young_end, expect in (
+        (36000.0, 36000.0, ["c4", "c5", "c6"]),
+        (1100.0, 36000.0, []),
+        (36000.0, 1140.0, []),
+    ):
+        sched = engine([QueueSpec("a", preemption=PreemptionPolicy(reclaim=False, fair_share=True)), QueueSpec("c")])
+        for i in range(8):
+            start = 0.0 if i < 4 else 850.0
+            end = 1100.0 if i == 0 else others_end if i < 4 else young_end if i == 4 else 36000.0
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=start, duration=end - start))
+            sched.cycle(start)
+        run(sched, "a", 4, 1000.0)
+        assert evicted(sched.cycle(1000.0)) == expect, (others_end, young_end)
+
+
+def test_fair_share_eviction_counts_past_usage_as_the_queue_order_does():
+    """old (fair share, 6 h usage half-life) ran all 8 GPUs for a day; then new starts 6 jobs and old 2, and
+    at 86,500 s old wants 2 more. By current usage old holds 2 of the 4 it is entitled to, but with its past
+    usage it is far above its share, and FairShare serves new first: old evicts nothing (it did by current
+    usage alone, and new's next start was evicted again). Without past usage (half-life 0) it evicts two."""
+    fair = PreemptionPolicy(fair_share=True)
+    for half_life, expect in ((21600.0, 0), (0.0, 2)):
+        sched = engine([QueueSpec("old", usage_half_life=half_life, preemption=fair), QueueSpec("new")])
+        run(sched, "old", 8, 0.0, prefix="day")
+        sched.cycle(0.0)
+        sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
+        for i in range(8):
+            sched.remove(f"day{i}", finished_at=86400.0)
+        run(sched, "new", 6, 86400.0)
+        sched.cycle(86400.0)
+        run(sched, "old", 2, 86400.0)
+        sched.cycle(86400.0)
+        run(sched, "old", 2, 86500.0, prefix="more")
+        gone = evicted(sched.cycle(86500.0))
+        assert len(gone) == expect and all(v.startswith("new") for v in gone), (half_life, gone)
+
+
+def test_the_reclaim_profile_lets_every_queue_that_may_preempt_evict_for_its_fair_share():
+    """The same cluster under fairgpu and fairgpu-reclaim (Preemption's `fair_share`): c holds all 8 GPUs
+    with work that runs for hours, started at 7 s; a, with a default policy (no fair_share), wants 4 at 60 s.
+    Only under fairgpu-reclaim does a evict (four of c's jobs: its share), and a queue whose policy is
+    `never` evicts under neither."""
+    from fairgpu.model.queue import NEVER
+
+    for profile, policy, expect in (
+        ("fairgpu", PreemptionPolicy(), 0),
+        ("fairgpu-reclaim", PreemptionPolicy(), 4),
+        ("fairgpu-reclaim", NEVER, 0),
+    ):
+        sched = Scheduler(
+            [gpu_node("n0")], QueueTree([QueueSpec("a", preemption=policy), QueueSpec("c")]), load_profile(profile)
+        )
+        for i in range(8):
+            sched.submit(Workload(f"c{i}", "c", (whole(1),), submit_time=i, duration=36000.0))
+        sched.cycle(7.0)
+        run(sched, "a", 4, 60.0)
+        gone = evicted(sched.cycle(60.0))
+        assert len(gone) == expect and all(v.startswith("c") for v in gone), (profile, policy, gone)
+
+
 def test_reclaim_and_priority_evict_even_where_waiting_would_throw_away_less_work():
     """The worth-it rule is for fair share alone. As above, c's eight 1-GPU jobs started at 0 s and end at
     1500 s, so from 1000 s waiting would throw away less work than evicting: yet a's guarantee of 4 GPUs, lent

@@ -13,7 +13,7 @@ from fairgpu.framework.scheduler import Scheduler
 
 
 def test_builtin_profiles_load_with_their_plugins():
-    assert builtin_profiles() == ["fairgpu", "kube-default"]
+    assert builtin_profiles() == ["fairgpu", "fairgpu-reclaim", "kube-default"]
     kd, fg = load_profile("kube-default"), load_profile("fairgpu")
     assert type(kd.queue_sort).__name__ == "PrioritySort" and not kd.permit and not kd.admit
     assert type(fg.queue_sort).__name__ == "FairShare"

@@ -21,6 +21,7 @@ from fairgpu.framework.interfaces import EngineView, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 
 SHAPES = 256  # shapes kept per state, the least recently used dropped first
+_REFUSED = np.float64(-np.inf)  # the total of a node the filters refuse
 
 
 @dataclass(slots=True)
@@ -108,5 +109,9 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
         total = weighted if total is None else np.add(total, weighted, dtype=np.float64)
     if total is None:
         total = np.zeros(len(mask.nodes))
-    shape.total[rows] = np.where(mask.nodes, total, -np.inf)
+    # -inf as a float64 scalar: the result is float64 whatever the plugins' dtype (a Python float would not say)
+    if isinstance(rows, slice):  # every node: the new array is the shape's (callers read it at once)
+        shape.total = np.where(mask.nodes, total, _REFUSED)
+    else:
+        shape.total[rows] = np.where(mask.nodes, total, _REFUSED)
     return shape.total

@@ -309,6 +309,11 @@ class PreemptContext:
     exclude: np.ndarray | None = None  # (N,) nodes held for other workloads, which it may not use
     # when the pods would start with no eviction, as running work ends when expected (inf: never, or unknown)
     unaided_start: Callable[[], float] = lambda: math.inf
+    # (queue, GPUs) -> when that queue's running work, ending when expected and starting nothing new, holds no
+    # more than that many GPUs (inf: never, or an end unknown); evictions under way count as gone
+    drained: Callable[[int, float], float] = lambda queue, gpus: math.inf
+    # (workload, its queue) -> its expected run time: its own duration, else its queue's learned one (None)
+    run_time: Callable[[Workload, int], float | None] = lambda workload, queue: workload.duration
 
     _victims: VictimTable | None = None
 

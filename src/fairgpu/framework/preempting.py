@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 
@@ -27,6 +28,18 @@ from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, scratch_key
 
 _AHEAD_MAX = 64  # queue-mates a preemptor's unaided start is replayed behind: bounds the replay's cost
+
+
+def share_evicting(tree: QueueTree, profile: Profile) -> QueueTree:
+    """The queue tree the engine runs: where a Preempt plugin says every queue evicts for its fair share
+    (Preemption's `fair_share`), each queue that may preempt at all does, as if its policy said so."""
+    if not any(getattr(plugin, "fair_share", False) for plugin in profile.preempt):
+        return tree
+    on = [
+        replace(q, preemption=replace(q.preemption, fair_share=True)) if q.preemption.enabled else q
+        for q in tree.queues
+    ]
+    return QueueTree(on)
 
 
 class Preempting:
@@ -115,7 +128,19 @@ class Preempting:
                 return math.inf if fit is None else fit.at
 
             ctx = PreemptContext(
-                wl, entry.queue, charge, rest, view, now, self.victims, self.profile, usage, exclude, unaided
+                wl,
+                entry.queue,
+                charge,
+                rest,
+                view,
+                now,
+                self.victims,
+                self.profile,
+                usage,
+                exclude,
+                unaided,
+                lambda q, gpus: self._drained(q, gpus, now),
+                self.reservations.durations.of,
             )
             for plugin in self.profile.preempt:
                 chosen = plugin.preempt(ctx)
@@ -123,6 +148,26 @@ class Preempting:
                     self._hold(entry, ctx, chosen, result)
                     return True
         return False
+
+    def _drained(self, queue: int, gpus: float, now: float) -> float:
+        """When the queue's running work, ending when expected and starting nothing new, holds at most `gpus`
+        GPUs; inf if it never does (an end is unknown). Work being evicted already counts as gone."""
+        ends = sorted(
+            (
+                math.inf if e.started is None or (d := self.reservations.durations.of(e.workload, queue)) is None
+                else e.started + d,
+                float(sum(c[r.DIM_GPU] for c in e.pod_charges[: len(e.placed)])),
+            )
+            for e in self.running.values()
+            if e.queue == queue and not e.terminating
+        )  # fmt: skip
+        held = sum(g for _, g in ends)
+        at = now
+        for end, g in ends:
+            if held <= gpus + 1e-9:
+                break
+            held, at = held - g, max(at, end)
+        return at if held <= gpus + 1e-9 else math.inf
 
     def _ahead(self, entry: Entry, usage: np.ndarray) -> list[Planned]:
         """Its queue's pending work ahead of it with no room held, as far as the queue's fair share reaches:

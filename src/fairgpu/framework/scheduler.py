@@ -35,7 +35,7 @@ from fairgpu.framework.growth import Growth
 from fairgpu.framework.idle import idle_gpus
 from fairgpu.framework.interfaces import ActiveQueues, Bound, Profile
 from fairgpu.framework.lending import Lending, OverShareHold
-from fairgpu.framework.preempting import Preempting
+from fairgpu.framework.preempting import Preempting, share_evicting
 from fairgpu.framework.reservations import Reservations
 from fairgpu.framework.starving import Starving
 from fairgpu.framework.status import WorkloadStatus, status_of
@@ -57,7 +57,7 @@ class CycleObserver(Protocol):
 class Scheduler:
     def __init__(self, nodes: list[NodeSpec], tree: QueueTree, profile: Profile) -> None:
         self.state = ClusterState(nodes)
-        self.tree = tree
+        self.tree = tree = share_evicting(tree, profile)
         self.profile = copy.deepcopy(profile)  # plugins may learn (e.g. the pod mix): one engine, one copy
         self.accounting = ShareAccounting(self.state, tree)
         self.view = self.accounting.view

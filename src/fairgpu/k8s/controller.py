@@ -56,7 +56,7 @@ class Controller(Reconciler):
         self.scheduler_name = scheduler_name
         self.clock = clock
         self._node_events: dict[str, asyncio.Event] = {}
-        self.reporter = Reporter(port, scheduler_name)
+        self.reporter = Reporter(port, scheduler_name, pod_cache=lambda key: self.pods.cache.get(key))
         self.stats = Stats()
         self.wake = asyncio.Event()
         self.nodes = Informer(port, NODES, self._node_event)

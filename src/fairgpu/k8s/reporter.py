@@ -35,8 +35,16 @@ def _now() -> str:
 
 
 class Reporter:
-    def __init__(self, port: KubePort, component: str, explain_every: float = 10.0, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        port: KubePort,
+        component: str,
+        explain_every: float = 10.0,
+        concurrency: int = 8,
+        pod_cache: Callable[[str], dict | None] = lambda key: None,
+    ) -> None:
         self.port = port
+        self.pod_cache = pod_cache  # the pod as last seen: a condition is written on condition it is still that
         self.component = component
         self.explain_every = explain_every
         self.last: dict[str, str] = {}  # pod key → last message posted
@@ -248,11 +256,23 @@ class Reporter:
     async def _condition(self, key: str, message: str, condition: dict) -> None:
         ns, name = key.split("/", 1)
         for attempt in range(CONDITION_TRIES):
-            if self.last.get(key) != message:
-                return  # superseded (a newer reason, or the pod was scheduled): that write is what counts
-            async with self._slots:
+            async with self._slots:  # checked once a slot is ours: the wait for one may outlast the reason
+                if self.last.get(key) != message:
+                    return  # superseded (a newer reason, or the pod was scheduled): that write is what counts
+                # A merge patch replaces the whole list, so it carries the pod's other conditions as last seen and
+                # that version as a precondition: a write that lands after the pod was bound (and the kubelet
+                # marked it Ready) is refused (409), never wiping a running pod's conditions.
+                cached = self.pod_cache(key)
+                if cached is not None and (cached.get("spec") or {}).get("nodeName"):
+                    return  # bound meanwhile: PodScheduled is the Binding's
+                body: dict = {"status": {"conditions": [condition]}}
+                if cached is not None and cached["metadata"].get("resourceVersion"):
+                    others = (cached.get("status") or {}).get("conditions") or []
+                    body["status"]["conditions"] = [c for c in others if c.get("type") != condition["type"]] + [
+                        condition
+                    ]
+                    body["metadata"] = {"resourceVersion": cached["metadata"]["resourceVersion"]}
                 try:
-                    body = {"status": {"conditions": [condition]}}
                     await self.port.patch(PODS, name, body, ns, subresource="status")
                     return
                 except KubeError as err:

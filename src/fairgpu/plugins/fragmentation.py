@@ -88,6 +88,8 @@ class Fragmentation:
     # bumped whenever cached deltas go stale wholesale (new weights, new aggregates): the engine then
     # rescores every node, else only nodes whose state changed
     _generation: int = 0
+    # the shapes whose weights moved by a boost since the prices were current (None: recompute them all)
+    _moved: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.max_shapes < 1:
@@ -149,11 +151,14 @@ class Fragmentation:
         if agg.usable is None:
             every = np.arange(state.num_nodes)
             agg.usable = self._after(agg, every, 0, 0, 0, 0)
-            agg.need, agg.price = (
-                need_and_price(agg, mix, self._w, every, self.compiled)
-                if self.cpu_balance
-                else (every * 0.0, every * 0.0)
-            )
+            if not self.cpu_balance:
+                agg.need, agg.price = every * 0.0, every * 0.0
+            elif self._moved is None:
+                agg.need, agg.price = need_and_price(agg, mix, self._w, every, self.compiled)
+            else:  # a boost moved some weights: the rows refreshed now, and those where a moved shape counts
+                stale = np.union1d(rows, self._counting(agg, self._moved))
+                agg.need[stale], agg.price[stale] = need_and_price(agg, mix, self._w, stale, self.compiled)
+            self._moved = None
         agg.at = state.version
         return agg
 
@@ -178,11 +183,23 @@ class Fragmentation:
             self._new_weights(agg, w)
 
     def _new_weights(self, agg: per_node.Aggregates, w: np.ndarray) -> None:
-        """Cached usable capacities and deltas go stale with the weights."""
+        """Cached usable capacities and deltas go stale with the weights; so do the prices, but where only some
+        weights moved (a boost, not a new mix) and the prices were current, only where those shapes count."""
+        current = agg.usable is not None and w.shape == self._w.shape
+        self._moved = np.flatnonzero(w != self._w) if current else None
         self._w, self._w64 = w, w.astype(np.float64)  # a shared pod's products are float64, as NumPy promotes
         self._generation += 1
         agg.usable = None
         agg.deltas.clear()
+
+    def _counting(self, agg: per_node.Aggregates, shapes: np.ndarray) -> np.ndarray:
+        """The nodes where any of these shapes counts in `need_and_price` (a model it allows, enough GPUs with
+        room, enough memory). Elsewhere a price, the float64 product of the shapes counting with the weights,
+        adds the same terms in the same order (0 for these), so it keeps its bits when only their weights move
+        (the need does not depend on the weights at all)."""
+        mix = self._mix
+        counts = (agg.fit_count[:, shapes] >= mix.k[shapes]) & (agg.mem[:, None] >= mix.mem[shapes])
+        return np.flatnonzero((counts & agg.access[:, shapes]).any(axis=1))
 
     def _after(
         self, agg: per_node.Aggregates, rows: np.ndarray, gpus: int, cores: int, cpu_m: int, mem_m: int

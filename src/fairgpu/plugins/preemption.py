@@ -9,13 +9,14 @@ Rules (queue policies, design/ARCHITECTURE.md "Tenants: queues"):
 - protected: workloads younger than their queue's min_runtime, and `preemptible: false` workloads of a
   queue within its guarantee; from fair share (not from reclaim), workloads that have run at least their
   queue's fair_share_max_runtime, which bounds the work such an eviction loses;
-- worth it: an eviction for fair share only (not reclaim, not priority) is made only if it brings the
-  preemptor's start forward by more GPU-time than its victims have run (`_worth_it`);
-- no ping-pong: afterwards the preemptor's share ratio (usage over entitlement) must be no higher than
-  each victim queue's, so every eviction strictly reduces unfairness and preemption terminates. Reclaim
-  is held to it too: a victim larger than the need frees room that the preemptor's queue would borrow
-  back at once, and the victim's queue would then take it back by fair share. So a guarantee is not
-  reclaimed from victims much coarser than the ask; it comes back as they finish.
+- worth it: an eviction for fair share only (not reclaim, not priority) is made only if it gives the
+  preemptor's queue more GPU-time within its share than its victims have run (`_worth_it`);
+- no ping-pong: afterwards the preemptor's share ratio (usage, past usage included as FairShare counts it,
+  over entitlement) must be no higher than each victim queue's, so every eviction strictly reduces
+  unfairness and preemption terminates. Reclaim is held to it too: a victim larger than the need frees
+  room that the preemptor's queue would borrow back at once, and the victim's queue would then take it
+  back by fair share. So a guarantee is not reclaimed from victims much coarser than the ask; it comes
+  back as they finish.
 
 Choice: victims come first from the queues furthest above their fair share, then lowest priority, then
 least work lost (most recently started); an elastic workload's extra pods go before any whole workload.
@@ -34,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.fairness import dominant_shares, share_ratio
+from fairgpu.fairness import dominant_shares, entitlements, share_ratio
 from fairgpu.framework.interfaces import EngineView, PreemptContext
 from fairgpu.framework.placement import feasible, place_all, place_pod
 from fairgpu.model.pod import PodSpec
@@ -47,6 +48,10 @@ _TOL = 1e-9
 @dataclass(slots=True)
 class Preemption:
     NAME: ClassVar[str] = "Preemption"
+
+    # every queue that may preempt evicts for its fair share too, as if its policy said `fair_share: true`
+    # (the engine reads it when it takes the queue tree: Scheduler, framework/preempting.py `share_evicting`)
+    fair_share: bool = False
 
     def preempt(self, ctx: PreemptContext) -> np.ndarray | None:
         view, tree, p = ctx.view, ctx.view.tree, ctx.queue
@@ -187,13 +192,15 @@ class Preemption:
 
 
 def _ratio(view: EngineView, q: int, usage: np.ndarray) -> float:
-    """Queue q's share ratio were it to hold `usage`."""
-    return float(share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom[q]))
+    """Queue q's share ratio were it to hold `usage`, past usage included as FairShare's order counts it: by
+    another measure a queue the order serves first (little past usage) would be evicted by one it serves
+    later, and each start undone at once (decayed-usage: thousands of evictions of work seconds old)."""
+    return float(share_ratio(dominant_shares(usage, view.capacity) + view.history_dom[q], view.entitled_dom[q]))
 
 
 def _ratios(view: EngineView, usage: np.ndarray) -> np.ndarray:
-    """(Q,) every queue's share ratio were each to hold its row of `usage`."""
-    return share_ratio(dominant_shares(usage, view.capacity), view.entitled_dom)
+    """(Q,) every queue's share ratio were each to hold its row of `usage`, past usage included (`_ratio`)."""
+    return share_ratio(dominant_shares(usage, view.capacity) + view.history_dom, view.entitled_dom)
 
 
 def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
@@ -214,17 +221,45 @@ def _costs(ctx: PreemptContext, eligible: np.ndarray) -> np.ndarray:
 
 
 def _worth_it(ctx: PreemptContext, chosen: np.ndarray) -> bool:
-    """Whether evicting for fair share brings the preemptor's GPUs forward by more GPU-time than its victims
-    have run, which the eviction throws away: (GPUs it asks) x (when it would start unaided, as running work
-    ends when expected, minus when it starts once the victims' grace has passed) > Σ victim GPUs x run so far.
-    Both are GPU-seconds, so the rule holds for any workload: no eviction to spare a wait shorter than the
-    work it destroys (a new job waiting seconds for the next GPU to free), and work of unknown length, or a
-    wait with no end in sight, is worth any eviction the other rules allow."""
+    """Whether evicting for fair share gives the preemptor's queue more GPU-time within its share than its
+    victims have run, which the eviction throws away: (GPUs it asks) x (how long the eviction keeps them with
+    its queue, from the preemptor's start once the victims' grace has passed) >= Σ victim GPUs x run so far.
+    Both are GPU-seconds, so the rule holds for any workload. How long: until the preemptor would have
+    started unaided (as running work ends when expected, behind its queue's work ahead of it), and at least
+    until the victims' queue, starting nothing new, would be back within the share it has while the
+    preemptor's queue wants all it can hold (`_back_within`), or a victim would have ended, if sooner. Till
+    then every GPU that queue frees goes to the queues below their share, so the GPUs the eviction gives are
+    GPUs the preemptor's queue would still lack as long as it keeps work waiting (its later work starts one
+    turn sooner: judged by the preemptor alone, a queue whose backlog is fed as fast as GPUs free is never
+    worth an eviction); a victim's own GPUs would have come to it when the victim ended. No eviction whose
+    grace outlasts the preemptor's own wait (it would start sooner without), nor to spare a wait shorter than
+    the work it destroys; work of unknown length, or a wait with no end in sight, is worth any eviction the
+    other rules allow."""
     t, tree = ctx.victims, ctx.view.tree
     lost = float((t.charge[chosen, DIM_GPU] * np.maximum(ctx.now - t.started[chosen], 0.0)).sum())
-    grace = max(tree.queues[int(q)].preemption.grace_period for q in np.unique(t.queue[chosen]))
-    wait = ctx.unaided_start() - ctx.now - grace
-    return wait > 0 and (math.isinf(wait) or float(ctx.charge[DIM_GPU]) * wait >= lost)
+    units, queues = np.flatnonzero(chosen).tolist(), np.unique(t.queue[chosen])
+    grace = max(tree.queues[int(q)].preemption.grace_period for q in queues)
+    start = ctx.now + grace
+    unaided = ctx.unaided_start()
+    if unaided <= start:
+        return False
+    back = _back_within(ctx, queues)
+    for u in units:
+        run = ctx.run_time(t.units[u].workload, int(t.queue[u]))
+        if run is not None:
+            back = min(back, float(t.started[u]) + run)
+    kept = max(unaided, back) - start
+    return math.isinf(kept) or float(ctx.charge[DIM_GPU]) * kept >= lost
+
+
+def _back_within(ctx: PreemptContext, queues: np.ndarray) -> float:
+    """The soonest any of these (victim) queues, starting nothing new, holds no more GPUs than its entitlement
+    while the preemptor's queue wants all it can hold (every other queue's demand as it is)."""
+    v = ctx.view
+    demand = v.demand.copy()
+    demand[ctx.queue] = v.capacity
+    entitled = entitlements(v.tree, v.capacity, demand)[:, DIM_GPU]
+    return min(ctx.drained(int(q), float(entitled[q])) for q in queues)
 
 
 def _reclaimable(ctx: PreemptContext) -> np.ndarray:
