@@ -7,10 +7,14 @@ cycle is driven attempt by attempt, and every attempt that searched for victims 
 evicted (choose victims over all running pods, placement-aware, verify by a dry-run placement), and those
 that found none. The first search builds the victim table and is counted like the rest.
 
+With `--fair-share` team a is guaranteed nothing: the two teams have equal weights, and the profile is
+fairgpu-reclaim, so every search is a fair-share eviction judged worth it or not (its costlier rule: when a
+team would start unaided, and when the victims' team would be back within its share).
+
 The same submissions under kube-default (no preemption: team a's attempts simply fail to place) run after
 it in the same process, so the machine's load is the same for both.
 
-Prints one JSON line:  .venv/bin/python bench/preemption_latency.py --nodes 5000 --decisions 200
+Prints one JSON line:  .venv/bin/python bench/preemption_latency.py --nodes 5000 --decisions 200 [--fair-share]
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def figures(times: list[tuple[float, float]]) -> dict[str, float | int | None]:
     }
 
 
-def scenario(nodes_n: int, decisions: int, profile: str) -> dict[str, object]:
+def scenario(nodes_n: int, decisions: int, profile: str, fair_share: bool = False) -> dict[str, object]:
     nodes = [
         NodeSpec(f"n{i}", 128_000, 1 << 20, tuple(GpuDevice("A100-80GB", 81920, f"GPU-{i}-{j}") for j in range(8)))
         for i in range(nodes_n)
@@ -54,7 +58,7 @@ def scenario(nodes_n: int, decisions: int, profile: str) -> dict[str, object]:
     guaranteed = r.zeros()
     guaranteed[:] = np.inf
     guaranteed[r.DIM_GPU] = gpus / 2
-    tree = QueueTree([QueueSpec("a", guaranteed=guaranteed), QueueSpec("b")])
+    tree = QueueTree([QueueSpec("a") if fair_share else QueueSpec("a", guaranteed=guaranteed), QueueSpec("b")])
     sched = Scheduler(nodes, tree, load_profile(profile))
     four = PodSpec(cpu_m=4000, memory_mib=32768, gpu=GpuRequest(4, 100, 0))
     running = gpus // 4
@@ -109,11 +113,13 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--decisions", type=int, default=200, help="preempting workloads to submit")
     p.add_argument("--baseline", default="kube-default", help="profile run after it, same load (none: skip)")
+    p.add_argument("--fair-share", action="store_true", help="equal teams, fairgpu-reclaim: fair-share evictions")
     args = p.parse_args()
     out: dict[str, object] = {"nodes": args.nodes, "gpus": 8 * args.nodes, "running_pods": 2 * args.nodes}
-    out["fairgpu"] = scenario(args.nodes, args.decisions, "fairgpu")
+    profile = "fairgpu-reclaim" if args.fair_share else "fairgpu"
+    out[profile] = scenario(args.nodes, args.decisions, profile, args.fair_share)
     if args.baseline != "none":
-        out[args.baseline] = scenario(args.nodes, args.decisions, args.baseline)
+        out[args.baseline] = scenario(args.nodes, args.decisions, args.baseline, args.fair_share)
     print(json.dumps(out))
 
 

@@ -114,6 +114,7 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
             "mem",
             "fit_count",
             "fit_free",
+            "access",
             "hosts",
             "room",
             "free_total",

@@ -125,14 +125,14 @@ class Fragmentation:
         if agg is None or agg.state is not state:
             agg = self._agg = per_node.build(state, mix, mem)
             self._generation += 1
-        elif agg.fit_count.shape[1] < len(mix.need):
-            per_node.extend(agg, mix)
+        elif agg.shapes < len(mix.need):
+            per_node.extend(agg, mix, self.compiled, self.max_shapes)
         rows = state.changes.since(agg.at) if agg.at != state.version else _NO_ROWS
         if rows.size and self.compiled:  # refresh, weights, the rows' usable capacity, need and price in one call
             balance = self.cpu_balance and agg.usable is not None
             w, changed = kernels.upkeep(
                 rows, state.gpu_usable, state.gpu_cores_free, state.cpu_free, mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.access, agg.free, agg.cpu, agg.mem, agg.fit_count, agg.fit_free, agg.hosts, agg.room,
+                agg.wide_access, agg.free, agg.cpu, agg.mem, agg.wide_count, agg.wide_free, agg.hosts, agg.room,
                 agg.free_total, mix.p, self.scarce, self.pressure, self._w, mix.need_cpu, mix.need_gpu,
                 mix.cpu_only_per_core, agg.need if balance else _NO_FLOATS, agg.price if balance else _NO_FLOATS,
                 _NO_CAPACITY if agg.usable is None else agg.usable,
@@ -209,7 +209,7 @@ class Fragmentation:
         mix = self._mix
         if self.compiled:
             usable = kernels.node_matrix(
-                rows, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access,
+                rows, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.wide_access,
                 gpus, cores, cpu_m, mem_m,
             )  # fmt: skip
         else:
@@ -225,8 +225,8 @@ class Fragmentation:
         cores, cpu_m, mem_m = pod.gpu.cores, pod.cpu_m, self._mem_m(pod)
         if self.compiled:
             usable = kernels.slot_matrix(
-                rows, slots, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, self._mix.need, self._mix.k,
-                self._mix.cpu, self._mix.mem, agg.access, cores, cpu_m, mem_m,
+                rows, slots, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, self._mix.need, self._mix.k,
+                self._mix.cpu, self._mix.mem, agg.wide_access, cores, cpu_m, mem_m,
             )  # fmt: skip
         else:
             f = agg.free[rows, slots]
@@ -352,15 +352,15 @@ class Fragmentation:
         if shared:
             assert pod.gpu is not None
             kernels.gpu_deltas(
-                rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.access, pod.gpu.cores, cpu_m, mem_m, self._w64, self._w, agg.usable, agg.need, agg.price, pct,
+                rows, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
+                agg.wide_access, pod.gpu.cores, cpu_m, mem_m, self._w64, self._w, agg.usable, agg.need, agg.price, pct,
                 weight, mix.gpu_per_mib, delta,
             )  # fmt: skip
             return
         kernels.node_deltas(
-            rows, agg.free, agg.fit_count, agg.fit_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem, agg.access, k,
-            k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need, agg.price, pct, weight, mix.gpu_per_mib,
-            delta,
+            rows, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem,
+            agg.wide_access, k, k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need, agg.price, pct, weight,
+            mix.gpu_per_mib, delta,
         )  # fmt: skip
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:

@@ -21,8 +21,9 @@ def need_and_price(
     node or none needs CPU."""
     if compiled:  # the need in the kernel (its sums add integers: exact in any order), the price a product
         need, uses = kernels.need_rows(
-            rows, agg.fit_count, agg.mem, agg.access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu, mix.cpu_only_per_core
-        )
+            rows, agg.wide_count, agg.mem, agg.wide_access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu,
+            mix.cpu_only_per_core,
+        )  # fmt: skip
         return need, np.asarray(uses @ w.astype(np.float64))
     uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
     # sums of integers, so exact in any order

@@ -70,6 +70,48 @@ def refresh_rows(
 
 
 @njit(cache=True)
+def extend(
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    slots: np.ndarray,
+    old: int,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    access: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fragmentation_nodes.extend`'s columns `old`..len(need) of fit_count, fit_free and access, written in
+    place in one pass over the nodes (`slots[j]`: the (N, G) GPUs of a model shape old + j allows), and the
+    new shapes' hosts and room: counts and integer sums, `room` integers summed in float64 (exact in any
+    order), so the NumPy path's values."""
+    n, gpus = free.shape
+    shapes = need.shape[0]
+    hosts = np.zeros(shapes - old, dtype=np.int64)
+    room = np.zeros(shapes - old, dtype=np.float64)
+    for r in range(n):
+        for t in range(old, shapes):
+            c = 0
+            s = 0
+            a = False
+            for g in range(gpus):
+                if free[r, g] >= need[t]:
+                    c += 1
+                    s += free[r, g]
+                a = a or slots[t - old, r, g]
+            fit_count[r, t] = c
+            fit_free[r, t] = s
+            access[r, t] = a
+            if c >= k[t] and cpu[r] >= cpu_t[t] and mem[r] >= mem_t[t] and a:
+                hosts[t - old] += 1
+                room[t - old] += np.float64(fit_free[r, t])
+    return hosts, room
+
+
+@njit(cache=True)
 def node_matrix(
     rows: np.ndarray,
     fit_count: np.ndarray,
