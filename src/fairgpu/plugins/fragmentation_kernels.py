@@ -313,6 +313,35 @@ def need_rows(
 
 
 @njit(cache=True)
+def need_price(
+    rows: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+    w: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`need_and_price` of these rows: `need_rows` and the product of its matrix with the float64 weights `w`
+    as NumPy computes it, once per group of nodes alike (`alike`) and copied to the others. A row's need and
+    price follow from its GPUs' free cores (its per-shape counts are counted from them), memory and access
+    alone, and its float64 product rounds alike in any batch of rows; so `alike` is asked with every other
+    field equal (zeros). After new weights every node is priced again, most of them idle or filled alike."""
+    n = free.shape[0]
+    group, firsts = alike(
+        rows, free, np.zeros(n, dtype=np.int64), mem, access, np.zeros(n, dtype=np.float32), np.zeros(n), np.zeros(n)
+    )
+    some = rows[firsts]
+    per_gpu, uses = need_rows(some, fit_count, mem, access, k, mem_t, need_cpu, need_gpu, cpu_only)
+    price = matvec64(uses, w)
+    return per_gpu[group], price[group]
+
+
+@njit(cache=True)
 def weights(
     p: np.ndarray, hosts: np.ndarray, room: np.ndarray, free_total: int, scarce: int, pressure: int, now: np.ndarray
 ) -> tuple[np.ndarray, bool]:
