@@ -253,6 +253,53 @@ def test_workload_templates_are_stamped_through_the_api(cluster):
     assert template["labels"]["fairgpu.io/user"] == user_label("alice@example.com")
 
 
+def test_a_templates_stamp_cannot_be_rewritten_while_the_workload_webhook_is_down(cluster):
+    """Session 13 (safe10): the workload webhook restores a template's stamp on UPDATE, but is ignored while down;
+    before, an update then wrote any user there and the pods made afterwards were charged to them. Now the API
+    server's own policy refuses a changed or added stamp on the built-in kinds (a CronJob's one level deeper);
+    other template changes, and removing the stamp (those pods then wait unattributed), pass."""
+    cluster.fake.token("admin-alice", username="alice@example.com", groups=["system:masters"])
+    cluster.fake.token("admin-bob", username="bob", groups=["system:masters"])
+    spec = {"template": {"spec": {**gpu_pod("x")["spec"], "restartPolicy": "Never"}}}
+    workloads = {
+        "job": ("batch/v1", "Job", spec, "/spec/template"),
+        "cronjob": (
+            "batch/v1",
+            "CronJob",
+            {"schedule": "@daily", "jobTemplate": {"spec": spec}},
+            "/spec/jobTemplate/spec/template",
+        ),
+        "deployment": ("apps/v1", "Deployment", {"selector": {}, **spec}, "/spec/template"),
+    }
+    for api, k, body, _ in workloads.values():
+        doc = {"apiVersion": api, "kind": k, "metadata": {"name": "w", "namespace": "a"}, "spec": body}
+        assert cluster.create(doc, "admin-alice").returncode == 0
+    cluster.hook.stop()
+    late = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "late", "namespace": "a"}, "spec": spec}
+    assert cluster.create(late, "admin-alice").returncode == 0  # no stamp: its pods will wait unattributed
+
+    def patch(kind: str, name: str, path: str, op: str, key: str, value: str = "bob") -> subprocess.CompletedProcess:
+        change = {"op": op, "path": f"{path}/metadata/{key}"} | ({"value": value} if op != "remove" else {})
+        return cluster.kubectl(
+            "patch", kind, name, "-n", "a", "--type=json", "-p", json.dumps([change]), token="admin-bob"
+        )
+
+    denied = "ValidatingAdmissionPolicy 'fairgpu-template-stamp' with binding 'fairgpu-template-stamp' denied"
+    for kind, (*_, path) in workloads.items():
+        out = patch(kind, "w", path, "replace", "annotations/fairgpu.io~1user-name")
+        assert out.returncode != 0 and denied in out.stderr, (kind, out.stderr)
+        assert patch(kind, "w", path, "replace", "labels/fairgpu.io~1user").returncode != 0
+        assert patch(kind, "w", path, "add", "annotations/example.com~1restarted-at", "now").returncode == 0
+    forged = {"spec": {"template": {"metadata": {"annotations": {"fairgpu.io/user-name": "bob"}}}}}
+    out = cluster.kubectl(
+        "patch", "job", "late", "-n", "a", "--type=merge", "-p", json.dumps(forged), token="admin-bob"
+    )
+    assert out.returncode != 0 and denied in out.stderr, out.stderr
+    assert patch("deployment", "w", "/spec/template", "remove", "annotations/fairgpu.io~1user-name").returncode == 0
+    template = cluster.get("/apis/batch/v1/namespaces/a/jobs/w")["spec"]["template"]["metadata"]
+    assert template["annotations"]["fairgpu.io/user-name"] == "alice@example.com"
+
+
 def test_fairgpu_may_change_only_its_keys(cluster):
     """Finding 8: RBAC lets fairgpu patch pods and nodes; the policy narrows that to hami.io/ and fairgpu.io/
     keys. Deleting a pod is not granted at all (403 in the API server's words)."""

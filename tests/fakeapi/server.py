@@ -181,7 +181,7 @@ class FakeApi:
     def _groups(self) -> dict:
         groups: dict[str, list[str]] = {}
         for r in RESOURCES:
-            if r.group:
+            if r.group and r.version not in groups.get(r.group, ()):  # each version once, however many kinds
                 groups.setdefault(r.group, []).append(r.version)
         return {
             "kind": "APIGroupList",

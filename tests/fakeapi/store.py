@@ -79,6 +79,8 @@ RESOURCES = [
     Resource("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",)),
     Resource("", "v1", "ConfigMap", "configmaps", True, short_names=("cm",)),
     Resource("batch", "v1", "Job", "jobs", True, subresources=("status",), generation=True),
+    Resource("batch", "v1", "CronJob", "cronjobs", True, subresources=("status",), generation=True),
+    Resource("apps", "v1", "Deployment", "deployments", True, subresources=("status",), generation=True),
     *(
         Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced)
         for kind, plural, namespaced in (

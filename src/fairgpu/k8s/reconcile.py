@@ -25,7 +25,7 @@ from fairgpu.k8s.parsed import ParsedNodes, ParsedPods
 from fairgpu.k8s.queues import QueueEntry, queue_entries, queue_map
 from fairgpu.k8s.reporter import Reporter
 from fairgpu.k8s.translate import PodInfo
-from fairgpu.k8s.workloads import Batch, pending_batches, submit
+from fairgpu.k8s.workloads import Batch, by_workload, pending_batches, submit
 from fairgpu.model import NodeSpec, QueueTree
 
 log = logging.getLogger(__name__)
@@ -155,16 +155,15 @@ class Reconciler:
                     self.carry.drop(name, pods, finished_at=done)
         # Bound pods the engine does not hold: ours run on as workloads (a group's members as one), others'
         # are pinned where they run.
-        found: dict[tuple[str, str], list[PodInfo]] = {}
+        ours: list[PodInfo] = []
         for key in keys:
             p = pods.get(key)
             if p is not None and p.node and not p.terminal and key not in self.owned and key not in self.fixed:
                 if p.scheduler == self.scheduler_name:
-                    # one user's members of a group are one workload (workloads.pending_batches)
-                    found.setdefault((f"{p.namespace}/group:{p.group}" if p.group else key, p.user), []).append(p)
+                    ours.append(p)
                 else:
                     book.pin(p)
-        for (name, _), members in found.items():
+        for (name, _), members in by_workload(ours).items():
             book.adopt(name, members)
         self._submit_pending(keys | self._dirty, pods, bad, now)
 

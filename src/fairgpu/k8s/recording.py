@@ -20,7 +20,7 @@ from fairgpu.k8s.parsed import ParsedNodes
 from fairgpu.k8s.port import NODES, PODS, QUEUES, KubePort
 from fairgpu.k8s.queues import queue_entries, queue_map
 from fairgpu.k8s.translate import TERMINAL, PodInfo, pod_info
-from fairgpu.k8s.workloads import queue_for, workload_of
+from fairgpu.k8s.workloads import by_workload, queue_for, workload_of
 from fairgpu.model import NodeSpec, QueueSpec, Workload
 from fairgpu.model.pod import DEFAULT_RULES, GpuRules
 from fairgpu.twin.encode import queue_doc
@@ -90,9 +90,9 @@ def _terminated(obj: dict) -> float | None:
 class Watcher:
     """`fairgpu record`: the cluster as fairgpu's engine would take it in, recorded from its watches without
     scheduling anything (from a workstation, beside the scheduler that decides). Our pods form workloads as
-    the controller forms them (a pod group as one); a workload runs once a member is bound, ends when its
-    pods are gone or have exited. A running workload whose pods are deleted rather than exit is recorded as
-    evicted (the replay decides its own evictions; this keeps a recreated pod the same workload)."""
+    the controller forms them (each user's members of a pod group as one); a workload runs once a member is
+    bound, ends when its pods are gone or have exited. A running workload whose pods are deleted rather than
+    exit is recorded as evicted (the replay decides its own evictions; this keeps a recreated pod the same workload)."""
 
     def __init__(
         self,
@@ -147,7 +147,7 @@ class Watcher:
                 self._queue_specs = queues
             self._queue_map = queue_map(entries)
             self._stale = False
-        members: dict[str, list[PodInfo]] = {}
+        ours: list[PodInfo] = []
         for obj in self.pods.cache.values():
             if (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name:
                 continue
@@ -156,7 +156,8 @@ class Watcher:
             except ValueError:
                 continue  # the scheduler says why on the pod; it never runs as ours
             if not p.terminal and p.problem is None and not p.gated:  # the controller leaves gated pods alone
-                members.setdefault(f"{p.namespace}/group:{p.group}" if p.group else p.key, []).append(p)
+                ours.append(p)
+        members = _named(by_workload(ours))
         workloads: dict[str, Workload] = {}
         running, evictions = [], []
         for name, pods in members.items():
@@ -164,7 +165,7 @@ class Watcher:
             bound = any(m.node for m in pods)
             if queue is None or (not bound and len(pods) < max(m.min_members for m in pods)):
                 continue  # no queue, or a gang not whole yet: the controller waits for it too
-            workloads[name] = workload_of(name, queue, sorted(pods, key=lambda m: m.name))
+            workloads[name] = workload_of(name, queue, pods)
             if bound:
                 running.append(name)
                 if any(m.deleting for m in pods) and name not in self._leaving:
@@ -196,3 +197,15 @@ class Watcher:
         seen = Seen(self._node_specs, self._queue_specs, pending, running, workloads.__getitem__, placed_on, started_at)
         seen.evictions, seen.ran, seen.deleted = evictions, self.times.run_length, deleted
         self.recorder.observe(now, seen)
+
+
+def _named(groups: dict[tuple[str, str], list[PodInfo]]) -> dict[str, list[PodInfo]]:
+    """One name per workload. Where several users' pods share a group, the user of its oldest pod keeps the
+    group's name (a pod joining later renames nothing that runs) and the others are named after their first
+    member, as the controller names a second gang of a group."""
+    out: dict[str, list[PodInfo]] = {}
+    oldest = sorted(groups.items(), key=lambda kv: min((m.created, m.name) for m in kv[1]))
+    for (name, _), pods in oldest:
+        pods.sort(key=lambda m: m.name)
+        out[f"{name}/{pods[0].name}" if name in out else name] = pods
+    return out

@@ -3,7 +3,7 @@ one gang, members beyond its minimum elastic), and the one place a Workload is b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from fairgpu.errors import RequestError
@@ -55,6 +55,16 @@ def workload_of(name: str, queue: str, members: list[PodInfo], min_pods: int | N
     )
 
 
+def by_workload(pods: Iterable[PodInfo]) -> dict[tuple[str, str], list[PodInfo]]:
+    """Our pods as the workloads they form, keyed (name, user): a lone pod on its own, each user's members of a pod
+    group together. A gang is one workload of one user: any pod of the namespace may carry a group's label, and
+    joining another user's gang charged the joiner's GPUs to that user (the controller and the recorder alike)."""
+    out: dict[tuple[str, str], list[PodInfo]] = {}
+    for p in pods:
+        out.setdefault((f"{p.namespace}/group:{p.group}" if p.group else p.key, p.user), []).append(p)
+    return out
+
+
 def pending_batches(
     keys: set[str],
     pods: dict[str, PodInfo],
@@ -77,11 +87,8 @@ def pending_batches(
             out.append(Batch(key, [p]))
     named: set[str] = set()
     for ns, group in touched:
-        grouped = [pods[k] for k in groups.get((ns, group), ()) if k in pods]
-        # A gang is one workload of one user: each user's pods of a group are a gang of their own. Any pod of the
-        # namespace may carry the label, and joining another user's gang charged the joiner's GPUs to that user.
-        for user in sorted({m.user for m in grouped}):
-            everyone = [m for m in grouped if m.user == user]
+        grouped = by_workload(pods[k] for k in groups.get((ns, group), ()) if k in pods)
+        for _, everyone in sorted(grouped.items()):
             out += _gang(ns, group, everyone, waiting, lambda name: taken(name) or name in named, unschedulable)
             named.update(b.name for b in out)
     return out
