@@ -78,15 +78,18 @@ def extend(
     k: np.ndarray,
     cpu_t: np.ndarray,
     mem_t: np.ndarray,
-    slots: np.ndarray,
+    allowed: np.ndarray,
+    gpu_model: np.ndarray,
+    gpu_valid: np.ndarray,
     old: int,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     access: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`fragmentation_nodes.extend`'s columns `old`..len(need) of fit_count, fit_free and access, written in
-    place in one pass over the nodes (`slots[j]`: the (N, G) GPUs of a model shape old + j allows), and the
-    new shapes' hosts and room: counts and integer sums, `room` integers summed in float64 (exact in any
+    place in one pass over the nodes (`allowed[j, m]`: shape old + j allows the state's model m; a node has
+    access where a real GPU slot holds one, as `ClusterState.model_slots` says), and the new shapes' hosts and
+    room: counts and integer sums, `room` integers summed in float64 (exact in any
     order), so the NumPy path's values."""
     n, gpus = free.shape
     shapes = need.shape[0]
@@ -101,7 +104,8 @@ def extend(
                 if free[r, g] >= need[t]:
                     c += 1
                     s += free[r, g]
-                a = a or slots[t - old, r, g]
+                m = gpu_model[r, g]
+                a = a or (gpu_valid[r, g] and m >= 0 and allowed[t - old, m])
             fit_count[r, t] = c
             fit_free[r, t] = s
             access[r, t] = a

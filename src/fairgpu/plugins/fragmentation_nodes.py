@@ -112,10 +112,11 @@ def extend(agg: Aggregates, mix: ShapeMix, compiled: bool, most: int) -> None:
     agg.shapes = shapes
     new = slice(old, shapes)
     if compiled:
-        slots = np.stack([agg.state.model_slots(p.allows_model) for p in mix.pods[new]])
+        state = agg.state  # the models each new shape allows (`model_slots`' test), by model id
+        allowed = np.array([[p.allows_model(m) for m in state.models] for p in mix.pods[new]], dtype=bool)
         hosts, room = kernels.extend(
-            agg.free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem, slots, old, agg.wide_count, agg.wide_free,
-            agg.wide_access,
+            agg.free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem, allowed,
+            state.gpu_model, state.gpu_valid, old, agg.wide_count, agg.wide_free, agg.wide_access,
         )  # fmt: skip
     else:
         free = agg.free[:, :, None]
