@@ -5,8 +5,10 @@ it shares its process with the scheduler."""
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable
 
@@ -101,5 +103,17 @@ def test_connections_beyond_the_limit_are_closed_at_once_and_the_room_comes_back
         assert wait(lambda: len(server.connections.open) == 1)
         assert "allowed" in answer(server, tls[0])
         assert not closed(held[0], 0.0)  # an idle connection is left to the client to close
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("soft", "limit"), [(1024, 512), (resource.RLIM_INFINITY, sys.maxsize)])
+def test_the_default_limit_is_half_the_descriptors_and_none_when_they_are_unlimited(tls, monkeypatch, soft, limit):
+    """Unlimited descriptors (RLIM_INFINITY is -1) must not make the limit -1, which refused every connection."""
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (soft, soft))
+    server = serve(tls)
+    try:
+        assert server.connections.limit == limit
+        assert "allowed" in answer(server, tls[0])
     finally:
         server.stop()

@@ -17,6 +17,7 @@ import logging
 import os
 import resource
 import ssl
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -132,6 +133,11 @@ class _Bounded(asyncio.Protocol):
         self.inner.connection_lost(exc)
 
 
+def _half_the_descriptors() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return sys.maxsize if soft == resource.RLIM_INFINITY else soft // 2
+
+
 class WebhookServer:
     def __init__(
         self,
@@ -148,7 +154,7 @@ class WebhookServer:
         self.make_app, self.host, self.requested_port = app, host, port
         self.cert = ReloadingCert(cert_file, key_file)
         self.reload_every, self.watch = reload_every, watch
-        self.connections = Connections(arrival, max_connections or resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2)
+        self.connections = Connections(arrival, max_connections or _half_the_descriptors())
         self._server: asyncio.Server | None = None
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="webhook")
