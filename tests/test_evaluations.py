@@ -367,11 +367,13 @@ def test_where_numpy_carries_its_own_openblas_the_kernels_find_it() -> None:
     assert blas.AVAILABLE and Fragmentation().compiled
 
 
-def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(monkeypatch) -> None:
+@pytest.mark.parametrize("cpu_balance", [1.0, 0.0])
+def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(monkeypatch, cpu_balance) -> None:
     """kernels.upkeep brings the changed rows' usable capacity up to date in the plugin's cache, and writes
     nothing while the plugin has none (an empty array), as after a refresh of the mix; with one shape a refresh
-    keeps its weights, so the kernel is not told by new weights. Compiled, a write past an array is silent
-    memory corruption; run here as plain Python (the kernels it calls stay compiled), it raises."""
+    keeps its weights, so the kernel is not told by new weights. Nor need and price without cpu_balance (the
+    plugin passes empty arrays). Compiled, a write past an array is silent memory corruption; run here as plain
+    Python (the kernels it calls stay compiled), it raises."""
     from fairgpu.plugins import fragmentation_kernels as kernels
 
     uncached = [0]
@@ -384,9 +386,33 @@ def test_the_upkeep_writes_usable_capacities_only_into_a_cache_the_plugin_has(mo
 
     monkeypatch.setattr(kernels, "upkeep", counted)
     sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    next(p for p, _ in sched.profile.score if isinstance(p, Fragmentation)).cpu_balance = cpu_balance
     pod = PodSpec(cpu_m=1000, memory_mib=1024, gpu=GpuRequest(1, 30, 2048))
     for i in range(12):  # the mix refreshes at the 1st, 2nd, 3rd, 4th, 6th, 8th and 11th arrival
         p = place_pod(pod, sched.view, sched.profile, key=f"p{i}")
         assert p is not None
         sched.view.state.assign(f"p{i}", p)
     assert uncached[0] >= 3
+
+
+def test_a_shape_asking_no_memory_adds_nothing_to_what_memory_cannot_feed_compiled_or_not() -> None:
+    """The mix: a 1-GPU shape asking 64 GiB and one asking no memory at all. On a (2 GPUs, 128 GiB) a GPU pod
+    taking 32 GiB leaves memory for 1.5 of the hungry shape's GPUs, so the memory term is computed there; the
+    shape asking no memory is fed by any memory and counts 0 in it. The compiled path scores as the NumPy one,
+    bit for bit, on both nodes."""
+    gib = 1024
+    nodes = [gpu_node("a", gpus=2, memory_mib=128 * gib), gpu_node("b", gpus=2, memory_mib=256 * gib)]
+    sched = Scheduler(nodes, QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    view, profile = sched.view, sched.profile
+    compiled = next(p for p, _ in profile.score if isinstance(p, Fragmentation))
+    plain = copy.deepcopy(compiled)
+    plain.compiled = False
+    hungry = PodSpec(cpu_m=1000, memory_mib=64 * gib, gpu=GpuRequest(1, 100, 0, 100))
+    for i, shape in enumerate((hungry, dataclasses.replace(hungry, memory_mib=0))):  # seen, not placed
+        place_pod(shape, view, profile, key=f"s{i}")
+        plain.learn(f"s{i}", shape)
+    pod = dataclasses.replace(hungry, memory_mib=32 * gib)
+    mask = feasible(pod, view, profile)
+    plain.generation(pod, view)
+    a, b = compiled.score(pod, view, mask), plain.score(pod, view, mask)
+    assert np.array_equal(a, b), (a, b)

@@ -180,6 +180,17 @@ def test_a_whole_card_recording_exactly_its_memory_fits_and_one_mib_more_does_no
             assert bool(mask.nodes[0]) is fit, (compiled, pod)
 
 
+def test_a_card_that_reports_no_memory_takes_no_whole_card_pod_recording_gpumem() -> None:
+    """A register entry with devmem 0 (a card HAMi cannot see the memory of): a whole-card pod recording 1 MiB
+    of gpumem does not fit it, one recording none does, compiled as on the NumPy path."""
+    view, _ = view_of([gpu_node("z", gpus=1, model="T4", mem_mib=0)])
+    for compiled in (True, False):
+        for pod, fit in ((fraction(100, 1), False), (whole(1), True)):
+            mask = FitMask(np.ones(1, dtype=bool), rows=np.array([0]))
+            Resources(compiled=compiled).filter(pod, view, mask)
+            assert bool(mask.nodes[0]) is fit, (compiled, pod)
+
+
 # -- Resources: unhealthy GPUs and cordoned nodes -------------------------------------------------------------
 def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
     sick = NodeSpec(

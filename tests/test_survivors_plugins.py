@@ -125,6 +125,45 @@ def test_cpu_balance_counts_a_node_short_of_cpu_for_under_one_percent_of_a_gpu()
     assert _place_beside(nodes, [_whole(16_000)] * 4, 2, _whole(0)) == 1
 
 
+def test_compiled_cpu_balance_counts_under_one_percent_of_a_gpu_starved_after_the_pod_as_the_numpy_path():
+    """The mix: four 1-GPU pods asking 16 cores (placed on r) and the pod, asking 5,334 m: 69,334 m over 500 %,
+    138.668 m per GPU percent. On p (102,400 m, 8 idle GPUs) the pod leaves 97,066 m for 7 GPUs: 0.0077 % of a
+    GPU starved after it (61.5 % before). The compiled scores equal the NumPy path's, that fraction included."""
+    nodes = [gpu_node("q"), gpu_node("p", cpu_m=8 * 100 * 128), gpu_node("r")]
+    profile = _fragmentation_profile({"cpu_balance": 1.0})
+    view = Scheduler(nodes, QueueTree([QueueSpec("q")]), profile).view
+    compiled = _learned(profile)
+    plain = copy.deepcopy(compiled)
+    plain.compiled = False
+    avoid = np.array([True, True, False])
+    for i in range(4):
+        p = place_pod(_whole(16_000), view, profile, avoid, key=f"fill{i}")
+        assert p is not None
+        view.state.assign(f"fill{i}", p)
+        plain.learn(f"fill{i}", _whole(16_000))
+    pod = _whole(5334)
+    mask = feasible(pod, view, profile)
+    place_pod(pod, view, profile, key="pod")  # learns it, as the NumPy twin below
+    plain.learn("pod", pod)
+    plain.generation(pod, view)
+    a, b = compiled.score(pod, view, mask), plain.score(pod, view, mask)
+    assert np.array_equal(a, b), (a, b)
+
+
+def test_without_memory_cpu_balance_on_nodes_with_cpu_to_spare_scores_as_fgds_measure_alone():
+    """With `memory` off no shape asks memory, so cpu_balance's memory term is 0: on nodes whose CPU feeds every
+    free GPU (128 cores for 8 GPUs of 1-core pods), a GPU pod's scores with cpu_balance equal those without."""
+    nodes = [gpu_node("q"), gpu_node("p", gpus=4), gpu_node("r")]
+    scores = []
+    for args in ({"cpu_balance": 1.0}, {}):
+        view, profile = _view(nodes, args)
+        for i, pod in enumerate((_whole(1000), _whole_gpus(2))):  # the mix, seen
+            place_pod(pod, view, profile, key=f"s{i}")
+        pod = _whole(1000)
+        scores.append(_learned(profile).score(pod, view, feasible(pod, view, profile)))
+    assert np.array_equal(scores[0], scores[1]), scores
+
+
 def test_fragmentation_without_cpu_balance_is_fgds_measure_alone():
     """cpu_balance is off unless a profile sets it (docs/profiles.md: 1 in `fairgpu`): the CPU-short node p
     that cpu_balance prefers (test_survivors::test_cpu_balance_sends_a_cpu_light_gpu_pod_where_cpu_is_short) is
