@@ -116,3 +116,32 @@ def test_nodes_are_alike_only_when_every_field_is_the_same_bit_for_bit() -> None
         nodes = {k: v.copy() for k, v in base.items()}
         move(nodes[name])
         assert not same(nodes), name
+
+
+def test_need_and_price_once_per_group_equal_each_node_computed_alone_bit_for_bit() -> None:
+    """`need_price` (after new weights, every node's need and price once per group of nodes alike) against
+    `need_rows` and its product one node at a time, on nodes alike but for a GPU's free cores, the memory or
+    one shape's access, with the per-shape tables wider than the shapes learned (their spare columns zero,
+    as `fragmentation_nodes.extend` leaves them)."""
+    rng = np.random.default_rng(7)
+    n = 96
+    nodes = _nodes(rng, n)
+    need = rng.choice([10, 25, 50, 100], size=SHAPES).astype(np.int64)
+    k = rng.choice([1, 1, 2], size=SHAPES).astype(np.int64)
+    mem_t = rng.choice([256, 4096, 10_000], size=SHAPES).astype(np.int64)
+    need_cpu, need_gpu = rng.integers(0, 9, size=SHAPES) * 1000.0, rng.integers(1, 9, size=SHAPES) * 50.0
+    w = rng.uniform(0.01, 1, size=SHAPES).astype(np.float32).astype(np.float64)
+    free = nodes["free"]
+    fit_count = np.zeros((n, SHAPES + 6), dtype=np.int64)
+    fit_count[:, :SHAPES] = (free[:, :, None] >= need).sum(axis=1)
+    access = np.zeros((n, SHAPES + 6), dtype=bool)
+    access[:, :SHAPES] = nodes["access"]
+    mem = nodes["mem"]
+    rows = rng.permutation(n)
+    per_need, per_price = kernels.need_price(rows, free, fit_count, mem, access, k, mem_t, need_cpu, need_gpu, 0.25, w)
+    assert len(np.unique(per_price)) > 4  # the nodes differ: a wrong group shows
+    for i, r in enumerate(rows):
+        alone, uses = kernels.need_rows(rows[i : i + 1], fit_count, mem, access, k, mem_t, need_cpu, need_gpu, 0.25)
+        price = kernels.matvec64(uses, w)
+        assert per_need[i].view(np.int64) == alone[0].view(np.int64), r
+        assert per_price[i].view(np.int64) == price[0].view(np.int64), r

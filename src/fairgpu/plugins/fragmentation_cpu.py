@@ -20,11 +20,10 @@ def need_and_price(
     a percent none of those shapes can use, the sum of their weights `w`. Need 0 where no shape can use the
     node or none needs CPU."""
     if compiled:  # the need in the kernel (its sums add integers: exact in any order), the price a product
-        need, uses = kernels.need_rows(
-            rows, agg.wide_count, agg.mem, agg.wide_access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu,
-            mix.cpu_only_per_core,
+        return kernels.need_price(
+            rows, agg.free, agg.wide_count, agg.mem, agg.wide_access, mix.k, mix.mem, mix.need_cpu, mix.need_gpu,
+            mix.cpu_only_per_core, w.astype(np.float64),
         )  # fmt: skip
-        return need, np.asarray(uses @ w.astype(np.float64))
     uses = ((agg.fit_count[rows] >= mix.k) & (agg.mem[rows][:, None] >= mix.mem) & agg.access[rows]) * 1.0
     # sums of integers, so exact in any order
     cpu_of, gpu_of, price = uses @ mix.need_cpu, uses @ mix.need_gpu, uses @ w.astype(np.float64)

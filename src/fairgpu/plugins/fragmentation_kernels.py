@@ -78,15 +78,18 @@ def extend(
     k: np.ndarray,
     cpu_t: np.ndarray,
     mem_t: np.ndarray,
-    slots: np.ndarray,
+    allowed: np.ndarray,
+    gpu_model: np.ndarray,
+    gpu_valid: np.ndarray,
     old: int,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
     access: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`fragmentation_nodes.extend`'s columns `old`..len(need) of fit_count, fit_free and access, written in
-    place in one pass over the nodes (`slots[j]`: the (N, G) GPUs of a model shape old + j allows), and the
-    new shapes' hosts and room: counts and integer sums, `room` integers summed in float64 (exact in any
+    place in one pass over the nodes (`allowed[j, m]`: shape old + j allows the state's model m; a node has
+    access where a real GPU slot holds one, as `ClusterState.model_slots` says), and the new shapes' hosts and
+    room: counts and integer sums, `room` integers summed in float64 (exact in any
     order), so the NumPy path's values."""
     n, gpus = free.shape
     shapes = need.shape[0]
@@ -101,7 +104,8 @@ def extend(
                 if free[r, g] >= need[t]:
                     c += 1
                     s += free[r, g]
-                a = a or slots[t - old, r, g]
+                m = gpu_model[r, g]
+                a = a or (gpu_valid[r, g] and m >= 0 and allowed[t - old, m])
             fit_count[r, t] = c
             fit_free[r, t] = s
             access[r, t] = a
@@ -310,6 +314,35 @@ def need_rows(
         if gpu_of > 0:
             need[i] = cpu_of / gpu_of + cpu_only
     return need, out
+
+
+@njit(cache=True)
+def need_price(
+    rows: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    mem: np.ndarray,
+    access: np.ndarray,
+    k: np.ndarray,
+    mem_t: np.ndarray,
+    need_cpu: np.ndarray,
+    need_gpu: np.ndarray,
+    cpu_only: float,
+    w: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`need_and_price` of these rows: `need_rows` and the product of its matrix with the float64 weights `w`
+    as NumPy computes it, once per group of nodes alike (`alike`) and copied to the others. A row's need and
+    price follow from its GPUs' free cores (its per-shape counts are counted from them), memory and access
+    alone, and its float64 product rounds alike in any batch of rows; so `alike` is asked with every other
+    field equal (zeros). After new weights every node is priced again, most of them idle or filled alike."""
+    n = free.shape[0]
+    group, firsts = alike(
+        rows, free, np.zeros(n, dtype=np.int64), mem, access, np.zeros(n, dtype=np.float32), np.zeros(n), np.zeros(n)
+    )
+    some = rows[firsts]
+    per_gpu, uses = need_rows(some, fit_count, mem, access, k, mem_t, need_cpu, need_gpu, cpu_only)
+    price = matvec64(uses, w)
+    return per_gpu[group], price[group]
 
 
 @njit(cache=True)

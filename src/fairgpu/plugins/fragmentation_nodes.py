@@ -25,10 +25,11 @@ class Aggregates:
     mem: np.ndarray  # (N,) free memory (MiB), or zeros when the measure leaves memory out
     # (N, W) per shape, in the first T columns (W >= T, the rest zeros: a new shape's column is written in
     # place, not the whole table copied and its fresh pages faulted in, ~0.8 ms at 5,000 nodes): the GPUs with
-    # room for it, their free cores (float32: half the memory traffic) and whether the node has a GPU of a
-    # model it allows. The kernels take these whole (C-contiguous: a view of T columns would be a strided
-    # array, several times slower there) and read the first len(k) columns; `fit_count`, `fit_free` and
-    # `access` are the (N, T) views
+    # room for it (int16: a quarter of int64's memory traffic in the passes over every node after new
+    # weights), their free cores (float32: half the memory traffic) and whether the node has a GPU of a model
+    # it allows. The kernels take these whole (C-contiguous: a view of T columns would be a strided array,
+    # several times slower there) and read the first len(k) columns; `fit_count`, `fit_free` and `access`
+    # are the (N, T) views
     wide_count: np.ndarray
     wide_free: np.ndarray
     wide_access: np.ndarray
@@ -111,10 +112,11 @@ def extend(agg: Aggregates, mix: ShapeMix, compiled: bool, most: int) -> None:
     agg.shapes = shapes
     new = slice(old, shapes)
     if compiled:
-        slots = np.stack([agg.state.model_slots(p.allows_model) for p in mix.pods[new]])
+        state = agg.state  # the models each new shape allows (`model_slots`' test), by model id
+        allowed = np.array([[p.allows_model(m) for m in state.models] for p in mix.pods[new]], dtype=bool)
         hosts, room = kernels.extend(
-            agg.free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem, slots, old, agg.wide_count, agg.wide_free,
-            agg.wide_access,
+            agg.free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem, allowed,
+            state.gpu_model, state.gpu_valid, old, agg.wide_count, agg.wide_free, agg.wide_access,
         )  # fmt: skip
     else:
         free = agg.free[:, :, None]
