@@ -416,3 +416,33 @@ def test_a_shape_asking_no_memory_adds_nothing_to_what_memory_cannot_feed_compil
     plain.generation(pod, view)
     a, b = compiled.score(pod, view, mask), plain.score(pod, view, mask)
     assert np.array_equal(a, b), (a, b)
+
+
+def test_the_score_sum_never_writes_into_an_array_a_plugin_keeps():
+    """LeastAllocated and Binpack answer for every node with their cache's own array (scores._score). With
+    weight 1, the first one's array is the running total unless the sum copies, and the second's scores added
+    in place would land in the first's cache: its later answers for the pod's key, where no row changed,
+    would carry the other plugin's scores. After each evaluation, over a filling and draining cluster, each
+    plugin's answer for every node is its fresh computation row by row."""
+    profile = dataclasses.replace(load_profile("kube-default"), score=[(LeastAllocated(), 1.0), (Binpack(), 1.0)])
+    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), profile)
+    view, profile, placed = sched.view, sched.profile, []
+    n = view.state.num_nodes
+    rng = np.random.default_rng(5)
+    checked = 0
+    for i in range(60):
+        pod = draw(rng)
+        shape = ev.filtered(pod, view, profile)
+        if shape.nodes.any():
+            ev.scored(shape, pod, view, profile)
+            for plugin, _ in profile.score:
+                kept = plugin.score(pod, view, FitMask(np.ones(n, dtype=bool)))
+                fresh = plugin.score(pod, view, FitMask(np.ones(n, dtype=bool), rows=np.arange(n)))
+                assert np.array_equal(kept, fresh), (i, plugin.NAME)
+            checked += 1
+        if (p := place_pod(pod, view, profile, key=f"p{i}")) is not None:
+            view.state.assign(f"p{i}", p)
+            placed.append(f"p{i}")
+        if placed and rng.random() < 0.3:
+            view.state.release(placed.pop(int(rng.integers(len(placed)))))
+    assert checked > 40, checked

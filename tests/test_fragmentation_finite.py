@@ -94,3 +94,40 @@ def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
         if placed and rng.random() < 0.4:
             view.state.release(placed.pop(int(rng.integers(len(placed)))))
     assert scored > 60 and compiled._mix.p_total > 0 and len(compiled._mix.keys) >= 5, (scored, compiled._mix.keys)
+
+
+def test_cached_need_and_price_are_a_fresh_pricing_under_the_weights_after_each_boost():
+    """One shape (1-GPU pods) on eight 2-GPU nodes under the scarcity boost: as nodes fill, its hosts fall
+    8, 7, ..., so its weight doubles now and then without a new mix. Only the weights moved, so the plugin
+    reprices just the nodes where a moved shape counts (`_moved`, `_counting`); every node's cached need
+    and price must still be what pricing all nodes afresh gives, bit for bit, compiled and NumPy (the
+    unmoved shapes taken for the moved ones left the other free nodes at the old weight)."""
+    from fairgpu.plugins.fragmentation_cpu import need_and_price
+
+    cards = lambda n: tuple(GpuDevice("A40", 46068, f"g{n}-{j}") for j in range(2))  # noqa: E731
+    sched = Scheduler(
+        [NodeSpec(f"n{i}", 32_000, 256 << 10, cards(i)) for i in range(8)],
+        QueueTree([QueueSpec("q")]),
+        load_profile("fairgpu"),
+    )
+    view, compiled = sched.view, frag(sched)
+    plain = copy.deepcopy(compiled)
+    plain.compiled = False
+    pod = PodSpec(cpu_m=4000, memory_mib=8192, gpu=GpuRequest(1, 100, 0, 100))
+    boosts = 0
+    for i in range(12):
+        mask = feasible(pod, view, sched.profile)
+        plain.learn("p0", pod)  # one pod learned: later ones move the weights by the boost alone, not a new mix
+        plain.score(pod, view, mask)
+        before = compiled._w.copy() if compiled._agg is not None else None
+        p = place_pod(pod, view, sched.profile, key="p0")
+        compiled.score(pod, view, mask)
+        boosts += before is not None and before.shape == compiled._w.shape and not np.array_equal(before, compiled._w)
+        for f in (compiled, plain):
+            agg = f._agg
+            assert agg is not None
+            need, price = need_and_price(agg, f._mix, f._w, np.arange(view.state.num_nodes), f.compiled)
+            assert np.array_equal(agg.need, need) and np.array_equal(agg.price, price), (i, f.compiled)
+        assert p is not None
+        view.state.assign(f"p{i}", p)
+    assert boosts >= 2, boosts

@@ -359,3 +359,45 @@ def test_fair_share_eviction_is_worth_it_from_exactly_as_much_wait_saved_as_work
         run(sched, "a", 4, now)
         gone = evicted(sched.cycle(now))
         assert len(gone) == expect and all(v.startswith("c") for v in gone), (start, duration, gone)
+
+
+def test_fair_share_victims_come_from_the_queue_furthest_above_its_share_past_usage_included():
+    """a and c hold 4 GPUs each at 86,400 s (ratio 1.5 each by current usage, entitled 8/3); c (6 h usage
+    half-life) ran all 8 for a day before, so with its past usage c is further above its share, as
+    FairShare's order counts it. b, below its share, evicts one job for its own: c's, not a's (a's went when
+    past usage subtracted there instead of added, no one was evicted at all)."""
+    fair = PreemptionPolicy(reclaim=False, fair_share=True)
+    sched = engine([QueueSpec("a"), QueueSpec("b", preemption=fair), QueueSpec("c", usage_half_life=21600.0)])
+    run(sched, "c", 8, 0.0, prefix="day")
+    sched.cycle(0.0)
+    sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
+    for i in range(8):
+        sched.remove(f"day{i}", finished_at=86400.0)
+    run(sched, "a", 4, 86400.0)
+    run(sched, "c", 4, 86400.0)
+    sched.cycle(86400.0)
+    assert held(sched, "a") == held(sched, "c") == 4.0
+    run(sched, "b", 1, 86410.0)
+    gone = evicted(sched.cycle(86410.0))
+    assert len(gone) == 1 and gone[0].startswith("c"), gone
+
+
+def test_a_preempt_plugin_that_says_nothing_of_fair_share_leaves_every_queues_policy_as_written():
+    """Only a Preempt plugin that says `fair_share` turns fair-share eviction on for every queue that may
+    preempt (fairgpu-reclaim's Preemption); another Preempt plugin, which has no such setting, leaves the
+    queues' own policies: a default policy does not evict for its fair share, one that says so does."""
+    from dataclasses import replace
+
+    class Declines:  # a Preempt plugin of someone else's, without Preemption's settings
+        NAME = "Declines"
+
+        def preempt(self, ctx: object) -> None:
+            return None
+
+    fair = PreemptionPolicy(fair_share=True)
+    profile = replace(load_profile("fairgpu-reclaim"), preempt=[Declines()])
+    tree = QueueTree([QueueSpec("a", preemption=PreemptionPolicy()), QueueSpec("b", preemption=fair)])
+    sched = Scheduler([gpu_node("n0")], tree, profile)
+    assert [q.preemption.fair_share for q in sched.tree.queues] == [False, True]
+    reclaim = Scheduler([gpu_node("n0")], tree, load_profile("fairgpu-reclaim"))
+    assert [q.preemption.fair_share for q in reclaim.tree.queues] == [True, True]
