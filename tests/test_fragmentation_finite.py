@@ -66,6 +66,17 @@ def finite(f: Fragmentation) -> None:
     )
 
 
+def priced_afresh(f: Fragmentation) -> None:
+    """Every node's cached need and price are what pricing all nodes afresh under the current mix and weights
+    gives, bit for bit (the plugin reprices only the nodes a change of rows, mix or weights can move)."""
+    from fairgpu.plugins.fragmentation_cpu import need_and_price
+
+    agg = f._agg
+    assert agg is not None and agg.usable is not None
+    need, price = need_and_price(agg, f._mix, f._w, np.arange(len(agg.need)), f.compiled)
+    assert np.array_equal(agg.need, need) and np.array_equal(agg.price, price), f.compiled
+
+
 def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
     sched = Scheduler(nodes(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
     view, compiled = sched.view, frag(sched)
@@ -86,6 +97,8 @@ def test_fragmentation_scores_stay_finite_on_degenerate_nodes_and_pods():
         if compiled._mix.keys:
             finite(compiled)
             finite(plain)
+            priced_afresh(compiled)
+            priced_afresh(plain)
             assert np.isfinite(a[mask.nodes]).all() and np.isfinite(b[mask.nodes]).all(), (pod, a, b)
             scored += int(mask.nodes.any())
         if p is not None:
@@ -102,8 +115,6 @@ def test_cached_need_and_price_are_a_fresh_pricing_under_the_weights_after_each_
     reprices just the nodes where a moved shape counts (`_moved`, `_counting`); every node's cached need
     and price must still be what pricing all nodes afresh gives, bit for bit, compiled and NumPy (the
     unmoved shapes taken for the moved ones left the other free nodes at the old weight)."""
-    from fairgpu.plugins.fragmentation_cpu import need_and_price
-
     cards = lambda n: tuple(GpuDevice("A40", 46068, f"g{n}-{j}") for j in range(2))  # noqa: E731
     sched = Scheduler(
         [NodeSpec(f"n{i}", 32_000, 256 << 10, cards(i)) for i in range(8)],
@@ -123,11 +134,8 @@ def test_cached_need_and_price_are_a_fresh_pricing_under_the_weights_after_each_
         p = place_pod(pod, view, sched.profile, key="p0")
         compiled.score(pod, view, mask)
         boosts += before is not None and before.shape == compiled._w.shape and not np.array_equal(before, compiled._w)
-        for f in (compiled, plain):
-            agg = f._agg
-            assert agg is not None
-            need, price = need_and_price(agg, f._mix, f._w, np.arange(view.state.num_nodes), f.compiled)
-            assert np.array_equal(agg.need, need) and np.array_equal(agg.price, price), (i, f.compiled)
+        priced_afresh(compiled)
+        priced_afresh(plain)
         assert p is not None
         view.state.assign(f"p{i}", p)
     assert boosts >= 2, boosts
