@@ -109,11 +109,66 @@ def test_connections_beyond_the_limit_are_closed_at_once_and_the_room_comes_back
 
 @pytest.mark.parametrize(("soft", "limit"), [(1024, 512), (resource.RLIM_INFINITY, sys.maxsize)])
 def test_the_default_limit_is_half_the_descriptors_and_none_when_they_are_unlimited(tls, monkeypatch, soft, limit):
-    """Unlimited descriptors (RLIM_INFINITY is -1) must not make the limit -1, which refused every connection."""
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (soft, soft))
+    """Unlimited descriptors (RLIM_INFINITY is -1) must not make the limit -1, which refused every connection.
+    The soft limit is the one the process runs out at, whatever the hard one (unlimited here)."""
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (soft, resource.RLIM_INFINITY))
     server = serve(tls)
     try:
         assert server.connections.limit == limit
         assert "allowed" in answer(server, tls[0])
     finally:
         server.stop()
+
+
+def test_a_kept_alive_connection_whose_request_arrived_in_time_is_left_open_past_the_bound(tls):
+    """A request answered, its connection kept alive (as the API server's client does) and idle past `arrival`:
+    still open, and it is answered again. Catches the deadline re-armed while one is pending (`and` -> `or` in
+    `expect`): the first timer, no longer held, then cut every connection `arrival` after its first request."""
+    server = serve(tls, arrival=ARRIVAL)
+    try:
+        sock = connect(server, tls[0])
+        wire = request(json.dumps(review(gpu_pod({"nvidia.com/gpu": "1"}))).encode())
+        for idle in (ARRIVAL + 0.2, 0.0):
+            sock.sendall(wire)
+            got = b""
+            while b'"allowed"' not in got:
+                chunk = sock.recv(65536)
+                assert chunk, "closed before the answer"
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200")
+            assert not closed(sock, idle)
+        assert len(server.connections.open) == 1
+    finally:
+        server.stop()
+
+
+def test_a_pipelined_request_whose_bytes_came_with_the_one_before_is_bounded_too(tls):
+    """Two requests in one write, the second's body cut short: the first is answered, and the connection is
+    closed `arrival` later, the second never having arrived. Catches the middleware not setting the deadline
+    (`conn is not None` -> `is None`): the first's arrival cancelled the one its bytes set, and nothing else
+    would, so the second's body could be awaited for as long as the client liked."""
+    server = serve(tls, arrival=ARRIVAL)
+    try:
+        sock = connect(server, tls[0])
+        wire = request(json.dumps(review(gpu_pod({"nvidia.com/gpu": "1"}))).encode())
+        start = time.monotonic()
+        sock.sendall(wire + wire[:-10])
+        got = b""
+        while b'"allowed"' not in got:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the first answer"
+            got += chunk
+        assert closed(sock, 1.0)
+        assert ARRIVAL <= time.monotonic() - start < ARRIVAL + 0.5
+    finally:
+        server.stop()
+
+
+def test_a_stopped_server_takes_no_connection(tls):
+    """Catches `stop` leaving the listening socket open (`self._server is not None` -> `is None`): the kernel
+    would then accept connections no one answers, and an API server would wait out its timeout on each."""
+    server = serve(tls)
+    port = server.port
+    server.stop()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
