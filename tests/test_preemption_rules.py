@@ -275,6 +275,15 @@ def test_fair_share_eviction_counts_the_gpu_time_until_the_victims_queue_would_b
         assert evicted(sched.cycle(1000.0)) == expect, (others_end, young_end)
 
 
+def _a_day_of_all_gpus(sched: Scheduler, queue: str) -> None:
+    """`queue` runs 8 one-GPU jobs from 0 s to 86,400 s, then they end: a day of past usage."""
+    run(sched, queue, 8, 0.0, prefix="day")
+    sched.cycle(0.0)
+    sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
+    for i in range(8):
+        sched.remove(f"day{i}", finished_at=86400.0)
+
+
 def test_fair_share_eviction_counts_past_usage_as_the_queue_order_does():
     """old (fair share, 6 h usage half-life) ran all 8 GPUs for a day; then new starts 6 jobs and old 2, and
     at 86,500 s old wants 2 more. By current usage old holds 2 of the 4 it is entitled to, but with its past
@@ -283,11 +292,7 @@ def test_fair_share_eviction_counts_past_usage_as_the_queue_order_does():
     fair = PreemptionPolicy(fair_share=True)
     for half_life, expect in ((21600.0, 0), (0.0, 2)):
         sched = engine([QueueSpec("old", usage_half_life=half_life, preemption=fair), QueueSpec("new")])
-        run(sched, "old", 8, 0.0, prefix="day")
-        sched.cycle(0.0)
-        sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
-        for i in range(8):
-            sched.remove(f"day{i}", finished_at=86400.0)
+        _a_day_of_all_gpus(sched, "old")
         run(sched, "new", 6, 86400.0)
         sched.cycle(86400.0)
         run(sched, "old", 2, 86400.0)
@@ -368,11 +373,7 @@ def test_fair_share_victims_come_from_the_queue_furthest_above_its_share_past_us
     past usage subtracted there instead of added, no one was evicted at all)."""
     fair = PreemptionPolicy(reclaim=False, fair_share=True)
     sched = engine([QueueSpec("a"), QueueSpec("b", preemption=fair), QueueSpec("c", usage_half_life=21600.0)])
-    run(sched, "c", 8, 0.0, prefix="day")
-    sched.cycle(0.0)
-    sched.cycle(86399.0)  # past usage accrues at each cycle, with what runs then
-    for i in range(8):
-        sched.remove(f"day{i}", finished_at=86400.0)
+    _a_day_of_all_gpus(sched, "c")
     run(sched, "a", 4, 86400.0)
     run(sched, "c", 4, 86400.0)
     sched.cycle(86400.0)
