@@ -4,34 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from fairgpu.framework.cardfit import card_ok, fit_containers, open_cards
 from fairgpu.framework.interfaces import EngineView, FitMask
+from fairgpu.framework.node_answers import NodeAnswers
 from fairgpu.model.pod import GpuRequest, PodSpec
 from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise_filter, once
 from fairgpu.state import ClusterState
 
-# Per state, as of a version: every node's cards open to one more task (`cardfit.open_cards`), kept current
-# through the change log. A shared-card shape new to the engine's cache checks every card (~3,600 times a
-# benchmark cycle at 5,000 nodes), and this part of the check is the same for every such shape.
-_OPEN: WeakKeyDictionary[ClusterState, tuple[int, np.ndarray]] = WeakKeyDictionary()
+# Every node's cards open to one more task (`cardfit.open_cards`), kept per state: a shared-card shape new to
+# the engine's cache checks every card (~3,600 times a benchmark cycle at 5,000 nodes), and this part of the
+# check is the same for every such shape.
+_OPEN = NodeAnswers()
 
 
 def _opened(st: ClusterState) -> np.ndarray:
-    hit = _OPEN.get(st)
-    if hit is None:
-        cards = open_cards(st, slice(None))
-    else:
-        at, cards = hit
-        rows = st.changes.since(at)
-        if rows.size:
-            cards[rows] = open_cards(st, rows)
-    _OPEN[st] = (st.version, cards)
-    return cards
+    return _OPEN.every(st, None, lambda rows: open_cards(st, rows))
 
 
 @dataclass(slots=True)

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from fairgpu.framework.interfaces import EngineView, FitMask, NodeLocal
+from fairgpu.framework.node_answers import NodeAnswers
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise, once
-from fairgpu.state import ClusterState
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
 _ORDER: dict[tuple[str, ...], np.ndarray] = {}  # resources → their indices in the kernel's tuples
-# Every node's compiled scores per state, by what they depend on (resources, fuller, what the pod takes), as of
-# a state version: a request for every node (a pod shape new to the engine's cache, or another plugin's new
-# generation: ~3,600 a benchmark cycle) recomputes only the nodes changed since. A row's score is its own
-# (no sum across rows), so the rows come out as a pass over every node gives them.
-_EVERY: WeakKeyDictionary[ClusterState, dict[tuple[object, ...], tuple[int, np.ndarray]]] = WeakKeyDictionary()
-_EVERY_KEYS = 256  # kept per state (Binpack asks ~50 at most: whole-card counts and shared cores)
+# Every node's compiled scores per state, by what they depend on (resources, fuller, what the pod takes): a row's
+# score is its own (no sum across rows), so the rows come out as a pass over every node gives them. 256 keys
+# per state (Binpack asks ~50 at most: whole-card counts and shared cores).
+_EVERY = NodeAnswers(most=256)
 
 
 def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
@@ -60,21 +57,8 @@ def _score(
     free, cap = (st.cpu_free, st.mem_free, st.node_cores_free), (st.cpu_cap, st.mem_cap, st.node_cores_cap)
     if not isinstance(mask.rows, slice):  # one compiled signature for any caller's rows (no compile in a decision)
         return np.asarray(node_kernels.free_fraction(np.ascontiguousarray(mask.rows), free, cap, taken, order, fuller))
-    every = _EVERY.get(st)
-    if every is None:
-        every = _EVERY[st] = {}
     key = (resources, fuller, pod.cpu_m, pod.memory_mib, cores)
-    hit = every.get(key)
-    if hit is None:
-        if len(every) >= _EVERY_KEYS:
-            every.clear()
-        out = np.asarray(node_kernels.free_fraction(np.arange(st.num_nodes), free, cap, taken, order, fuller))
-    else:
-        at, out = hit
-        rows = st.changes.since(at)
-        if rows.size:
-            out[rows] = node_kernels.free_fraction(rows, free, cap, taken, order, fuller)
-    every[key] = (st.version, out)
+    out = _EVERY.every(st, key, lambda rows: node_kernels.free_fraction(rows, free, cap, taken, order, fuller))
     return out  # the cache's own: callers read it (the engine copies what it keeps)
 
 
