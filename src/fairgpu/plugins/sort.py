@@ -76,17 +76,17 @@ class FairShare:
 
 @njit(cache=True)
 def _least_served(ratio: np.ndarray, usage: np.ndarray, count: np.ndarray, ids: np.ndarray) -> tuple[int, int]:
-    """Of the queues `ids` with work to try (`count` > 0), the least (share ratio, dominant share of usage,
-    id), compared as Python compares those tuples (a NaN ratio orders as it would there), and how many of them
-    equal it in ratio and usage (itself included); (-1, 0) if none has work. One compiled pass over one
-    level: reading each level's values out as Python floats cost ~4 µs a pick."""
+    """Of the queues `ids` with work to try (`count` > 0), the least (share ratio, dominant share of usage),
+    compared as Python compares those tuples (a NaN ratio orders as it would there; on a tie, the first),
+    and how many of them equal it in ratio and usage (itself included); (-1, 0) if none has work. One
+    compiled pass over one level: reading each level's values out as Python floats cost ~4 µs a pick."""
     best, best_r, best_u = -1, 0.0, 0.0
     for j in range(ids.shape[0]):
         q = ids[j]
         if count[q] <= 0:
             continue
         r, u = ratio[q], usage[q]
-        if best < 0 or (r < best_r if r != best_r else (u < best_u if u != best_u else q < best)):
+        if best < 0 or (r < best_r if r != best_r else u < best_u):  # on a tie of both the first stays
             best, best_r, best_u = q, r, u
     ties = 0
     if best >= 0:
