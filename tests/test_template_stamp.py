@@ -12,8 +12,9 @@ import json
 
 import yaml
 
-from fairgpu.k8s.identity import TRUSTED_CONFIGMAP, Trust, user_label
+from fairgpu.k8s.identity import TEMPLATE_KINDS, TRUSTED_CONFIGMAP, Trust, at, pod_templates, user_label
 from fairgpu.k8s.webhook import mutate
+from fakeapi.admission import cel
 from test_perimeter import cluster, gpu_pod, pytestmark, rendered, request  # noqa: F401 (fixtures, kubectl skip)
 
 ALICE, BOB = "alice@example.com", "bob"
@@ -224,3 +225,39 @@ def test_fairgpu_run_takes_its_workload_controllers_from_the_mounted_list(tmp_pa
         ({"hami"}, {"jobset"}),
         (set(), set(DEFAULT_CONTROLLERS)),
     ]
+
+
+def test_the_policy_reads_the_templates_the_webhook_stamps(rendered):  # noqa: F811
+    """For every kind the workload webhook stamps, the policy's `templates` (evaluated as the fake evaluates
+    CEL) are exactly the templates at identity.pod_templates' paths: none missed (a forger's stamp there would
+    pass), none extra."""
+    policy = next(d for d in rendered if d["metadata"]["name"] == "fairgpu-template-stamp")["spec"]
+    expressions = {v["name"]: v["expression"] for v in policy["variables"]}
+
+    def template(mark: str) -> dict:
+        return {"metadata": {"name": mark}, "spec": {"containers": [{"name": "c"}]}}
+
+    def spec(group: str, kind: str) -> dict:
+        ray = {"headGroupSpec": {"template": template("head")}, "workerGroupSpecs": [{"template": template("w0")}]}
+        ray["workerGroupSpecs"].append({"template": template("w1")})
+        if group in ("batch", "apps"):
+            inner = {"template": template("only")}
+            return {"jobTemplate": {"spec": inner}} if kind == "CronJob" else inner
+        if group == "kubeflow.org":
+            roles = {role: {"replicas": 1, "template": template(role)} for role in ("Master", "Worker")}
+            return {f"{kind[:-3].lower()}ReplicaSpecs": roles, "runPolicy": {}}
+        if kind == "JobSet":
+            jobs = [{"name": f"j{i}", "template": {"spec": {"template": template(f"j{i}")}}} for i in range(2)]
+            return {"replicatedJobs": jobs}
+        return {"rayClusterSpec": ray} if kind == "RayJob" else ray
+
+    for group, kind in sorted(TEMPLATE_KINDS):
+        obj = {"metadata": {"name": "w"}, "spec": spec(group, kind)}
+        request_ = {"operation": "CREATE", "kind": {"group": group, "version": "v1", "kind": kind}}
+        variables: dict = {}
+        for name in ("objects", "templates"):
+            value = cel(expressions[name], {"object": obj, "request": request_, "variables": variables})
+            variables[name] = json.loads(json.dumps(value))  # CEL's values back to JSON, as the fake does
+        read = sorted(str(t["metadata"]["name"]) for group_ in variables["templates"][0] for t in group_)
+        stamped = sorted(at(obj, (*path, "metadata", "name")) for path in pod_templates(group, kind, obj))
+        assert read == stamped and len(read) >= 1, (kind, read, stamped)
