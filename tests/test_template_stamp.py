@@ -195,7 +195,9 @@ def test_a_forged_label_on_a_template_never_reaches_its_pods():
 
 def test_fairgpu_run_takes_its_workload_controllers_from_the_mounted_list(tmp_path, monkeypatch):
     """With the ConfigMap mounted its controller.* entries are fairgpu's whole list, as they are the policy's (a
-    default kept beside them would keep stamps the policy refuses); without it, kube-controller-manager's."""
+    default kept beside them would keep stamps the policy refuses); without it, kube-controller-manager's. A
+    mounted list naming none (one from before) is refused at start rather than charging every Job's pods to
+    the job controller."""
     import inspect
 
     from typer.testing import CliRunner
@@ -225,6 +227,10 @@ def test_fairgpu_run_takes_its_workload_controllers_from_the_mounted_list(tmp_pa
         ({"hami"}, {"jobset"}),
         (set(), set(DEFAULT_CONTROLLERS)),
     ]
+    (mounted / "controller.jobset").unlink()  # a ConfigMap from before the controllers moved into it
+    result = CliRunner().invoke(app, ["run", "--kubeconfig", str(kubeconfig), "--trusted-identities", str(mounted)])
+    assert result.exit_code == 2 and "lists no workload controller" in result.output, result.output
+    assert len(seen) == 2
 
 
 def test_the_policy_reads_the_templates_the_webhook_stamps(rendered):  # noqa: F811

@@ -149,6 +149,12 @@ def run_cmd(
         trust_configmap = configmap_ref(trusted_identities_configmap)
     except InputError as err:
         raise fail(str(err)) from err
+    if isinstance(trust, TrustedIdentities) and not trust().controllers:  # a ConfigMap from before they moved there
+        raise fail(
+            f"--trusted-identities: {trusted_identities} lists no workload controller (controller.* keys, as in"
+            " deploy/trusted-identities.yaml) and no --pod-controller is given: every pod a Job or Deployment"
+            " makes would be charged to the controller that made it"
+        )
     try:
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:
