@@ -43,7 +43,11 @@ class Resources:
         # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
         # in one compiled pass
         if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
-            self._compiled(pod, g, st, r, mask, whole)
+            nodes, ok, count = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
+            mask.restrict_nodes(nodes)
+            mask.restrict_slots(ok, count)
+            if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left
+                mask.restrict_nodes(mask.counts() >= g.count)
             return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None or per_container:
@@ -59,26 +63,41 @@ class Resources:
             mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
+    def filter_into(
+        self, pod: PodSpec, view: EngineView, rows: np.ndarray, nodes: np.ndarray, slots: np.ndarray | None
+    ) -> FitMask | None:
+        """`filter` on changed rows when it is the pod's only filter (framework/evaluations.py): the compiled
+        pass writes the verdicts straight into the pod shape's arrays of every node as well."""
+        st, g = view.state, pod.gpu
+        if not self.compiled or g is None or slots is None or st.has_mig or pod.per_container:
+            return None
+        at, ok, _ = self._compiled(pod, g, st, rows, st.takes_whole_cards(g), nodes, slots)
+        return FitMask(at, ok, rows=rows)
+
     @staticmethod
-    def _compiled(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask, whole: bool) -> None:
-        """The compiled path of a GPU pod on these rows: the node checks and the cards (idle ones for whole
-        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there."""
+    def _compiled(
+        pod: PodSpec,
+        g: GpuRequest,
+        st: ClusterState,
+        rows: np.ndarray,
+        whole: bool,
+        nodes: np.ndarray,
+        slots: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled pass of a GPU pod on these rows: the node checks and the cards (idle ones for whole
+        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there; the verdicts written
+        at `rows` into `nodes` and `slots` too unless they are empty (`node_kernels.NOWHERE`)."""
         if whole:
-            nodes, ok, count = node_kernels.idle_cards(
+            return node_kernels.idle_cards(
                 rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, pod.cpu_m,
-                pod.memory_mib, g.mem_mib, g.count,
+                pod.memory_mib, g.mem_mib, g.count, nodes, slots,
             )  # fmt: skip
-        else:
-            request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
-            nodes, ok, count = node_kernels.cards(
-                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
-                st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
-                request,
-            )  # fmt: skip
-        mask.restrict_nodes(nodes)
-        mask.restrict_slots(ok, count)
-        if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left of them
-            mask.restrict_nodes(mask.counts() >= g.count)
+        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+        return node_kernels.cards(
+            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
+            request, nodes, slots,
+        )  # fmt: skip
 
     @staticmethod
     def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:

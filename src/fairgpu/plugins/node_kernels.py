@@ -31,10 +31,13 @@ def cards(
     whole: np.ndarray,
     cores_cap: np.ndarray,
     request: np.ndarray,
+    nodes_at: np.ndarray,
+    slots_at: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nodes with the CPU, the memory and `count` such cards, (rows, G) cards that pass HAMi's per-card checks,
     their count per node) for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct,
-    count)."""
+    count); the verdicts also written at `rows` into (N,) `nodes_at` and (N, G) `slots_at` unless these are
+    empty (`NOWHERE`)."""
     cpu_m, memory_mib, cores, mem_mib, mem_pct = request[0], request[1], request[2], request[3], request[4]
     n, gpus = rows.shape[0], usable.shape[1]
     nodes = np.empty(n, dtype=np.bool_)
@@ -59,6 +62,7 @@ def cards(
             ok[i, g] = fits
             count[i] += fits
         nodes[i] = nodes[i] and count[i] >= request[5]
+    _write(rows, nodes, ok, nodes_at, slots_at)
     return nodes, ok, count
 
 
@@ -74,9 +78,11 @@ def idle_cards(
     memory_mib: int,
     mem_mib: int,
     k: int,
+    nodes_at: np.ndarray,
+    slots_at: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nodes with the CPU, the memory and `k` such cards, (rows, G) idle cards with `mem_mib` of memory if
-    asked, their count per node) for a pod that takes `k` whole cards."""
+    asked, their count per node) for a pod that takes `k` whole cards; written at `rows` as `cards` writes."""
     n, gpus = rows.shape[0], idle.shape[1]
     nodes = np.empty(n, dtype=np.bool_)
     ok = np.empty((n, gpus), dtype=np.bool_)
@@ -89,7 +95,25 @@ def idle_cards(
             ok[i, g] = fits
             count[i] += fits
         nodes[i] = nodes[i] and count[i] >= k
+    _write(rows, nodes, ok, nodes_at, slots_at)
     return nodes, ok, count
+
+
+# the card kernels' (N,) and (N, G) targets when the verdicts go nowhere else (empty: nothing is written there)
+NOWHERE = (np.empty(0, dtype=np.bool_), np.empty((0, 0), dtype=np.bool_))
+
+
+@njit(cache=True)
+def _write(rows: np.ndarray, nodes: np.ndarray, ok: np.ndarray, nodes_at: np.ndarray, slots_at: np.ndarray) -> None:
+    """The rows' verdicts into a pod shape's own arrays of every node (evaluations.Shape), where the engine
+    keeps them: no array of the rows' verdicts to copy in afterwards."""
+    if nodes_at.shape[0] == 0:
+        return
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        nodes_at[r] = nodes[i]
+        for g in range(ok.shape[1]):
+            slots_at[r, g] = ok[i, g]
 
 
 @njit(cache=True)
@@ -97,16 +121,22 @@ def free_fraction(
     rows: np.ndarray,
     free: tuple[np.ndarray, np.ndarray, np.ndarray],
     cap: tuple[np.ndarray, np.ndarray, np.ndarray],
-    taken: np.ndarray,
+    cpu_m: int,
+    memory_mib: int,
+    cores: int,
     order: np.ndarray,
     fuller: bool,
+    base: np.ndarray,
+    weight: float,
 ) -> np.ndarray:
     """(rows,) 100 × the mean over resources `order` (indices into `free`/`cap`: CPU, memory, GPU cores) of the
-    fraction free once the pod took `taken[j]` of resource j (0 where a node has none of it), summed in that
-    order as `scores._free_fraction` sums; `fuller`: 100 × (1 − that mean), Binpack's. One resource at a time
-    over the rows: a tuple read by a resource index inside the row loop made it 5x slower than NumPy on every
-    node, this way it is 3x faster."""
+    fraction free once the pod took its `cpu_m`, `memory_mib` and `cores` (0 where a node has none of it),
+    summed in that order as `scores._free_fraction` sums; `fuller`: 100 × (1 − that mean), Binpack's. With a
+    non-empty float64 `base` of the rows, base + weight × those scores instead: NumPy's product then its sum, the
+    same floats, without the scores' own array. One resource at a time over the rows: a tuple read by a
+    resource index inside the row loop made it 5x slower than NumPy on every node, this way it is 3x faster."""
     n = rows.shape[0]
+    taken = (cpu_m, memory_mib, cores)
     total = np.zeros(n, dtype=np.float64)
     for j in order:
         fj, cj, tj = free[j], cap[j], taken[j]
@@ -116,4 +146,7 @@ def free_fraction(
     for i in range(n):
         frac = total[i] / order.shape[0]
         total[i] = 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+    if base.shape[0]:
+        for i in range(n):
+            total[i] = base[i] + weight * total[i]
     return total
