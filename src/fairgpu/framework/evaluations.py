@@ -41,7 +41,9 @@ class Shape:
     fresh: FitMask | None = None
     filters: tuple[Filter, ...] = ()  # the profile's filters that may refuse the pod a node of this state
     # the only such filter's pass that writes the verdicts of changed rows into `nodes` and `slots` itself
-    into: Callable[[PodSpec, EngineView, np.ndarray, np.ndarray, np.ndarray | None], FitMask | None] | None = None
+    into: Callable[[PodSpec, EngineView, np.ndarray | slice, np.ndarray, np.ndarray | None], FitMask | None] | None = (
+        None
+    )
 
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
@@ -75,10 +77,14 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
     if shape is None:
         # a filter indifferent to the pod on this state stays so while the state lives, as the shape does
         filters = tuple([f for f in profile.filter if _refuses(f, pod, view)])
-        mask = _run(pod, view, filters, slice(None))
-        slots = None if mask.slots is None else np.array(mask.slots)  # may be the state's own array
         into = getattr(filters[0], "filter_into", None) if len(filters) == 1 else None
-        shape = Shape(np.array(mask.nodes), slots, np.zeros(st.num_nodes), st.version, filters=filters, into=into)
+        nodes = np.empty(st.num_nodes, dtype=bool)
+        slots = None if pod.gpu is None else np.empty(st.gpu_valid.shape, dtype=bool)
+        if into is None or into(pod, view, slice(None), nodes, slots) is None:
+            mask = _run(pod, view, filters, slice(None))
+            nodes = np.array(mask.nodes)
+            slots = None if mask.slots is None else np.array(mask.slots)  # may be the state's own array
+        shape = Shape(nodes, slots, np.zeros(st.num_nodes), st.version, filters=filters, into=into)
         shapes[key] = shape
         if len(shapes) > SHAPES:
             shapes.popitem(last=False)

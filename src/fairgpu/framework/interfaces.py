@@ -141,9 +141,9 @@ class Filter(Protocol):
     # `indifferent(pod, view) -> bool`, True when `filter` keeps every node and slot for that pod on that state
     # for as long as the state lives (NodeAffinity for a pod without node constraints on an untainted cluster):
     # the engine leaves it out of the pod's filters. `filter_into(pod, view, rows, nodes, slots) -> FitMask |
-    # None`, for the pod's only filter left: its verdicts on `rows` (an array of node indices) written into the
-    # pod shape's own (N,) `nodes` and (N, G) `slots` (None for a pod without GPUs) at those rows and returned
-    # as the rows' mask, or None, nothing written, where it has no such path for the pod (then `filter` runs)
+    # None`, for the pod's only filter left: its verdicts on `rows` (node indices, or every node) written into
+    # the pod shape's own (N,) `nodes` and (N, G) `slots` (None for a pod without GPUs) at those rows and
+    # returned as the rows' mask, or None where it has no such path for the pod (then `filter` runs)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         """Narrow `mask` (its `rows`) to the nodes and slots that can hold the pod. A node's verdict may

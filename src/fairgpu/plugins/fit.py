@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.cardfit import card_ok, fit_containers, open_cards
+from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.framework.node_answers import NodeAnswers
 from fairgpu.model.pod import GpuRequest, PodSpec
@@ -22,14 +22,18 @@ _OPEN = NodeAnswers()
 
 
 def _opened(st: ClusterState) -> np.ndarray:
-    return _OPEN.every(st, None, lambda rows: open_cards(st, rows))
+    return _OPEN.every(
+        st,
+        None,
+        lambda rows: node_kernels.open_cards(rows, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks, st.gpu_split),
+    )
 
 
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
-    # a GPU pod's checks on changed rows in one compiled pass (node_kernels.py), and every node's open cards
-    # kept (`_opened`); False runs the NumPy path, the same verdicts
+    # a GPU pod's checks on changed rows, and a shared-card pod's on every node from the open cards kept
+    # (`_opened`), in one compiled pass each (node_kernels.py); False runs the NumPy path, the same verdicts
     compiled: bool = True
 
     def __post_init__(self) -> None:
@@ -49,6 +53,14 @@ class Resources:
             if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left
                 mask.restrict_nodes(mask.counts() >= g.count)
             return
+        if self.compiled and g is not None and not (st.has_mig or per_container or whole):
+            nodes, ok = np.empty(st.num_nodes, dtype=bool), np.empty(st.gpu_valid.shape, dtype=bool)
+            self._every(pod, g, st, nodes, ok)
+            mask.restrict_nodes(nodes)
+            mask.restrict_slots(ok)
+            if mask.slots is not ok:  # an earlier filter narrowed the slots (GpuType): count what is left
+                mask.restrict_nodes(mask.counts() >= g.count)
+            return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None or per_container:
             mask.restrict_nodes(nodes)
@@ -56,7 +68,7 @@ class Resources:
                 self._per_container(pod, st, mask)
             return
         if not whole:  # a GPU policy (`mutex` too) goes per container, above
-            mask.restrict_slots(card_ok(st, g, r, opened=_opened(st)[r] if self.compiled else None))
+            mask.restrict_slots(card_ok(st, g, r))
         elif g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
             mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
         else:  # idle cards: the state keeps that index current, and its per-node count (the mask's counts)
@@ -64,15 +76,32 @@ class Resources:
         mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
     def filter_into(
-        self, pod: PodSpec, view: EngineView, rows: np.ndarray, nodes: np.ndarray, slots: np.ndarray | None
+        self, pod: PodSpec, view: EngineView, rows: np.ndarray | slice, nodes: np.ndarray, slots: np.ndarray | None
     ) -> FitMask | None:
-        """`filter` on changed rows when it is the pod's only filter (framework/evaluations.py): the compiled
-        pass writes the verdicts straight into the pod shape's arrays of every node as well."""
+        """`filter` when it is the pod's only filter (framework/evaluations.py), written into the pod shape's
+        arrays of every node by the compiled passes: on changed rows (returned as their own arrays as well), and
+        on every node for a shared-card shape new to the engine."""
         st, g = view.state, pod.gpu
         if not self.compiled or g is None or slots is None or st.has_mig or pod.per_container:
             return None
-        at, ok, _ = self._compiled(pod, g, st, rows, st.takes_whole_cards(g), nodes, slots)
+        whole = st.takes_whole_cards(g)
+        if isinstance(rows, slice):
+            if whole:  # idle cards on every node: the state's own index, no pass to save
+                return None
+            self._every(pod, g, st, nodes, slots)
+            return FitMask(nodes, slots)
+        at, ok, _ = self._compiled(pod, g, st, rows, whole, nodes, slots)
         return FitMask(at, ok, rows=rows)
+
+    @staticmethod
+    def _every(pod: PodSpec, g: GpuRequest, st: ClusterState, nodes: np.ndarray, slots: np.ndarray) -> None:
+        """A shared-card pod's checks on every node in one compiled pass from the open cards kept (`_opened`),
+        written into (N,) `nodes` and (N, G) `slots`."""
+        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+        node_kernels.open_cards_take(
+            st.schedulable, st.cpu_free, st.mem_free, _opened(st), st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap,
+            st.gpu_whole, st.gpu_tasks, st.gpu_cores_cap, request, nodes, slots,
+        )  # fmt: skip
 
     @staticmethod
     def _compiled(

@@ -67,7 +67,7 @@ def _score(
     cpu_m, memory_mib = pod.cpu_m, pod.memory_mib
     if not isinstance(mask.rows, slice):  # one compiled signature for any caller's rows (no compile in a decision)
         rows = np.ascontiguousarray(mask.rows)
-        on = _ALONE if base is None else base
+        on = _ALONE if base is None else np.ascontiguousarray(base)
         return np.asarray(
             node_kernels.free_fraction(rows, free, cap, cpu_m, memory_mib, cores, order, fuller, on, weight)
         )
@@ -78,7 +78,7 @@ def _score(
         lambda r: node_kernels.free_fraction(r, free, cap, cpu_m, memory_mib, cores, order, fuller, _ALONE, 1.0),
     )
     # the cache's own array: callers read it (the engine copies what it keeps)
-    return out if base is None else np.add(base, weight * out, dtype=np.float64)
+    return out if base is None else np.asarray(node_kernels.plus_weighted(np.ascontiguousarray(base), weight, out))
 
 
 def _by_pod(pod: PodSpec) -> tuple[str, ...]:
@@ -90,9 +90,15 @@ _GPU, _CPU_MEMORY = ("gpu",), ("cpu", "memory")
 
 
 def _warm(plugin: LeastAllocated | Binpack | Spread) -> None:
-    """Load the compiled kernel now, not at the first decisions: once per process."""
-    if plugin.compiled:  # one kernel serves the three plugins
+    """Load the compiled kernels now, not at the first decisions: once per process."""
+    if plugin.compiled:  # the same kernels serve the three plugins
         once("free_fraction", lambda: exercise(plugin))
+        once("plus_weighted", _plus_weighted)
+
+
+def _plus_weighted() -> None:
+    """The weighted sum on every node (`add_weighted`), which no plugin's own `score` asks for."""
+    node_kernels.plus_weighted(np.zeros(1), 1.0, np.zeros(1))
 
 
 @dataclass(slots=True)
