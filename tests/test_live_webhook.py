@@ -82,7 +82,8 @@ def test_a_broken_trusted_identities_edit_is_an_event_on_its_configmap(fake_api,
     hami, ops, eve = "system:serviceaccount:kube-system:hami-device-plugin", "ops@example.com", "eve@example.com"
     mounted = tmp_path / "trusted"
     mounted.mkdir()
-    kubelet_update(mounted, {"hami": hami}, 1)
+    job = {"controller.job-controller": "system:serviceaccount:kube-system:job-controller"}  # as deploy/ lists it
+    kubelet_update(mounted, {"hami": hami, **job}, 1)
     hook = _free_port()
     cmd = [sys.executable, "-m", "fairgpu.cli", "run", "--kubeconfig", fake_api.kubeconfig(str(tmp_path / "kc"))]
     cmd += ["--health-port", str(_free_port()), "--identity", "t", "--lease-namespace", "x", "--health-host"]
@@ -124,7 +125,7 @@ def test_a_broken_trusted_identities_edit_is_an_event_on_its_configmap(fake_api,
     try:
         until(lambda: allowed(hami), "the webhook")
         assert allowed(ops) is False and events() == []  # nothing to tell at start
-        kubelet_update(mounted, {"hami": hami, "ops": f"{ops}\n{eve}", "eve": eve}, 2)
+        kubelet_update(mounted, {"hami": hami, "ops": f"{ops}\n{eve}", "eve": eve, **job}, 2)
         [warning] = until(lambda: reason("TrustedIdentitiesInvalid"), "the Warning")
         assert warning["type"] == "Warning" and warning["source"]["component"] == "fairgpu"
         configmap = {"namespace": "fairgpu-system", "name": "fairgpu-trusted-identities", "uid": ""}
@@ -134,7 +135,7 @@ def test_a_broken_trusted_identities_edit_is_an_event_on_its_configmap(fake_api,
         time.sleep(0.5)  # reloads meanwhile: the same problem is told once, and trust is the last good list
         assert len(reason("TrustedIdentitiesInvalid")) == 1 and not reason("TrustedIdentitiesReloaded")
         assert allowed(hami) and allowed(eve) is False and allowed(ops) is False
-        kubelet_update(mounted, {"hami": hami, "eve": eve}, 3)
+        kubelet_update(mounted, {"hami": hami, "eve": eve, **job}, 3)
         [fixed] = until(lambda: reason("TrustedIdentitiesReloaded"), "the Normal event")
         assert fixed["type"] == "Normal" and eve in fixed["message"] and ops not in fixed["message"]
         assert allowed(eve) and allowed(ops) is False

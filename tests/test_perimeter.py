@@ -20,7 +20,7 @@ import yaml
 from fairgpu.catalog import load_profile
 from fairgpu.k8s.client import KubeClient
 from fairgpu.k8s.controller import Controller
-from fairgpu.k8s.identity import Trust, user_label
+from fairgpu.k8s.identity import Trust, read_trusted, user_label
 from fairgpu.k8s.leader import LeaderElector
 from fairgpu.k8s.port import NODES, PODS, QUEUES
 from fairgpu.k8s.webhook import webhook_app
@@ -113,9 +113,13 @@ def cluster(tmp_path, rendered):
     fake_api = FakeApiServer(("a", "b", "fairgpu-system"), (str(cert), str(key))).start()
     queues = {"team-a": ("a",)}
     # fairgpu's webhook trusts whom the ConfigMap lists, read as `fairgpu run --trusted-identities` reads it
-    trusted = next(d for d in rendered if d["kind"] == "ConfigMap" and "trusted" in d["metadata"]["name"])["data"]
+    listed = next(d for d in rendered if d["kind"] == "ConfigMap" and "trusted" in d["metadata"]["name"])["data"]
+    (tmp_path / "trusted").mkdir()
+    for k, v in listed.items():
+        (tmp_path / "trusted" / k).write_text(v)
+    trusted, controllers = read_trusted(str(tmp_path / "trusted"))
     hook = WebhookServer(
-        lambda: webhook_app(queues.get, "fairgpu", Trust.of(FAIRGPU, trusted.values())),
+        lambda: webhook_app(queues.get, "fairgpu", Trust.of(FAIRGPU, trusted, controllers)),
         "127.0.0.1",
         0,
         str(cert),

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from fairgpu.errors import InputError
-from fairgpu.k8s.identity import read_trusted
+from fairgpu.k8s.identity import DEFAULT_CONTROLLERS, read_trusted
 from test_perimeter import cluster, gpu_pod, pytestmark, rendered, request  # noqa: F401 (fixtures and the kubectl skip)
 
 PATH = "/api/v1/namespaces/fairgpu-system/configmaps/fairgpu-trusted-identities"
@@ -30,7 +30,9 @@ def mounted(tmp_path, data: dict[str, str]):
 
 def test_the_webhook_reads_the_list_the_policy_reads(rendered, tmp_path):  # noqa: F811
     cm = next(d for d in rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fairgpu-trusted-identities")
-    assert read_trusted(mounted(tmp_path, cm["data"])) == list(cm["data"].values())
+    trusted, controllers = read_trusted(mounted(tmp_path, cm["data"]))
+    assert trusted == [cm["data"]["hami-device-plugin"]]
+    assert sorted(controllers) == sorted(DEFAULT_CONTROLLERS)  # what `fairgpu run` uses without the ConfigMap
     with pytest.raises(InputError, match=r"--trusted-identities: .* is not a directory"):
         read_trusted(str(tmp_path / "missing"))
     two = tmp_path / "two"

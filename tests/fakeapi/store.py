@@ -81,6 +81,17 @@ RESOURCES = [
     Resource("batch", "v1", "Job", "jobs", True, subresources=("status",), generation=True),
     Resource("batch", "v1", "CronJob", "cronjobs", True, subresources=("status",), generation=True),
     Resource("apps", "v1", "Deployment", "deployments", True, subresources=("status",), generation=True),
+    # Workload kinds of operators fairgpu's admission covers, served as if their CRDs were installed (a real
+    # API server serves any installed CRD; the fake, a fixed list): without a schema, objects are kept whole.
+    *(
+        Resource(group, version, kind, plural, True, subresources=("status",), generation=True, custom=True)
+        for group, version, kind, plural in (
+            ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+            ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+            ("ray.io", "v1", "RayJob", "rayjobs"),
+            ("ray.io", "v1", "RayCluster", "rayclusters"),
+        )
+    ),
     *(
         Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced)
         for kind, plural, namespaced in (

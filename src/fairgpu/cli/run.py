@@ -82,7 +82,11 @@ def run_cmd(
     ] = "/".join(TRUSTED_CONFIGMAP),
     pod_controller: Annotated[
         list[str] | None,
-        typer.Option(help="A user that makes pods from templates, whose pods keep the template's user; repeatable."),
+        typer.Option(
+            help="A user that makes pods or workloads from templates, whose objects keep the template's user;"
+            " repeatable. Besides the ConfigMap's controller.* entries with --trusted-identities (where the API"
+            " server's policy reads them), else instead of kube-controller-manager's."
+        ),
     ] = None,
     hami_config: Annotated[
         str | None,
@@ -136,12 +140,21 @@ def run_cmd(
         check_kubeconfig(kubeconfig)  # after the addresses, so an unsafe exposure is named first
     except FairgpuError as err:
         raise fail(str(err)) from err
-    fixed = Trust.of(service_account, trusted_identity or (), pod_controller or DEFAULT_CONTROLLERS)
+    # With the mounted ConfigMap its controller.* entries are the list, as for the API server's policy: no
+    # default beside them that the policy would not know.
+    controllers = pod_controller or (() if trusted_identities else DEFAULT_CONTROLLERS)
+    fixed = Trust.of(service_account, trusted_identity or (), controllers)
     try:  # the mounted list is followed as the kubelet updates it
         trust = TrustedIdentities(trusted_identities, fixed) if trusted_identities else fixed
         trust_configmap = configmap_ref(trusted_identities_configmap)
     except InputError as err:
         raise fail(str(err)) from err
+    if isinstance(trust, TrustedIdentities) and not trust().controllers:  # a ConfigMap from before they moved there
+        raise fail(
+            f"--trusted-identities: {trusted_identities} lists no workload controller (controller.* keys, as in"
+            " deploy/trusted-identities.yaml) and no --pod-controller is given: every pod a Job or Deployment"
+            " makes would be charged to the controller that made it"
+        )
     try:
         writer = None if record is None else TraceWriter(record, int(record_max_mb * (1 << 20)), record_keep)
     except InputError as err:

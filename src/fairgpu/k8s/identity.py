@@ -33,7 +33,9 @@ UNATTRIBUTED = "fairgpu.io/unattributed"
 HAMI_USER_KEYS = frozenset({"hami.io/gpu-scheduler-policy", "hami.io/node-scheduler-policy"})
 FAIRGPU_SA = "system:serviceaccount:fairgpu-system:fairgpu"
 # The identities that create pods (and ReplicaSets, Jobs) from a template some user wrote: the objects they
-# create keep the stamp the template carries. Their pods are still checked for everything else.
+# create keep the stamp the template carries. Their pods are still checked for everything else. What
+# `fairgpu run` uses without the ConfigMap (deploy/trusted-identities.yaml lists the same, under
+# CONTROLLER_KEY keys, and the API server's policy reads it there).
 DEFAULT_CONTROLLERS = (
     "system:kube-controller-manager",
     *(
@@ -94,6 +96,9 @@ class Trust:
 
 
 TRUSTED_CONFIGMAP = ("fairgpu-system", "fairgpu-trusted-identities")  # deploy/trusted-identities.yaml
+# Its keys that name workload controllers (Trust.controllers) rather than trusted identities: both policies
+# that read it tell them apart by this prefix (deploy/admission-policies.yaml).
+CONTROLLER_KEY = "controller."
 
 
 def configmap_ref(value: str) -> tuple[str, str]:
@@ -104,15 +109,16 @@ def configmap_ref(value: str) -> tuple[str, str]:
     return ns, name
 
 
-def read_trusted(directory: str) -> list[str]:
-    """The identities in a mounted ConfigMap (deploy/trusted-identities.yaml): one per file, any name; the
-    volume's own `..data` entries are skipped. The API server's policy reads the same ConfigMap. InputError
-    naming the file when one cannot be read or holds more than one line (the policy compares whole values,
-    so a second name there would be trusted by neither)."""
+def read_trusted(directory: str) -> tuple[list[str], list[str]]:
+    """The trusted identities and the workload controllers (files named CONTROLLER_KEY...) in a mounted
+    ConfigMap (deploy/trusted-identities.yaml): one per file; the volume's own `..data` entries are skipped.
+    The API server's policies read the same ConfigMap. InputError naming the file when one cannot be read or
+    holds more than one line (the policies compare whole values, so a second name there would be trusted by
+    neither)."""
     base = Path(directory)
     if not base.is_dir():
         raise InputError(f"--trusted-identities: {directory} is not a directory (mount the ConfigMap there)")
-    names = []
+    names: tuple[list[str], list[str]] = ([], [])
     for f in sorted(base.iterdir()):
         if f.name.startswith(".") or not f.is_file():
             continue
@@ -123,7 +129,7 @@ def read_trusted(directory: str) -> list[str]:
         if "\n" in name:
             raise InputError(f"--trusted-identities: {f}: one identity per file, found {len(name.splitlines())} lines")
         if name:
-            names.append(name)
+            names[f.name.startswith(CONTROLLER_KEY)].append(name)
     return names
 
 
@@ -136,17 +142,19 @@ class TrustedIdentities:
     Call it for the Trust in force; `check()` from one thread at a time."""
 
     def __init__(self, directory: str, base: Trust) -> None:
-        self.directory, self.base = directory, base  # base.trusted: the --trusted-identity users, always kept
+        # base.trusted, base.controllers: the --trusted-identity and --pod-controller users, always kept
+        self.directory, self.base = directory, base
         self.problem: str | None = None
         self.on_news: Callable[[bool, str], None] | None = None
         self._seen = self._stamp()
-        self._trust = self._with(read_trusted(directory))  # at start a broken list is the caller's error
+        self._trust = self._with(*read_trusted(directory))  # at start a broken list is the caller's error
 
     def __call__(self) -> Trust:
         return self._trust
 
-    def _with(self, names: list[str]) -> Trust:
-        return Trust(self.base.fairgpu, self.base.trusted | frozenset(names), self.base.controllers)
+    def _with(self, trusted: list[str], controllers: list[str]) -> Trust:
+        base = self.base
+        return Trust(base.fairgpu, base.trusted | frozenset(trusted), base.controllers | frozenset(controllers))
 
     def _stamp(self) -> tuple:
         try:  # every entry, symlinks followed: ..data's target changes at each kubelet update
@@ -163,7 +171,7 @@ class TrustedIdentities:
             return False
         self._seen = stamp
         try:
-            trust = self._with(read_trusted(self.directory))
+            trust = self._with(*read_trusted(self.directory))
         except InputError as err:
             known, self.problem = self.problem, str(err)
             if str(err) != known:
@@ -175,7 +183,10 @@ class TrustedIdentities:
         if trust == self._trust:
             return False
         self._trust = trust
-        message = f"trusted identities reloaded from {self.directory}: {', '.join(sorted(trust.trusted)) or 'none'}"
+        message = (
+            f"trusted identities reloaded from {self.directory}: {', '.join(sorted(trust.trusted)) or 'none'};"
+            f" workload controllers: {', '.join(sorted(trust.controllers)) or 'none'}"
+        )
         log.info("%s", message)
         self._tell(False, message)
         return True
