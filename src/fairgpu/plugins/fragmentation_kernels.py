@@ -528,31 +528,32 @@ def gpu_deltas(
     for i in range(rows.shape[0]):
         r, like = rows[i], some[group[i]]
         if r != like:
-            delta[r] = delta[like]
+            for g in range(delta.shape[1]):  # element by element: a row view per row costs more than its copy
+                delta[r, g] = delta[like, g]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def same_node(
     o: int,
     r: int,
     free: np.ndarray,
     cpu: np.ndarray,
     mem: np.ndarray,
-    byte: np.ndarray,
+    words: np.ndarray,
     bits_u: np.ndarray,
     bits_n: np.ndarray,
     bits_p: np.ndarray,
 ) -> bool:
-    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`byte`:
-    the (N, T) access as bytes) and the same bits of usable capacity, need and price. Without early exits:
-    nodes compared are usually alike."""
+    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`words`:
+    the (N, T) access rows as unsigned words) and the same bits of usable capacity, need and price. Without
+    early exits: nodes compared are usually alike."""
     diff = (cpu[o] ^ cpu[r]) | (mem[o] ^ mem[r]) | (np.int64(bits_u[o]) ^ np.int64(bits_u[r]))
     diff |= (bits_n[o] ^ bits_n[r]) | (bits_p[o] ^ bits_p[r])
     for g in range(free.shape[1]):
         diff |= free[o, g] ^ free[r, g]
-    x = np.uint8(0)
-    for t in range(byte.shape[1]):
-        x |= byte[o, t] ^ byte[r, t]
+    x = words[o, 0] ^ words[r, 0] if words.shape[1] else words.dtype.type(0)
+    for t in range(1, words.shape[1]):
+        x |= words[o, t] ^ words[r, t]
     return bool(diff == 0 and x == 0)
 
 
@@ -572,14 +573,32 @@ def alike(
     the shapes' access, the cached usable capacity, need and price (bit for bit). Nodes alike get the same
     change bit for bit (a float64 product rounds a row alike in any batch of rows), so it is computed once
     per group: after new weights most nodes a shape fits on are alike (idle, or filled alike). Returns (each
-    row's group, each group's first row), indices into `rows`, by a hash table with linear probing (the
-    access rows are compared, not hashed: nodes alike but for it are few)."""
+    row's group, each group's first row), indices into `rows`. `access` (C-contiguous) is compared eight
+    columns to a word where its width allows (`_alike`)."""
+    if access.shape[1] % 8 == 0:
+        return _alike(rows, free, cpu, mem, access.view(np.uint64), usable, node_need, node_price)
+    return _alike(rows, free, cpu, mem, access.view(np.uint8), usable, node_need, node_price)
+
+
+@njit(cache=True)
+def _alike(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    words: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`alike` by a hash table with linear probing (the access rows are compared, not hashed: nodes alike but
+    for it are few), after a look at the previous row's group: nodes alike come in runs (idle ones, those
+    filled alike), which then skip the hash."""
     n, gpus = rows.shape[0], free.shape[1]
     group = np.arange(n)
     if n < _ALIKE_FROM:
         return group, group
     bits_u, bits_n, bits_p = usable.view(np.int32), node_need.view(np.int64), node_price.view(np.int64)
-    byte = access.view(np.uint8)
     size = 16
     while size < 2 * n:
         size *= 2
@@ -587,8 +606,12 @@ def alike(
     firsts = np.empty(n, dtype=np.int64)
     odd = np.uint64(0x9E3779B97F4A7C15)  # each value times its own odd constant, summed: no serial chain
     m = 0
+    last = -1
     for i in range(n):
         r = rows[i]
+        if last >= 0 and same_node(rows[firsts[last]], r, free, cpu, mem, words, bits_u, bits_n, bits_p):
+            group[i] = last
+            continue
         h = np.uint64(cpu[r]) * odd + np.uint64(mem[r]) * (odd + np.uint64(2))
         h += np.uint64(bits_u[r]) * (odd + np.uint64(4)) + np.uint64(bits_n[r]) * (odd + np.uint64(6))
         h += np.uint64(bits_p[r]) * (odd + np.uint64(8))
@@ -604,10 +627,11 @@ def alike(
                 group[i] = m
                 m += 1
                 break
-            if same_node(rows[firsts[j]], r, free, cpu, mem, byte, bits_u, bits_n, bits_p):
+            if same_node(rows[firsts[j]], r, free, cpu, mem, words, bits_u, bits_n, bits_p):
                 group[i] = j
                 break
             s = (s + 1) & (size - 1)
+        last = group[i]
     return group, firsts[:m]
 
 
