@@ -93,7 +93,7 @@ def build(state: ClusterState, mix: ShapeMix, mem: np.ndarray) -> Aggregates:
         free,
         cpu.copy(),
         mem.copy(),
-        fit.sum(axis=1),
+        fit.sum(axis=1, dtype=np.int16),
         fit_free,
         access,
         len(mix.pods),
