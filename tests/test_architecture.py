@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 ENGINE = (
     "fairgpu.model",
     "fairgpu.state",
+    "fairgpu.state_kernels",
     "fairgpu.mig_slices",
     "fairgpu.dry_run",
     "fairgpu.changes",

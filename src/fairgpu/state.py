@@ -21,6 +21,7 @@ from fairgpu.model.placement import MIG_WHOLE as MIG_WHOLE
 from fairgpu.model.placement import Footprint as Footprint
 from fairgpu.model.placement import Placement as Placement
 from fairgpu.model.pod import GpuRequest, PodSpec
+from fairgpu.state_kernels import Booked, book
 
 
 def scratch_key(*parts: object) -> str:
@@ -29,6 +30,7 @@ def scratch_key(*parts: object) -> str:
     return "\0" + "-".join(str(p) for p in parts)
 
 
+_NO_ENTRIES = np.zeros(0, dtype=np.int64)  # a placement without GPU entries (never written)
 _ARRAYS = (
     "cpu_free",
     "mem_free",
@@ -70,6 +72,7 @@ _SHARED = (
     "gpu_pair",
     "node_cores_cap",
     "_unplaceable",
+    "_card_rules",
 )
 
 
@@ -140,6 +143,20 @@ class ClusterState(MigSlices):
         self._ledger: dict[str, Placement] = {}
         self._journals: list[Journal] = []  # open dry runs, innermost last
         self._unplaceable: dict[tuple[Any, ...], str | None] = {}
+        # each card's fixed facts the booking reads, side by side: one array is one argument less to pass
+        # (numba's call costs ~60 ns an array); they never change after this
+        self._card_rules = np.stack(
+            [self.gpu_usable, self.gpu_healthy, self.gpu_whole, self.gpu_split, self.gpu_cores_cap], axis=-1
+        ).astype(np.int32)
+        self._booking = self._booked_arrays()
+        self.fits(Placement(0))  # loads the compiled booking now, not at the first placement
+
+    def _booked_arrays(self) -> Booked:
+        """The arrays `state_kernels.book` reads and writes, in its order."""
+        return (
+            self.cpu_free, self.mem_free, self.node_idle_gpus, self.node_cores_free, self.gpu_cores_free,
+            self.gpu_mem_free, self.gpu_tasks, self.gpu_exclusive, self.gpu_idle, self._card_rules,
+        )  # fmt: skip
 
     def copy(self) -> ClusterState:
         """An independent copy (arrays and ledger) for dry runs; node specs are shared, read-only."""
@@ -151,6 +168,7 @@ class ClusterState(MigSlices):
         new._ledger = dict(self._ledger)
         new.changes = self.changes.fork()
         new._journals = []
+        new._booking = new._booked_arrays()
         return new
 
     def without(self, fp: Footprint) -> ClusterState:
@@ -312,11 +330,20 @@ class ClusterState(MigSlices):
     def assign(self, key: str, p: Placement) -> None:
         if key in self._ledger:
             raise StateError(f"{key} is already placed")
-        if not self.fits(p):
+        entries = self._entries(p)
+        # checked and booked in one call; in a dry run the journal first saves the node as it was
+        journal = self._journals[-1] if self._journals else None
+        sign = 0 if journal else -1
+        if entries is None or not book(
+            *self._booking, p.node, entries, p.cpu_m, p.memory_mib, sign, True, not p.segments
+        ):
             raise StateError(f"{key} does not fit on node {self.node_names[p.node]}")
-        if self._journals:
-            self._journals[-1].changing(self, key, p.node)
-        self._apply(p, -1)
+        if journal:
+            journal.changing(self, key, p.node)
+            book(*self._booking, p.node, entries, p.cpu_m, p.memory_mib, -1, False, False)
+        self.changes.add(p.node)
+        if p.mig:
+            self._apply_mig(p, -1)
         self._ledger[key] = p
 
     def release(self, key: str) -> Placement:
@@ -337,68 +364,38 @@ class ClusterState(MigSlices):
     def fits(self, p: Placement) -> bool:
         """Whether a placement fits now, under HAMi's per-card rules (`Fit`), each entry seeing the ones
         before it as HAMi's scheduler fits a pod's containers in turn."""
-        i = p.node
-        if not (0 <= i < self.num_nodes) or self.cpu_free[i] < p.cpu_m or self.mem_free[i] < p.memory_mib:
-            return False
+        entries = self._entries(p)
+        return entries is not None and book(
+            *self._booking, p.node, entries, p.cpu_m, p.memory_mib, 0, True, not p.segments
+        )
+
+    def _entries(self, p: Placement) -> np.ndarray | None:
+        """The placement's entries for `state_kernels.book` (slots, then cores, then MiB), or None when it
+        fails a check of `fits` other than the card rules: entries that do not line up, two slots of one GPU
+        in one container, or MIG candidates that are not there to take."""
         slots = p.slots
         if not len(slots) == len(p.cores) == len(p.mem_mib) or sum(p.segments) not in (0, len(slots)):
-            return False
-        if p.segments:
+            return None
+        if p.segments:  # (one container's slots are told apart by the kernel)
             for entries in p.containers():
                 if len({slots[e] for e in entries}) != len(entries):
-                    return False  # one container never gets two slots of one GPU
-        elif len(set(slots)) != len(slots):
-            return False
+                    return None  # one container never gets two slots of one GPU
         if p.mig and len(p.mig) != len(slots):
-            return False
-        if not self.has_mig and p.mig and max(p.mig) >= 0:
-            return False  # no MIG card: an entry may name no MIG candidate (MigSlices._mig_entry_fits)
-        # Scalars by .item(): a pod takes a few cards, and a NumPy scalar per read costs more than the check
-        g = self.gpu_valid.shape[1]
-        used: dict[int, tuple[int, int, int, bool]] = {}  # slot → (tasks, free cores, free MiB, exclusive)
-        slices: dict[int, int] = {}  # MIG slices taken, this placement's entries included
-        for e, (s, c, m) in enumerate(zip(slots, p.cores, p.mem_mib, strict=True)):
-            if self.has_mig and not self._mig_entry_fits(i, s, c, m, p.mig[e] if p.mig else -1, slices):
-                return False
-            if not (0 <= s < g) or not self.gpu_usable.item(i, s):
-                return False
-            if s in used:
-                tasks, free_cores, free_mem, exclusive = used[s]
-            else:
-                tasks, free_cores = self.gpu_tasks.item(i, s), self.gpu_cores_free.item(i, s)
-                free_mem, exclusive = self.gpu_mem_free.item(i, s), self.gpu_exclusive.item(i, s)
-            alone = bool(exclusive_on(c, self.gpu_whole.item(i, s)))
-            if exclusive or tasks >= self.gpu_split.item(i, s) or free_cores < c or free_mem < m:
-                return False
-            if alone and tasks > 0:
-                return False  # HAMi: cores 100 on a 100-core card wants it to itself
-            if c == 0 and free_cores == 0 and self.gpu_cores_cap.item(i, s) != 0:
-                return False  # HAMi: a 0-core task cannot land on a card whose cores are all taken
-            used[s] = (tasks + 1, free_cores - c, free_mem - m, alone)
-        return True
+            return None
+        if not self.has_mig:
+            if p.mig and max(p.mig) >= 0:
+                return None  # no MIG card: an entry may name no MIG candidate (MigSlices._mig_entry_fits)
+        elif 0 <= p.node < self.num_nodes:
+            slices: dict[int, int] = {}  # MIG slices taken, this placement's entries included
+            for e, (s, c, m) in enumerate(zip(slots, p.cores, p.mem_mib, strict=True)):
+                if not self._mig_entry_fits(p.node, s, c, m, p.mig[e] if p.mig else -1, slices):
+                    return None
+        return np.array(slots + p.cores + p.mem_mib, dtype=np.int64) if slots else _NO_ENTRIES
 
     def _apply(self, p: Placement, sign: int) -> None:
-        i = p.node
-        self.changes.add(i)
-        self.cpu_free[i] += sign * p.cpu_m
-        self.mem_free[i] += sign * p.memory_mib
-        if not p.slots:
-            return
-        idle, node_cores = self.node_idle_gpus.item(i), self.node_cores_free.item(i)
-        # a pod takes a few cards (one card may hold several of its containers): scalar steps are cheaper
-        for s, cores, mem in zip(p.slots, p.cores, p.mem_mib, strict=True):
-            self.gpu_cores_free[i, s] += sign * cores
-            node_cores += sign * cores
-            self.gpu_mem_free[i, s] += sign * mem
-            tasks = self.gpu_tasks.item(i, s) - sign
-            self.gpu_tasks[i, s] = tasks
-            if exclusive_on(cores, self.gpu_whole.item(i, s)):
-                self.gpu_exclusive[i, s] = sign < 0
-            now = tasks == 0 and self.gpu_healthy.item(i, s)
-            idle += int(now) - int(self.gpu_idle.item(i, s))
-            self.gpu_idle[i, s] = now
-        self.node_idle_gpus[i] = idle
-        self.node_cores_free[i] = node_cores
+        self.changes.add(p.node)
+        entries = np.array(p.slots + p.cores + p.mem_mib, dtype=np.int64) if p.slots else _NO_ENTRIES
+        book(*self._booking, p.node, entries, p.cpu_m, p.memory_mib, sign, False, False)
         if p.mig:
             self._apply_mig(p, sign)
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from weakref import WeakKeyDictionary
 
 import numpy as np
+from numba import njit
 
-from fairgpu.fairness import share_ratio
 from fairgpu.model.pod import PodSpec, Workload
 from fairgpu.model.queue import QueueTree
 from fairgpu.state import ClusterState, Footprint, Placement
@@ -37,18 +37,61 @@ class EngineView:
     share_ratio: np.ndarray  # (Q,) (usage_dom + history_dom) / entitled_dom; inf when entitled to nothing
     now: float = 0.0
 
+    def __post_init__(self) -> None:
+        # load the compiled accounting now, not at the first placement (plugins/kernel_warmup.py says why)
+        none = np.zeros(0, dtype=np.int64)
+        _add_usage(
+            self.usage,
+            self.usage_dom,
+            self.share_ratio,
+            self.history_dom,
+            self.entitled_dom,
+            self.capacity,
+            none,
+            self.usage[:0],
+            1,
+        )
+
     def add_usage(self, queue: int, charges: Sequence[np.ndarray], sign: int = 1) -> None:
         """A queue (and so each ancestor) now holds each of `charges` more (`sign` -1: less), added in turn;
         keeps the derived shares current (computed once, after the last: a gang's pods come together)."""
-        cap = self.capacity.tolist()
-        add = np.add if sign > 0 else np.subtract  # x - c is x + (-c) exactly
-        for q in self.tree.ancestry[queue]:  # a few levels and four dimensions: Python floats beat array calls
-            row = self.usage[q]
-            for charge in charges:
-                add(row, charge, out=row)
-            dom = max([u / c for u, c in zip(row.tolist(), cap, strict=True) if c > 0], default=0.0)
-            self.usage_dom[q] = dom
-            self.share_ratio[q] = share_ratio(dom + self.history_dom.item(q), self.entitled_dom.item(q))
+        rows = charges[0][None] if len(charges) == 1 else np.array(charges, dtype=np.float64).reshape(len(charges), -1)
+        _add_usage(
+            self.usage, self.usage_dom, self.share_ratio, self.history_dom, self.entitled_dom, self.capacity,
+            self.tree.paths_of[queue], rows, sign,
+        )  # fmt: skip
+
+
+@njit(cache=True)
+def _add_usage(
+    usage: np.ndarray,
+    usage_dom: np.ndarray,
+    ratio: np.ndarray,
+    history_dom: np.ndarray,
+    entitled_dom: np.ndarray,
+    capacity: np.ndarray,
+    queues: np.ndarray,
+    charges: np.ndarray,
+    sign: int,
+) -> None:
+    """EngineView.add_usage for `queues` (a leaf and its ancestors): each row of `charges` added to (or, with
+    `sign` -1, taken from) each queue's usage in turn, then its dominant share (the largest usage over
+    capacity where there is capacity, 0.0 if none) and share ratio (`fairness.share_ratio`), the same float
+    operations in the same order as they were in Python (one compiled call: those steps on NumPy scalars and
+    Python floats cost ~3 µs a placement)."""
+    for j in range(queues.shape[0]):
+        q = queues[j]
+        for k in range(charges.shape[0]):
+            for d in range(usage.shape[1]):
+                usage[q, d] = usage[q, d] + charges[k, d] if sign > 0 else usage[q, d] - charges[k, d]
+        dom, first = 0.0, True
+        for d in range(usage.shape[1]):
+            if capacity[d] > 0:
+                share = usage[q, d] / capacity[d]
+                if first or share > dom:  # as Python's max: the first of equals stays
+                    dom, first = share, False
+        usage_dom[q] = dom
+        ratio[q] = (dom + history_dom[q]) / entitled_dom[q] if entitled_dom[q] > 0 else np.inf
 
 
 @dataclass(slots=True)
@@ -137,6 +180,13 @@ class Admit(Protocol):
 @runtime_checkable
 class Filter(Protocol):
     NAME: ClassVar[str]  # how profiles name it, and the reason given for nodes it rules out
+    # Optional (not part of the contract, so existing filters still qualify), found by `getattr`:
+    # `indifferent(pod, view) -> bool`, True when `filter` keeps every node and slot for that pod on that state
+    # for as long as the state lives (NodeAffinity for a pod without node constraints on an untainted cluster):
+    # the engine leaves it out of the pod's filters. `filter_into(pod, view, rows, nodes, slots) -> FitMask |
+    # None`, for the pod's only filter left: its verdicts on `rows` (node indices, or every node) written into
+    # the pod shape's own (N,) `nodes` and (N, G) `slots` (None for a pod without GPUs) at those rows and
+    # returned as the rows' mask, or None where it has no such path for the pod (then `filter` runs)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         """Narrow `mask` (its `rows`) to the nodes and slots that can hold the pod. A node's verdict may
@@ -157,7 +207,10 @@ class ExplainsFilter(Protocol):
 class Score(Protocol):
     # Optional (not part of the contract, so existing scores still qualify): `indifferent(pod) -> bool`, True
     # when `score` would give every node 0 for that pod (PodPolicy for a pod without a node policy): the
-    # engine then leaves the plugin out of the pod's weighted sum, which that 0 would not change
+    # engine then leaves the plugin out of the pod's weighted sum, which that 0 would not change.
+    # `add_weighted(pod, view, mask, weight, total) -> np.ndarray`: a new array of the float64 `total` (the sum so
+    # far, of mask's rows) + weight × `score(pod, view, mask)`, the same floats as that product and sum in NumPy,
+    # without the scores' own array; the engine calls it for any plugin but the first it sums
     def generation(self, pod: PodSpec, view: EngineView) -> int:
         """Called each time a pod is about to be scored (some node fits it), before `score`, dry runs
         included. Scores computed under another generation are stale on every node; within one, a node's

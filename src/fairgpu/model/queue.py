@@ -97,9 +97,8 @@ class QueueTree:
             if p >= 0:
                 self.children[p].append(i)
         self.roots = [i for i, p in enumerate(self.parent) if p < 0]
-        # the same as index arrays, to read one level's per-queue values in one step (FairShare); when every
-        # queue is a root, all of them in order (a view, not a copy)
-        self.root_ids: np.ndarray | slice = slice(None) if len(self.roots) == len(order) else np.array(self.roots)
+        # the same as index arrays, for FairShare's compiled pass over one level
+        self.root_ids = np.array(self.roots, dtype=np.int64)
         self.child_ids = [np.array(c, dtype=np.int64) for c in self.children]
         self.leaves = [i for i in range(len(order)) if not self.children[i]]
         self.is_leaf = np.array([not c for c in self.children], dtype=bool)

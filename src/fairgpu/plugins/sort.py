@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+from numba import njit
+
 from fairgpu.framework.interfaces import ActiveQueues, EngineView
 
 BORROWED = ("fifo", "soonest-end")
@@ -50,29 +53,47 @@ class FairShare:
             raise ValueError(f"borrowed: {self.borrowed!r} is not one of {', '.join(BORROWED)}")
         if self.long_over_share not in ("hold", "start"):
             raise ValueError(f"long_over_share: {self.long_over_share!r} is not one of hold, start")
+        # load the compiled pick now, not at the first decision (kernel_warmup.py)
+        one = np.zeros(1)
+        _least_served(one, one, np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
 
     def pick(self, active: ActiveQueues, view: EngineView) -> int:
         tree = view.tree
         ratio, usage, count = view.share_ratio, view.usage_dom, active.count
-        level, ids = tree.root_ids, tree.roots
+        ids = tree.root_ids
         while True:
-            # One level's values read together, as Python floats: the same order, without a NumPy scalar per
-            # comparison, nor every queue's read (a 240-queue tree) to look at six. q breaks ties: keys unique.
-            live = [
-                (r, u, q)
-                for r, u, q, c in zip(
-                    ratio[level].tolist(), usage[level].tolist(), ids, count[level].tolist(), strict=True
-                )
-                if c > 0
-            ]
-            r, u, best = min(live)
-            if len(live) > 1:
-                tied = [q for rq, uq, q in live if rq == r and uq == u]
-                if len(tied) > 1:  # equally served: the subtree whose oldest waiting workload came first
-                    best = min(tied, key=lambda q: (_oldest(active, q), q))
+            best, ties = _least_served(ratio, usage, count, ids)
+            if best < 0:
+                raise ValueError("no queue of this level has work to try")
+            if ties > 1:  # equally served: the subtree whose oldest waiting workload came first
+                r, u = ratio[best], usage[best]
+                tied = [q for q in ids.tolist() if count[q] > 0 and ratio[q] == r and usage[q] == u]
+                best = min(tied, key=lambda q: (_oldest(active, q), q))
             if not tree.children[best]:
                 return best
-            level, ids = tree.child_ids[best], tree.children[best]
+            ids = tree.child_ids[best]
+
+
+@njit(cache=True)
+def _least_served(ratio: np.ndarray, usage: np.ndarray, count: np.ndarray, ids: np.ndarray) -> tuple[int, int]:
+    """Of the queues `ids` with work to try (`count` > 0), the least (share ratio, dominant share of usage),
+    compared as Python compares those tuples (a NaN ratio orders as it would there; on a tie, the first),
+    and how many of them equal it in ratio and usage (itself included); (-1, 0) if none has work. One
+    compiled pass over one level: reading each level's values out as Python floats cost ~4 µs a pick."""
+    best, best_r, best_u = -1, 0.0, 0.0
+    for j in range(ids.shape[0]):
+        q = ids[j]
+        if count[q] <= 0:
+            continue
+        r, u = ratio[q], usage[q]
+        if best < 0 or (r < best_r if r != best_r else u < best_u):  # on a tie of both the first stays
+            best, best_r, best_u = q, r, u
+    ties = 0
+    if best >= 0:
+        for j in range(ids.shape[0]):
+            q = ids[j]
+            ties += count[q] > 0 and ratio[q] == best_r and usage[q] == best_u
+    return best, ties
 
 
 def _oldest(active: ActiveQueues, q: int) -> float:
