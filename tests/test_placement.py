@@ -205,6 +205,53 @@ def test_unhealthy_gpus_and_cordoned_nodes_are_never_used() -> None:
     assert why == {"node cordoned": 1, "too few GPUs": 1}
 
 
+def test_a_task_asking_no_cores_takes_a_card_with_its_last_core_left_on_every_path() -> None:
+    """Card 0 with 99 of its 100 cores taken, card 1 with all 100: a 0-core task may take card 0 only (HAMi
+    wants a core left on a card with cores), on a few changed rows and on every node, compiled and NumPy."""
+    view, _ = view_of([gpu_node("a", gpus=2, split_count=4)])
+    for s, cores in ((0, 99), (1, 100)):
+        view.state.assign(f"t{s}", view.state.placement_for(PodSpec(gpu=GpuRequest(1, cores, 1024)), 0, (s,)))
+    pod = PodSpec(gpu=GpuRequest(1, 0, 1024))
+    for compiled in (True, False):
+        for rows in (np.array([0]), slice(None)):
+            mask = FitMask(np.ones(1, dtype=bool), rows=rows)
+            Resources(compiled=compiled).filter(pod, view, mask)
+            assert mask.slots is not None and mask.slots.tolist() == [[True, False]], (compiled, rows)
+
+
+def test_the_card_kernels_write_nothing_where_the_verdicts_go_nowhere_else() -> None:
+    """`node_kernels.NOWHERE`, Resources.filter's targets when the verdicts stay its own: `_write` skips only an
+    empty one; any other would be written at the rows' node indices, past its end (the kernels check no
+    bounds). With its own targets the verdicts land at the rows given, nowhere else."""
+    from fairgpu.plugins import node_kernels
+
+    assert [a.size for a in node_kernels.NOWHERE] == [0, 0]
+    view, _ = view_of([gpu_node("a", gpus=2), gpu_node("b", gpus=2)])
+    nodes, slots = np.zeros(2, dtype=bool), np.zeros((2, 2), dtype=bool)
+    pod = fraction(20, 1024)
+    assert pod.gpu is not None
+    got = Resources._compiled(pod, pod.gpu, view.state, np.array([1]), False, nodes, slots)
+    assert got[0].tolist() == [True] and nodes.tolist() == [False, True] and slots.tolist() == [[0, 0], [1, 1]]
+
+
+def test_an_unhealthy_card_takes_no_shared_pod_on_a_few_changed_rows_compiled_as_on_the_numpy_path() -> None:
+    """A node with an unhealthy card beside a healthy one, both idle: a shared-card pod may take the healthy
+    one only, and a pod asking two such cards does not fit; the node kernel's pass on the node's row alone
+    (`cards`) as the NumPy one."""
+    sick = NodeSpec(
+        "sick", 64_000, 1 << 20, (GpuDevice("A100", 81920, "u0", healthy=False), GpuDevice("A100", 81920, "u1"))
+    )
+    view, _ = view_of([sick])
+    for compiled in (True, False):
+        mask = FitMask(np.ones(1, dtype=bool), rows=np.array([0]))
+        Resources(compiled=compiled).filter(fraction(20, 1024), view, mask)
+        assert mask.nodes.tolist() == [True] and mask.slots is not None, compiled
+        assert mask.slots.tolist() == [[False, True]], compiled
+        mask = FitMask(np.ones(1, dtype=bool), rows=np.array([0]))
+        Resources(compiled=compiled).filter(PodSpec(gpu=GpuRequest(2, 20, 1024)), view, mask)
+        assert mask.nodes.tolist() == [False], compiled
+
+
 @pytest.mark.parametrize("profile", ["fairgpu", "kube-default"])
 def test_a_cluster_without_nodes_places_nothing(profile: str) -> None:
     """Before any node is known (a controller starting): no node fits, and looking for the first that does
