@@ -95,8 +95,10 @@ def _code_named(code: types.CodeType, qualname: str) -> types.CodeType | None:
 
 
 # The tests' process died of a memory fault: the suite fails as loudly as by a failed assert (a numba kernel
-# checks no bounds, so a mutated index reads past an array). Never the harness's doing, unlike a SIGKILL.
-CRASHES = {-signal.SIGSEGV: "SIGSEGV", -signal.SIGBUS: "SIGBUS"}
+# checks no bounds, so a mutated index reads past an array), or of an abort (a write past one corrupts the
+# heap, which malloc then notices: `lexsorted`'s loop run below index 0). Never the harness's doing, unlike a
+# SIGKILL.
+CRASHES = {-signal.SIGSEGV: "SIGSEGV", -signal.SIGBUS: "SIGBUS", -signal.SIGABRT: "SIGABRT"}
 
 
 def _outcome(status: int | None) -> str:

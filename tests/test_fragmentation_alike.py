@@ -155,3 +155,20 @@ def test_need_and_price_once_per_group_equal_each_node_computed_alone_bit_for_bi
         price = kernels.matvec64(uses, w)
         assert per_need[i].view(np.int64) == alone[0].view(np.int64), r
         assert per_price[i].view(np.int64) == price[0].view(np.int64), r
+
+
+def test_nodes_alike_but_for_the_first_shapes_access_are_apart_at_any_access_width() -> None:
+    """Twenty nodes alike but one, which alone has access to shape 0 (the others to every shape but it): it is
+    a group of its own, whether access is compared a byte (10 shapes) or eight columns (16) to a word. Were
+    shape 0 compared against another column (or not at all), it would join the others."""
+    n = 20
+    for width in (10, 16):
+        access = np.ones((n, width), dtype=bool)
+        access[:, 0] = False
+        access[5, 0] = True
+        group, firsts = kernels.alike(
+            np.arange(n), np.full((n, GPUS), 50, dtype=np.int64), np.full(n, 4000, dtype=np.int64),
+            np.full(n, 8192, dtype=np.int64), access, np.full(n, 100.0, dtype=np.float32), np.full(n, 10.0),
+            np.full(n, 1.0),
+        )  # fmt: skip
+        assert len(firsts) == 2 and group.tolist() == [0] * 5 + [1] + [0] * 14, width
