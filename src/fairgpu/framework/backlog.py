@@ -6,17 +6,20 @@ active user holding the least, so one user's 500 pods cannot crowd out three use
 A second order serves capacity the queue only borrows (beyond its share when every queue wants more): the
 highest priority, then the workload that would have ended first had it started when submitted, so lent GPUs
 come back soon when their owners return (lending.py decides which order a pop takes). Both are heaps
-with lazy deletion: every push gives the item a fresh token, a copy whose token is not the item's current one
-is stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt. A copy is the item's
-key flattened, then its token and the item: a flat tuple compares several times faster than one holding the
-key as a tuple of its own (keys are unique, so the comparison never reaches the token or the item).
+with lazy deletion: every push gives the item a fresh token, a copy whose token is not a live item's is
+stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt. A copy is one int: the
+item's key as an order-preserving integer (`_rank`), then its token in the low bits. A heap of ints
+compares each pair in one step, where tuples compared field by field and reached into each field's object:
+a pop cost ~2.3 µs in the cycle, its heap mostly out of the cache (keys are unique, so the comparison never
+reaches the token).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Generic, Protocol, TypeVar
+import struct
+from typing import Generic, Protocol, TypeVar
 
 
 class _Pending(Protocol):
@@ -34,8 +37,24 @@ class _Pending(Protocol):
 
 
 P = TypeVar("P", bound=_Pending)
-_Copy = tuple[Any, ...]  # (*key, token, item)
-_Heap = list[_Copy]
+_Heap = list[int]  # copies: (rank of the key << _TOKEN_BITS) | token
+_TOKEN_BITS = 48
+_TOKEN = (1 << _TOKEN_BITS) - 1
+_DOUBLE = struct.Struct("<d")
+_BITS = struct.Struct("<Q")
+_SIGN = 1 << 63
+_ALL = (1 << 64) - 1
+
+
+def _rank(key: tuple[float, ...]) -> int:
+    """An int ordered as the key tuples are: each field as a float (exact for ints below 2**53: priorities,
+    times, sequence numbers), mapped to 64 bits that order as the floats do (-0.0 as 0.0, which it equals;
+    a NaN, which no order holds in Python, after +inf), the fields one after the other."""
+    out = 0
+    for x in key:
+        bits = _BITS.unpack(_DOUBLE.pack(float(x) + 0.0))[0]
+        out = (out << 64) | (bits ^ _ALL if bits & _SIGN else bits | _SIGN)
+    return out
 
 
 class Backlog(Generic[P]):
@@ -45,7 +64,8 @@ class Backlog(Generic[P]):
         self._own: dict[str, _Heap] = {}  # per user, by the queue's order
         self._lend: dict[str, _Heap] = {}  # per user, by the order on borrowed capacity
         self._count: dict[str, int] = {}  # per user: live items
-        self._token: dict[int, int] = {}  # id(item) → token of its live copies (a copy keeps its item alive)
+        self._token: dict[int, int] = {}  # id(item) → token of its live copies
+        self._live: dict[int, P] = {}  # token of live copies → their item (it keeps the item and its id alive)
         self._tokens = itertools.count()
         self._held: dict[str, float] = {}  # per user: dominant share held now
         self._size = 0
@@ -55,36 +75,41 @@ class Backlog(Generic[P]):
 
     def push(self, item: P) -> None:
         user, token = self._user(item), next(self._tokens)
+        old = self._token.get(id(item))
+        if old is not None:  # pushed again while live: its earlier copies go stale
+            del self._live[old]
         self._token[id(item)] = token
+        self._live[token] = item
         if user not in self._count:
             self._own[user], self._lend[user], self._count[user] = [], [], 0
         self._count[user] += 1
         self._size += 1
         for heap, key in ((self._own[user], item.order), (self._lend[user], item.lend_order))[: 1 + self.lends]:
             if len(heap) > 2 * self._count[user] + 16:  # mostly stale: rebuild from the live copies
-                heap[:] = self._live(heap)
+                heap[:] = self._live_copies(heap)
                 heapq.heapify(heap)
-            heapq.heappush(heap, (*key, token, item))
+            heapq.heappush(heap, (_rank(key) << _TOKEN_BITS) | token)
 
     def peek(self) -> P:
-        item: P = self._top(self._own[self._next_user()])[-1]
-        return item
+        return self._live[self._top(self._own[self._next_user()]) & _TOKEN]
 
     def pop(self, lend: bool = False) -> P:
         """The next item in the queue's order, or with `lend` in the order on borrowed capacity."""
         user = self._next_user()
-        item: P = self._top((self._lend if lend else self._own)[user])[-1]
+        heap = (self._lend if lend else self._own)[user]
+        item = self._live[self._top(heap) & _TOKEN]
+        heapq.heappop(heap)  # its copy in the other order goes stale
         self._drop(item, user)
         return item
 
     def remove(self, item: P) -> None:
-        if self._token.get(id(item)) is None:
+        if id(item) not in self._token:
             raise ValueError("not in this backlog")
         self._drop(item, self._user(item))
 
     def ordered(self) -> list[P]:
         """Everything pending, in the queue's own order as it would be offered if nothing changed."""
-        queues = {u: [c[-1] for c in sorted(self._live(h))] for u, h in self._own.items()}
+        queues = {u: [self._live[c & _TOKEN] for c in sorted(self._live_copies(h))] for u, h in self._own.items()}
         if not self.by_user:
             return queues.get("", [])
         held = dict(self._held)
@@ -103,18 +128,20 @@ class Backlog(Generic[P]):
             self._held[user] = self._held.get(user, 0.0) + share
 
     def _drop(self, item: P, user: str) -> None:
-        del self._token[id(item)]
+        del self._live[self._token.pop(id(item))]
         self._size -= 1
         self._count[user] -= 1
         if not self._count[user]:
             del self._own[user], self._lend[user], self._count[user]
 
-    def _live(self, heap: _Heap) -> _Heap:
-        return [c for c in heap if self._token.get(id(c[-1])) == c[-2]]
+    def _live_copies(self, heap: _Heap) -> _Heap:
+        live = self._live
+        return [c for c in heap if c & _TOKEN in live]
 
-    def _top(self, heap: _Heap) -> _Copy:
+    def _top(self, heap: _Heap) -> int:
         """The heap's first live copy, after dropping the stale ones above it."""
-        while self._token.get(id(heap[0][-1])) != heap[0][-2]:
+        live = self._live
+        while heap[0] & _TOKEN not in live:
             heapq.heappop(heap)
         return heap[0]
 
@@ -125,4 +152,4 @@ class Backlog(Generic[P]):
         if not self.by_user:
             return ""
         held = self._held
-        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top(self._own[u])[:-2]))
+        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top(self._own[u]) >> _TOKEN_BITS))
