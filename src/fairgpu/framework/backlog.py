@@ -91,13 +91,13 @@ class Backlog(Generic[P]):
             heapq.heappush(heap, (_rank(key) << _TOKEN_BITS) | token)
 
     def peek(self) -> P:
-        return self._live[self._top(self._own[self._next_user()]) & _TOKEN]
+        return self._top(self._own[self._next_user()])
 
     def pop(self, lend: bool = False) -> P:
         """The next item in the queue's order, or with `lend` in the order on borrowed capacity."""
         user = self._next_user()
         heap = (self._lend if lend else self._own)[user]
-        item = self._live[self._top(heap) & _TOKEN]
+        item = self._top(heap)
         heapq.heappop(heap)  # its copy in the other order goes stale
         self._drop(item, user)
         return item
@@ -138,12 +138,14 @@ class Backlog(Generic[P]):
         live = self._live
         return [c for c in heap if c & _TOKEN in live]
 
-    def _top(self, heap: _Heap) -> int:
-        """The heap's first live copy, after dropping the stale ones above it."""
+    def _top(self, heap: _Heap) -> P:
+        """The item of the heap's first live copy (then `heap[0]`), after dropping the stale ones above it."""
         live = self._live
-        while heap[0] & _TOKEN not in live:
+        while True:
+            item = live.get(heap[0] & _TOKEN)
+            if item is not None:
+                return item
             heapq.heappop(heap)
-        return heap[0]
 
     def _user(self, item: P) -> str:
         return item.user if self.by_user else ""
@@ -152,4 +154,8 @@ class Backlog(Generic[P]):
         if not self.by_user:
             return ""
         held = self._held
-        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top(self._own[u]) >> _TOKEN_BITS))
+        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top_rank(self._own[u])))
+
+    def _top_rank(self, heap: _Heap) -> int:
+        self._top(heap)
+        return heap[0] >> _TOKEN_BITS
