@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from fairgpu.plugins import blas
 from fairgpu.plugins import fragmentation_kernels as kernels
@@ -55,3 +56,46 @@ def test_where_numpy_has_no_openblas_or_it_lacks_the_routines_the_kernels_are_no
     assert blas._register() is False
     monkeypatch.setattr(blas, "_numpys_blas", lambda: b"libc.so.6")  # loaded, but no cblas routines in it
     assert blas._register() is False
+
+
+def test_the_kernels_exp_is_numpys_bit_for_bit() -> None:
+    """`exp_in_place` calls NumPy's own float64 loop: the same bits as `np.exp` on FGD's exponents (±50) at every
+    length and offset (SIMD bodies and tails), where numba's `exp` (the C library's) rounds otherwise."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-50, 50, 200_000), rng.uniform(-1, 1, 50_000), [-50.0, 0.0, 50.0]])
+    got = x.copy()
+    kernels.exp_in_place(got, blas.EXP_CALL)
+    assert np.array_equal(got, np.exp(x))
+    for n in range(20):
+        part = x[7 : 7 + n].copy()
+        kernels.exp_in_place(part, blas.EXP_CALL)
+        assert np.array_equal(part, np.exp(x[7 : 7 + n]))
+    assert (numbas_exp(x) != np.exp(x)).any()  # the reason for the call: a kernel's own exp is not NumPy's
+
+
+@njit(cache=True)
+def numbas_exp(x: np.ndarray) -> np.ndarray:
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = np.exp(x[i])
+    return out
+
+
+def test_without_numpys_ufunc_loop_api_the_kernels_are_not_used() -> None:
+    """A NumPy without `ufunc._get_strided_loop` (or another object) gives no loop to call: `AVAILABLE` then
+    leaves the plugins on their NumPy path."""
+    assert blas._numpys_exp(lambda x: x) is None
+    assert blas._numpys_exp(np.add) is None  # a loop, but of two inputs: refused before any pointer is read
+
+
+def test_the_compiled_gpu_order_sorts_as_lexsort() -> None:
+    """By the change, equal changes by free cores, equal both in the order given: np.lexsort's stable order, on
+    few slots with many ties (dropping the tie-break or the stability fails it)."""
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        m = int(rng.integers(1, 9))
+        slots = rng.permutation(8)[:m]
+        delta = rng.choice([-1.5, 0.0, 2.0, np.float64(2.0000000000000004)], m)
+        free = rng.choice([0, 30, 100], 8)
+        want = slots[np.lexsort((free[slots], delta))]
+        assert np.array_equal(kernels.lexsorted(slots, delta.copy(), free), want)

@@ -51,13 +51,17 @@ def draw(rng: np.random.Generator) -> PodSpec:
                    gpu_include=include)  # fmt: skip
 
 
-def churn(steps: int, seed: int, before=None, after=None, dry_runs: bool = False, profile: str = "fairgpu") -> None:
+def churn(
+    steps: int, seed: int, before=None, after=None, dry_runs: bool = False, profile: str | Profile = "fairgpu"
+) -> None:
     """Place `steps` random pods where the fairgpu profile puts them, releasing a random one now and then;
     `before(view, profile, pod, key)` runs before each is placed, `after` once the profile chose (and learned
     from the pod) but before the choice is assigned. `dry_runs`: now and then a dry run in place frees a
     placed pod and places another, which its end undoes."""
     rng = np.random.default_rng(seed)
-    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile(profile))
+    sched = Scheduler(
+        cluster(), QueueTree([QueueSpec("q")]), load_profile(profile) if isinstance(profile, str) else profile
+    )
     view, profile, placed = sched.view, sched.profile, []
     for i in range(steps):
         pod = draw(rng)
@@ -152,9 +156,16 @@ def test_compiled_kernels_match_the_numpy_path_and_a_fresh_build_bit_for_bit():
     assert by_memory[0] > 5 and starved[0] > 20 and pressed[0] > 20, (by_memory, starved, pressed)
 
 
-@pytest.mark.parametrize("name", ["fairgpu", "kube-default"])
+@pytest.mark.parametrize("name", ["fairgpu", "kube-default", "fairgpu, filters reversed"])
 def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(name):
+    """Every pod's kept verdicts and totals against every node evaluated afresh. Filters reversed, `Resources`
+    comes before `GpuType`: for a pod that allows only some GPU models it is not the pod's only filter, and
+    its compiled pass writing the changed rows straight into the shape (`filter_into`) would keep cards of
+    other models."""
     checked = [0]
+    profile = load_profile(name.split(",")[0])
+    if name.endswith("reversed"):
+        profile = dataclasses.replace(profile, filter=profile.filter[::-1])
 
     def act(view: EngineView, profile: Profile, pod: PodSpec, key: str) -> None:
         check(view, profile, pod)
@@ -178,7 +189,7 @@ def test_cached_filter_and_score_results_equal_a_fresh_evaluation_of_every_node(
         assert np.array_equal(total, np.where(fresh.nodes, every, -np.inf))
         checked[0] += 1
 
-    churn(300, 11, before=act, dry_runs=True, profile=name)
+    churn(300, 11, before=act, dry_runs=True, profile=profile)
     assert checked[0] > 200
 
 
@@ -331,7 +342,14 @@ def test_the_compiled_free_fraction_scores_equal_the_numpy_path_bit_for_bit(plug
         mask = feasible(pod, view, profile)
         rows = np.flatnonzero(mask.nodes)[::2]
         for m in (mask, FitMask(mask.nodes[rows], None, rows=rows)):
-            assert np.array_equal(plugin.score(pod, view, m), plain.score(pod, view, m))
+            scores = plain.score(pod, view, m)
+            assert np.array_equal(plugin.score(pod, view, m), scores)
+            # the weighted sum's step: the engine's product and sum of these scores, bit for bit
+            total = np.random.default_rng(compared[0]).normal(50.0, 30.0, len(m.nodes))
+            for weight in (1.0, 0.001, 3.7):
+                added = np.add(total, weight * scores, dtype=np.float64)
+                for p in (plugin, plain):
+                    assert np.array_equal(p.add_weighted(pod, view, m, weight, total), added, equal_nan=True)
             compared[0] += 1
 
     churn(200, 13, before=act, dry_runs=True)

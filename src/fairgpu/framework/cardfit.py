@@ -46,17 +46,14 @@ def open_cards(st: ClusterState, rows: np.ndarray | slice, u: _Usage | None = No
     return st.gpu_usable[rows] & ~exclusive & (tasks < st.gpu_split[rows])
 
 
-def card_ok(
-    st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage | None = None, opened: np.ndarray | None = None
-) -> np.ndarray:
+def card_ok(st: ClusterState, g: GpuRequest, rows: np.ndarray | slice, u: _Usage | None = None) -> np.ndarray:
     """(rows, G) bool: cards that pass HAMi's per-card checks for one container's request (slots, memory,
     cores, exclusivity on a 100-core card, a 0-core task on a card whose cores are all taken) and, on a MIG
-    card, a MIG profile with that much memory on free slices (`CustomFilterRule`). `opened`: the rows'
-    `open_cards` where the caller keeps them current (with `u` None; read, not written)."""
+    card, a MIG profile with that much memory on free slices (`CustomFilterRule`)."""
     cores_free = st.gpu_cores_free[rows] if u is None else u.cores_free
     mem_free = st.gpu_mem_free[rows] if u is None else u.mem_free
     need = g.mem_mib if g.mem_mib else st.gpu_mem_cap[rows] * g.mem_pct // 100
-    ok = open_cards(st, rows, u) if opened is None else opened.copy()
+    ok = open_cards(st, rows, u)
     ok &= (cores_free >= g.cores) & (mem_free >= need)
     if g.exclusive:  # only a cores-100 task may want a card to itself: skip the arrays for the rest
         tasks = st.gpu_tasks[rows] if u is None else u.tasks

@@ -11,13 +11,14 @@ bit (tests/test_evaluations.py).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fairgpu.changes import EVERY
-from fairgpu.framework.interfaces import EngineView, FitMask, Profile
+from fairgpu.framework.interfaces import EngineView, Filter, FitMask, Profile
 from fairgpu.model.pod import PodSpec
 
 SHAPES = 256  # shapes kept per state, the least recently used dropped first
@@ -38,16 +39,31 @@ class Shape:
     # same object for the same mark until the next change): scoring those very rows reads it, not a copy of
     # the same verdicts out of `nodes` and `slots`
     fresh: FitMask | None = None
+    filters: tuple[Filter, ...] = ()  # the profile's filters that may refuse the pod a node of this state
+    # the only such filter's pass that writes the verdicts of changed rows into `nodes` and `slots` itself
+    into: Callable[[PodSpec, EngineView, np.ndarray | slice, np.ndarray, np.ndarray | None], FitMask | None] | None = (
+        None
+    )
 
 
 def run_filters(pod: PodSpec, view: EngineView, profile: Profile, rows: np.ndarray | slice) -> FitMask:
     """The profile's filters on these rows, in order."""
+    return _run(pod, view, profile.filter, rows)
+
+
+def _run(pod: PodSpec, view: EngineView, filters: Sequence[Filter], rows: np.ndarray | slice) -> FitMask:
     nodes = np.empty(view.state.num_nodes if isinstance(rows, slice) else len(rows), dtype=bool)
     nodes.fill(True)  # np.ones costs a microsecond more, asked for on every placement
     mask = FitMask(nodes=nodes, rows=rows)
-    for f in profile.filter:
+    for f in filters:
         f.filter(pod, view, mask)
     return mask
+
+
+def _refuses(f: Filter, pod: PodSpec, view: EngineView) -> bool:
+    """Whether filter `f` may refuse the pod a node of this state (Filter's optional `indifferent`)."""
+    indifferent = getattr(f, "indifferent", None)
+    return indifferent is None or not indifferent(pod, view)
 
 
 def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
@@ -59,9 +75,17 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
     key = pod.key()
     shape = shapes.get(key)
     if shape is None:
-        mask = run_filters(pod, view, profile, slice(None))
-        slots = None if mask.slots is None else np.array(mask.slots)  # may be the state's own array
-        shape = shapes[key] = Shape(np.array(mask.nodes), slots, np.zeros(st.num_nodes), st.version)
+        # a filter indifferent to the pod on this state stays so while the state lives, as the shape does
+        filters = tuple([f for f in profile.filter if _refuses(f, pod, view)])
+        into = getattr(filters[0], "filter_into", None) if len(filters) == 1 else None
+        nodes = np.empty(st.num_nodes, dtype=bool)
+        slots = None if pod.gpu is None else np.empty(st.gpu_valid.shape, dtype=bool)
+        if into is None or into(pod, view, slice(None), nodes, slots) is None:
+            mask = _run(pod, view, filters, slice(None))
+            nodes = np.array(mask.nodes)
+            slots = None if mask.slots is None else np.array(mask.slots)  # may be the state's own array
+        shape = Shape(nodes, slots, np.zeros(st.num_nodes), st.version, filters=filters, into=into)
+        shapes[key] = shape
         if len(shapes) > SHAPES:
             shapes.popitem(last=False)
         return shape
@@ -70,10 +94,14 @@ def filtered(pod: PodSpec, view: EngineView, profile: Profile) -> Shape:
         return shape
     rows = st.changes.since(shape.filtered_at)
     shape.filtered_at = st.version
-    mask = shape.fresh = run_filters(pod, view, profile, rows)
-    shape.nodes[rows] = mask.nodes
-    if shape.slots is not None and mask.slots is not None:
-        shape.slots[rows] = mask.slots
+    into = shape.into
+    written = None if into is None else into(pod, view, rows, shape.nodes, shape.slots)
+    if written is None:
+        written = _run(pod, view, shape.filters, rows)
+        shape.nodes[rows] = written.nodes
+        if shape.slots is not None and written.slots is not None:
+            shape.slots[rows] = written.slots
+    shape.fresh = written
     return shape
 
 
@@ -104,6 +132,11 @@ def scored(shape: Shape, pod: PodSpec, view: EngineView, profile: Profile) -> np
         indifferent = getattr(plugin, "indifferent", None)
         if indifferent is not None and indifferent(pod):
             continue
+        if total is not None and total.dtype == np.float64:
+            add = getattr(plugin, "add_weighted", None)
+            if add is not None:  # the product and the sum in one step (Score's optional method)
+                total = add(pod, view, mask, weight, total)
+                continue
         scores = plugin.score(pod, view, mask)
         weighted = scores if weight == 1.0 else weight * scores
         total = weighted if total is None else np.add(total, weighted, dtype=np.float64)

@@ -180,6 +180,13 @@ class Admit(Protocol):
 @runtime_checkable
 class Filter(Protocol):
     NAME: ClassVar[str]  # how profiles name it, and the reason given for nodes it rules out
+    # Optional (not part of the contract, so existing filters still qualify), found by `getattr`:
+    # `indifferent(pod, view) -> bool`, True when `filter` keeps every node and slot for that pod on that state
+    # for as long as the state lives (NodeAffinity for a pod without node constraints on an untainted cluster):
+    # the engine leaves it out of the pod's filters. `filter_into(pod, view, rows, nodes, slots) -> FitMask |
+    # None`, for the pod's only filter left: its verdicts on `rows` (node indices, or every node) written into
+    # the pod shape's own (N,) `nodes` and (N, G) `slots` (None for a pod without GPUs) at those rows and
+    # returned as the rows' mask, or None where it has no such path for the pod (then `filter` runs)
 
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         """Narrow `mask` (its `rows`) to the nodes and slots that can hold the pod. A node's verdict may
@@ -200,7 +207,10 @@ class ExplainsFilter(Protocol):
 class Score(Protocol):
     # Optional (not part of the contract, so existing scores still qualify): `indifferent(pod) -> bool`, True
     # when `score` would give every node 0 for that pod (PodPolicy for a pod without a node policy): the
-    # engine then leaves the plugin out of the pod's weighted sum, which that 0 would not change
+    # engine then leaves the plugin out of the pod's weighted sum, which that 0 would not change.
+    # `add_weighted(pod, view, mask, weight, total) -> np.ndarray`: a new array of the float64 `total` (the sum so
+    # far, of mask's rows) + weight × `score(pod, view, mask)`, the same floats as that product and sum in NumPy,
+    # without the scores' own array; the engine calls it for any plugin but the first it sums
     def generation(self, pod: PodSpec, view: EngineView) -> int:
         """Called each time a pod is about to be scored (some node fits it), before `score`, dry runs
         included. Scores computed under another generation are stale on every node; within one, a node's

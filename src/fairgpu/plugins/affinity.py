@@ -28,9 +28,13 @@ class NodeAffinity:
     # cannot be reused by another list while the entry lives.
     _cache: dict[tuple[Any, ...], tuple[list[Any], np.ndarray]] = field(default_factory=dict)
 
+    def indifferent(self, pod: PodSpec, view: EngineView) -> bool:
+        """Nothing to match and no taint to tolerate (the usual pod): every node passes."""
+        return not (pod.node_selector or pod.affinity or self._cached(view.state, _ANY_TAINTED, _any_tainted))
+
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
-        if not (pod.node_selector or pod.affinity or self._cached(view.state, _ANY_TAINTED, _any_tainted)):
-            return  # nothing to match and no taint to tolerate: the usual pod, asked for on every placement
+        if self.indifferent(pod, view):
+            return
         for _, excluded in self.reasons(pod, view):
             mask.restrict_nodes(~excluded[mask.rows])
 

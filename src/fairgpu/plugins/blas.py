@@ -1,4 +1,4 @@
-"""NumPy's own matrix-vector products, callable from compiled kernels.
+"""NumPy's own matrix-vector products and `exp`, callable from compiled kernels.
 
 `matrix @ w` in float32 (OpenBLAS's sgemv) rounds a row by the rows batched with it, and by a different
 summation than any loop of ours, so a kernel cannot recompute it; it can call the very routines NumPy calls.
@@ -9,6 +9,10 @@ registered with LLVM by name, so kernels calling them stay cacheable (the kernel
 `fragmentation_kernels.matvec32` and `matvec64`, live beside their callers: numba's disk cache notices a
 change in a kernel's own file, not in another module's). `AVAILABLE` is False where NumPy has no
 such library (another build, another C library): the plugins then run their NumPy path.
+
+The same holds for `np.exp` on float64 (AVX-512 SIMD where the CPU has it: numba's `exp`, the C library's,
+rounds 92,475 of 2,000,000 values otherwise): `exp_in_place` calls the very loop NumPy chose for it at import,
+as NumPy's own documented low-level access to ufunc loops gives it (`ufunc._get_strided_loop`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import llvmlite.binding as llvm  # type: ignore[import-untyped]  # llvmlite ships no type information
 import numba
+import numpy as np
 
 types: Any = numba.types  # numba's type objects build signatures by calls mypy cannot follow
 
@@ -68,7 +73,36 @@ def _register() -> bool:
     return True
 
 
-AVAILABLE = _register()
+_EXP = "fairgpu_numpy_exp_f8"
+_CALL_INFO = b"numpy_1.24_ufunc_call_info"
+
+
+def _numpys_exp(exp: Any = np.exp) -> tuple[Any, np.ndarray] | None:
+    """NumPy's strided loop of `exp` on contiguous float64 (0 on success), given to LLVM by name, and the
+    (context, auxdata) pointers it is called with, valid while the capsule that holds them lives (kept with
+    them); None where NumPy lacks that API (experimental, so not in its type stubs: `exp` is Any) or its
+    loop needs the interpreter."""
+    try:
+        _, info = exp._resolve_dtypes_and_context((np.dtype(np.float64), np.dtype(np.float64)))
+        exp._get_strided_loop(info, fixed_strides=(8, 8))
+        pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        pointer.restype, pointer.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
+        head = ctypes.cast(pointer(info, _CALL_INFO), ctypes.POINTER(ctypes.c_void_p))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    loop, context, auxdata = head[0], head[1] or 0, head[2] or 0
+    needs_python = ctypes.cast(head, ctypes.POINTER(ctypes.c_ubyte))[3 * ctypes.sizeof(ctypes.c_void_p)]
+    if not loop or needs_python:
+        return None
+    llvm.add_symbol(_EXP, loop)
+    return info, np.array([context, auxdata], dtype=np.int64)
+
+
+_exp = _numpys_exp()
+# `exp_in_place`'s second argument: pass it along to the kernels that call it (a kernel cached on disk cannot
+# hold a pointer of this process as a constant)
+EXP_CALL = np.zeros(2, dtype=np.int64) if _exp is None else _exp[1]
+AVAILABLE = _register() and _exp is not None
 
 _i64 = types.int64
 
@@ -83,3 +117,6 @@ def _routines(t: Any) -> tuple[Any, Any]:
 
 sdot, sgemv = _routines(types.float32)
 ddot, dgemv = _routines(types.float64)
+# int loop(PyArrayMethod_Context *, char *const *data, const npy_intp *dimensions, const npy_intp *strides,
+# NpyAuxData *): the pointers NumPy keeps as integers (the same registers)
+exp_loop = types.ExternalFunction(_EXP, types.int32(_i64, types.voidptr, types.voidptr, types.voidptr, _i64))

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fairgpu.framework.cardfit import card_ok, fit_containers, open_cards
+from fairgpu.framework.cardfit import card_ok, fit_containers
 from fairgpu.framework.interfaces import EngineView, FitMask
 from fairgpu.framework.node_answers import NodeAnswers
 from fairgpu.model.pod import GpuRequest, PodSpec
@@ -22,14 +22,18 @@ _OPEN = NodeAnswers()
 
 
 def _opened(st: ClusterState) -> np.ndarray:
-    return _OPEN.every(st, None, lambda rows: open_cards(st, rows))
+    return _OPEN.every(
+        st,
+        None,
+        lambda rows: node_kernels.open_cards(rows, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks, st.gpu_split),
+    )
 
 
 @dataclass(slots=True)
 class Resources:
     NAME: ClassVar[str] = "Resources"
-    # a GPU pod's checks on changed rows in one compiled pass (node_kernels.py), and every node's open cards
-    # kept (`_opened`); False runs the NumPy path, the same verdicts
+    # a GPU pod's checks on changed rows, and a shared-card pod's on every node from the open cards kept
+    # (`_opened`), in one compiled pass each (node_kernels.py); False runs the NumPy path, the same verdicts
     compiled: bool = True
 
     def __post_init__(self) -> None:
@@ -43,7 +47,19 @@ class Resources:
         # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
         # in one compiled pass
         if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
-            self._compiled(pod, g, st, r, mask, whole)
+            nodes, ok, count = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
+            mask.restrict_nodes(nodes)
+            mask.restrict_slots(ok, count)
+            if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left
+                mask.restrict_nodes(mask.counts() >= g.count)
+            return
+        if self.compiled and g is not None and not (st.has_mig or per_container or whole):
+            nodes, ok = np.empty(st.num_nodes, dtype=bool), np.empty(st.gpu_valid.shape, dtype=bool)
+            self._every(pod, g, st, nodes, ok)
+            mask.restrict_nodes(nodes)
+            mask.restrict_slots(ok)
+            if mask.slots is not ok:  # an earlier filter narrowed the slots (GpuType): count what is left
+                mask.restrict_nodes(mask.counts() >= g.count)
             return
         nodes = st.schedulable[r] & (st.cpu_free[r] >= pod.cpu_m) & (st.mem_free[r] >= pod.memory_mib)
         if g is None or per_container:
@@ -52,33 +68,65 @@ class Resources:
                 self._per_container(pod, st, mask)
             return
         if not whole:  # a GPU policy (`mutex` too) goes per container, above
-            mask.restrict_slots(card_ok(st, g, r, opened=_opened(st)[r] if self.compiled else None))
+            mask.restrict_slots(card_ok(st, g, r))
         elif g.mem_mib:  # an exclusive card that records gpumem still needs that much of it
             mask.restrict_slots(st.gpu_idle[r] & (st.gpu_mem_cap[r] >= g.mem_mib))
         else:  # idle cards: the state keeps that index current, and its per-node count (the mask's counts)
             mask.restrict_slots(st.gpu_idle[r], st.node_idle_gpus[r])
         mask.restrict_nodes(nodes & (mask.counts() >= g.count))
 
+    def filter_into(
+        self, pod: PodSpec, view: EngineView, rows: np.ndarray | slice, nodes: np.ndarray, slots: np.ndarray | None
+    ) -> FitMask | None:
+        """`filter` when it is the pod's only filter (framework/evaluations.py), written into the pod shape's
+        arrays of every node by the compiled passes: on changed rows (returned as their own arrays as well), and
+        on every node for a shared-card shape new to the engine."""
+        st, g = view.state, pod.gpu
+        if not self.compiled or g is None or slots is None or st.has_mig or pod.per_container:
+            return None
+        whole = st.takes_whole_cards(g)
+        if isinstance(rows, slice):
+            if whole:  # idle cards on every node: the state's own index, no pass to save
+                return None
+            self._every(pod, g, st, nodes, slots)
+            return FitMask(nodes, slots)
+        at, ok, _ = self._compiled(pod, g, st, rows, whole, nodes, slots)
+        return FitMask(at, ok, rows=rows)
+
     @staticmethod
-    def _compiled(pod: PodSpec, g: GpuRequest, st: ClusterState, rows: np.ndarray, mask: FitMask, whole: bool) -> None:
-        """The compiled path of a GPU pod on these rows: the node checks and the cards (idle ones for whole
-        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there."""
+    def _every(pod: PodSpec, g: GpuRequest, st: ClusterState, nodes: np.ndarray, slots: np.ndarray) -> None:
+        """A shared-card pod's checks on every node in one compiled pass from the open cards kept (`_opened`),
+        written into (N,) `nodes` and (N, G) `slots`."""
+        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+        node_kernels.open_cards_take(
+            st.schedulable, st.cpu_free, st.mem_free, _opened(st), st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap,
+            st.gpu_whole, st.gpu_tasks, st.gpu_cores_cap, request, nodes, slots,
+        )  # fmt: skip
+
+    @staticmethod
+    def _compiled(
+        pod: PodSpec,
+        g: GpuRequest,
+        st: ClusterState,
+        rows: np.ndarray,
+        whole: bool,
+        nodes: np.ndarray,
+        slots: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled pass of a GPU pod on these rows: the node checks and the cards (idle ones for whole
+        cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there; the verdicts written
+        at `rows` into `nodes` and `slots` too unless they are empty (`node_kernels.NOWHERE`)."""
         if whole:
-            nodes, ok, count = node_kernels.idle_cards(
+            return node_kernels.idle_cards(
                 rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_idle, st.gpu_mem_cap, pod.cpu_m,
-                pod.memory_mib, g.mem_mib, g.count,
+                pod.memory_mib, g.mem_mib, g.count, nodes, slots,
             )  # fmt: skip
-        else:
-            request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
-            nodes, ok, count = node_kernels.cards(
-                rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
-                st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
-                request,
-            )  # fmt: skip
-        mask.restrict_nodes(nodes)
-        mask.restrict_slots(ok, count)
-        if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left of them
-            mask.restrict_nodes(mask.counts() >= g.count)
+        request = np.array([pod.cpu_m, pod.memory_mib, g.cores, g.mem_mib, g.mem_pct, g.count], dtype=np.int64)
+        return node_kernels.cards(
+            rows, st.schedulable, st.cpu_free, st.mem_free, st.gpu_usable, st.gpu_exclusive, st.gpu_tasks,
+            st.gpu_split, st.gpu_cores_free, st.gpu_mem_free, st.gpu_mem_cap, st.gpu_whole, st.gpu_cores_cap,
+            request, nodes, slots,
+        )  # fmt: skip
 
     @staticmethod
     def _per_container(pod: PodSpec, st: ClusterState, mask: FitMask) -> None:

@@ -113,8 +113,7 @@ class Fragmentation:
         added, refreshed = self._mix.add(pod, self.memory, self.by_demand, self.max_shapes, self._agg is None)
         self._generation += added + refreshed
         if refreshed and self._agg is not None:
-            self._agg.usable = None
-            self._agg.deltas.clear()
+            self._agg.stale()
 
     # -- per-node aggregates ------------------------------------------------------------------------
     def _aggregates(self, state: ClusterState) -> per_node.Aggregates:
@@ -189,8 +188,7 @@ class Fragmentation:
         self._moved = np.flatnonzero(w != self._w) if current else None
         self._w, self._w64 = w, w.astype(np.float64)  # a shared pod's products are float64, as NumPy promotes
         self._generation += 1
-        agg.usable = None
-        agg.deltas.clear()
+        agg.stale()
 
     def _counting(self, agg: per_node.Aggregates, shapes: np.ndarray) -> np.ndarray:
         """The nodes where any of these shapes counts in `need_and_price` (a model it allows, enough GPUs with
@@ -220,24 +218,19 @@ class Fragmentation:
         return np.asarray(usable @ self._w)
 
     def _slot_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]`."""
+        """Change in fragmentation if a one-GPU pod takes GPU `slots[i]` of node `rows[i]` (the NumPy path; the
+        compiled one is in `kernels.gpu_scores` and `kernels.gpu_order`)."""
         assert pod.gpu is not None and agg.usable is not None
         cores, cpu_m, mem_m = pod.gpu.cores, pod.cpu_m, self._mem_m(pod)
-        if self.compiled:
-            usable = kernels.slot_matrix(
-                rows, slots, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, self._mix.need, self._mix.k,
-                self._mix.cpu, self._mix.mem, agg.wide_access, cores, cpu_m, mem_m,
-            )  # fmt: skip
-        else:
-            f = agg.free[rows, slots]
-            f_after = f - cores
-            was = f[:, None] >= self._mix.need
-            now = f_after[:, None] >= self._mix.need
-            fit_count = agg.fit_count[rows] - was + now
-            fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
-            usable = per_node.usable(
-                agg, self._mix, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m
-            )
+        f = agg.free[rows, slots]
+        f_after = f - cores
+        was = f[:, None] >= self._mix.need
+        now = f_after[:, None] >= self._mix.need
+        fit_count = agg.fit_count[rows] - was + now
+        fit_free = agg.fit_free[rows] - was * f[:, None] + now * f_after[:, None]
+        usable = per_node.usable(
+            agg, self._mix, rows, fit_count, fit_free, agg.cpu[rows] - cpu_m, agg.mem[rows] - mem_m
+        )
         usable_before = agg.usable[rows]
         usable_after = usable @ self._w
         # fragmentation = free − usable; the pod itself takes `cores` of the free capacity
@@ -272,8 +265,8 @@ class Fragmentation:
     def _to_score(self, x: np.ndarray) -> np.ndarray:
         # FGD's mapping: sigmoid of the decrease, in GPUs, scaled to 0..100: 100 / (1 + exp(clip(delta / 100,
         # -50, 50))), in place on the clipped exponents (`_exponent`; np.clip and a new array per step cost
-        # more than a few rows' math; numba's exp rounds otherwise than NumPy's, so the compiled path keeps
-        # NumPy's exp and does the rest in `kernels.scores`)
+        # more than a few rows' math; numba's exp rounds otherwise than NumPy's, so the compiled path calls
+        # NumPy's own loop: `kernels.exp_in_place`)
         np.exp(x, out=x)
         x += 1.0
         np.divide(100.0, x, out=x)
@@ -289,28 +282,37 @@ class Fragmentation:
         pod = pod.as_one_container()
         if not self._mix.keys:
             return np.zeros(len(mask.nodes))
-        agg = self._aggregates(view.state)
+        state = view.state
+        agg = self._aggregates(state)
         # whole cards are idle cards, priced per node; any other GPU pod per card (on cards of 200 cores a
         # cores-100 pod takes half of one, HAMi's share, and leaves the rest to the mix)
-        shared = pod.gpu is not None and not view.state.takes_whole_cards(pod.gpu)
+        shared = pod.gpu is not None and not state.takes_whole_cards(pod.gpu)
         key = shape_key(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
-        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
-        nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         hit = agg.deltas.get(key)
         if hit is None:
-            n = view.state.num_nodes
-            delta, valid = np.full((n, agg.free.shape[1]) if shared else n, np.inf), np.zeros(n, dtype=bool)
+            n = state.num_nodes
+            spare = agg.spare[shared]
+            if spare:
+                delta, valid = spare.pop()
+                valid.fill(False)
+            else:
+                delta, valid = np.full((n, agg.free.shape[1]) if shared else n, np.inf), np.zeros(n, dtype=bool)
             changed = _NO_ROWS if shared else np.arange(n)
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
         else:
             at, delta, valid = hit
-            changed = view.state.changes.since(at) if at != agg.at else _NO_ROWS
+            changed = state.changes.since(at) if at != agg.at else _NO_ROWS
+        agg.deltas[key] = (agg.at, delta, valid)
         # A shared pod's changes are brought up to date only on the nodes asked about (a node's change depends
         # on that node alone, and its float64 product rounds alike in any batch of rows); the rest wait until
         # a pod of the shape can go there: after new weights or for a new shape, the nodes that fit, not every
         # node. A whole-GPU pod's float32 product rounds by the rows batched with it, so its rows go in the
         # batches they always did: every node, then the nodes changed since.
+        if self.compiled:  # all of it in one call
+            return self._compiled_scores(pod, agg, mask, shared, changed, delta, valid)
+        fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
+        nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         if shared:
             valid[changed] = False
             rows = nodes[~valid[nodes]]
@@ -318,55 +320,58 @@ class Fragmentation:
             rows = changed
         if rows.size:
             valid[rows] = True
-            if self.compiled:  # the delta rows written in place, in a few calls
-                self._compiled_deltas(pod, agg, rows, shared, delta)
-            else:
-                delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
-        agg.deltas[key] = (agg.at, delta, valid)
+            delta[rows] = self._gpu_deltas(pod, agg, rows) if shared else self._node_deltas(pod, agg, rows)
         # a shared pod's node scores by its best allowed GPU
-        if not shared:
-            x = kernels.node_exponents(delta, nodes) if self.compiled else self._exponent(delta[nodes])
-        else:
+        if shared:
             assert mask.slots is not None
-            if self.compiled:
-                x = kernels.gpu_exponents(delta, nodes, mask.slots, fit)
-            else:
-                x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
-        if self.compiled:  # exp stays NumPy's (numba's rounds otherwise), the rest in one pass
-            return np.asarray(kernels.scores(np.exp(x, out=x), fit, len(mask.nodes), self.quantize))
+            x = self._exponent(np.where(mask.slots[fit], delta[nodes], np.inf).min(axis=1))
+        else:
+            x = self._exponent(delta[nodes])
         out = np.zeros(len(mask.nodes))
         out[fit] = self._to_score(x)
         return out
 
-    def _compiled_deltas(
-        self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray, shared: bool, delta: np.ndarray
-    ) -> None:
-        """delta[rows] by the compiled kernels: a matrix of each shape's usable capacity after the pod, its
-        product with the weights, and the rest around them (the same values as `_gpu_deltas` and
-        `_node_deltas`, which the NumPy path runs)."""
+    def _compiled_scores(
+        self,
+        pod: PodSpec,
+        agg: per_node.Aggregates,
+        mask: FitMask,
+        shared: bool,
+        changed: np.ndarray,
+        delta: np.ndarray,
+        valid: np.ndarray,
+    ) -> np.ndarray:
+        """The scores by the compiled kernels: the cached `delta` rows brought up to date (a matrix of each
+        shape's usable capacity after the pod, its product with the weights, and the rest around them: the
+        values of `_gpu_deltas` and `_node_deltas`, which the NumPy path runs), then FGD's mapping on the
+        nodes that fit, NumPy's exp included."""
         mix, cpu_m, mem_m = self._mix, pod.cpu_m, self._mem_m(pod)
         assert agg.usable is not None
+        whole = isinstance(mask.rows, slice)
+        rows = mask.rows if not isinstance(mask.rows, slice) else _NO_ROWS
         k = pod.gpu.count if pod.gpu is not None else 0
         pct = k * pod.gpu.cores if pod.gpu is not None else 0  # the starved term's GPU percent taken
         weight = float(self.cpu_balance)  # one compiled signature whatever type the profile gave
         if shared:
-            assert pod.gpu is not None
-            kernels.gpu_deltas(
-                rows, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem,
-                agg.wide_access, pod.gpu.cores, cpu_m, mem_m, self._w64, self._w, agg.usable, agg.need, agg.price, pct,
-                weight, mix.gpu_per_mib, delta,
+            assert pod.gpu is not None and mask.slots is not None
+            out = kernels.gpu_scores(
+                mask.nodes, rows, whole, mask.slots, changed, valid, agg.free, agg.wide_count, agg.wide_free, agg.cpu,
+                agg.mem, mix.need, mix.k, mix.cpu, mix.mem, agg.wide_access, pod.gpu.cores, cpu_m, mem_m, self._w64,
+                self._w, agg.usable, agg.need, agg.price, pct, weight, mix.gpu_per_mib, delta, self.quantize,
+                blas.EXP_CALL,
             )  # fmt: skip
-            return
-        kernels.node_deltas(
-            rows, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.k, mix.cpu, mix.mem,
-            agg.wide_access, k, k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need, agg.price, pct, weight,
-            mix.gpu_per_mib, delta,
-        )  # fmt: skip
+        else:
+            out = kernels.node_scores(
+                mask.nodes, rows, whole, changed, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.k,
+                mix.cpu, mix.mem, agg.wide_access, k, k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need,
+                agg.price, pct, weight, mix.gpu_per_mib, delta, self.quantize, blas.EXP_CALL,
+            )  # fmt: skip
+        return np.asarray(out)
 
     def _gpu_deltas(self, pod: PodSpec, agg: per_node.Aggregates, rows: np.ndarray) -> np.ndarray:
         """(rows, G) change in fragmentation if a shared pod takes each GPU (inf where it has no room).
         GPUs of one node with equal free cores are equivalent: each such group is computed once. The NumPy
-        path; the compiled one is `_compiled_deltas`."""
+        path; the compiled one is `_compiled_scores`."""
         assert pod.gpu is not None
         free = agg.free[rows]
         # a task asking no cores has room on a card with no cores to share (the filter keeps it off a full one)
@@ -386,6 +391,14 @@ class Fragmentation:
         if pod.gpu is None or view.state.takes_whole_cards(pod.gpu) or len(slots) < 2:
             return slots  # whole cards: idle cards of 100 cores, all alike
         agg = self._aggregates(view.state)
+        if self.compiled:
+            mix = self._mix
+            assert agg.usable is not None
+            order = kernels.gpu_order(
+                node, slots, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu,
+                mix.mem, agg.wide_access, pod.gpu.cores, pod.cpu_m, self._mem_m(pod), self._w64, agg.usable,
+            )  # fmt: skip
+            return np.asarray(order)
         delta = self._slot_deltas(pod, agg, np.full(len(slots), node), slots)
         # least increase first; among equals the fullest GPU, so whole GPUs stay free
         return slots[np.lexsort((agg.free[node, slots], delta))]

@@ -528,31 +528,32 @@ def gpu_deltas(
     for i in range(rows.shape[0]):
         r, like = rows[i], some[group[i]]
         if r != like:
-            delta[r] = delta[like]
+            for g in range(delta.shape[1]):  # element by element: a row view per row costs more than its copy
+                delta[r, g] = delta[like, g]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def same_node(
     o: int,
     r: int,
     free: np.ndarray,
     cpu: np.ndarray,
     mem: np.ndarray,
-    byte: np.ndarray,
+    words: np.ndarray,
     bits_u: np.ndarray,
     bits_n: np.ndarray,
     bits_p: np.ndarray,
 ) -> bool:
-    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`byte`:
-    the (N, T) access as bytes) and the same bits of usable capacity, need and price. Without early exits:
-    nodes compared are usually alike."""
+    """Nodes `o` and `r` are alike for `alike`: the same free cores on each GPU, CPU, memory, access (`words`:
+    the (N, T) access rows as unsigned words) and the same bits of usable capacity, need and price. Without
+    early exits: nodes compared are usually alike."""
     diff = (cpu[o] ^ cpu[r]) | (mem[o] ^ mem[r]) | (np.int64(bits_u[o]) ^ np.int64(bits_u[r]))
     diff |= (bits_n[o] ^ bits_n[r]) | (bits_p[o] ^ bits_p[r])
     for g in range(free.shape[1]):
         diff |= free[o, g] ^ free[r, g]
-    x = np.uint8(0)
-    for t in range(byte.shape[1]):
-        x |= byte[o, t] ^ byte[r, t]
+    x = words[o, 0] ^ words[r, 0] if words.shape[1] else words.dtype.type(0)
+    for t in range(1, words.shape[1]):
+        x |= words[o, t] ^ words[r, t]
     return bool(diff == 0 and x == 0)
 
 
@@ -572,14 +573,32 @@ def alike(
     the shapes' access, the cached usable capacity, need and price (bit for bit). Nodes alike get the same
     change bit for bit (a float64 product rounds a row alike in any batch of rows), so it is computed once
     per group: after new weights most nodes a shape fits on are alike (idle, or filled alike). Returns (each
-    row's group, each group's first row), indices into `rows`, by a hash table with linear probing (the
-    access rows are compared, not hashed: nodes alike but for it are few)."""
+    row's group, each group's first row), indices into `rows`. `access` (C-contiguous) is compared eight
+    columns to a word where its width allows (`_alike`)."""
+    if access.shape[1] % 8 == 0:
+        return _alike(rows, free, cpu, mem, access.view(np.uint64), usable, node_need, node_price)
+    return _alike(rows, free, cpu, mem, access.view(np.uint8), usable, node_need, node_price)
+
+
+@njit(cache=True)
+def _alike(
+    rows: np.ndarray,
+    free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    words: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`alike` by a hash table with linear probing (the access rows are compared, not hashed: nodes alike but
+    for it are few), after a look at the previous row's group: nodes alike come in runs (idle ones, those
+    filled alike), which then skip the hash."""
     n, gpus = rows.shape[0], free.shape[1]
     group = np.arange(n)
     if n < _ALIKE_FROM:
         return group, group
     bits_u, bits_n, bits_p = usable.view(np.int32), node_need.view(np.int64), node_price.view(np.int64)
-    byte = access.view(np.uint8)
     size = 16
     while size < 2 * n:
         size *= 2
@@ -587,8 +606,12 @@ def alike(
     firsts = np.empty(n, dtype=np.int64)
     odd = np.uint64(0x9E3779B97F4A7C15)  # each value times its own odd constant, summed: no serial chain
     m = 0
+    last = -1
     for i in range(n):
         r = rows[i]
+        if last >= 0 and same_node(rows[firsts[last]], r, free, cpu, mem, words, bits_u, bits_n, bits_p):
+            group[i] = last
+            continue
         h = np.uint64(cpu[r]) * odd + np.uint64(mem[r]) * (odd + np.uint64(2))
         h += np.uint64(bits_u[r]) * (odd + np.uint64(4)) + np.uint64(bits_n[r]) * (odd + np.uint64(6))
         h += np.uint64(bits_p[r]) * (odd + np.uint64(8))
@@ -604,10 +627,11 @@ def alike(
                 group[i] = m
                 m += 1
                 break
-            if same_node(rows[firsts[j]], r, free, cpu, mem, byte, bits_u, bits_n, bits_p):
+            if same_node(rows[firsts[j]], r, free, cpu, mem, words, bits_u, bits_n, bits_p):
                 group[i] = j
                 break
             s = (s + 1) & (size - 1)
+        last = group[i]
     return group, firsts[:m]
 
 
@@ -644,6 +668,174 @@ def scores(e: np.ndarray, fit: np.ndarray, n: int, quantize: bool) -> np.ndarray
         v = 100.0 / (e[i] + 1.0)
         out[fit[i]] = np.floor(v) if quantize else v
     return out
+
+
+@njit(cache=True)
+def exp_in_place(x: np.ndarray, call: np.ndarray) -> None:
+    """x = np.exp(x) for a contiguous float64 `x`, by NumPy's own loop (blas.exp_loop; `call`: blas.EXP_CALL)."""
+    if x.shape[0] == 0:
+        return
+    args = np.empty(5, dtype=np.int64)  # the data pointers (in, out), the length, the strides (in, out)
+    args[0] = args[1] = np.int64(x.ctypes.data)
+    args[2], args[3], args[4] = x.shape[0], 8, 8
+    blas.exp_loop(call[0], args[0:2].ctypes, args[2:3].ctypes, args[3:5].ctypes, call[1])
+
+
+@njit(cache=True)
+def _fit_nodes(mask_nodes: np.ndarray, mask_rows: np.ndarray, whole: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(fit, nodes): the positions of a mask's nodes that fit, and those nodes (the positions themselves when
+    the mask covers every node, `whole`, else mask_rows at them)."""
+    fit = np.flatnonzero(mask_nodes)
+    return fit, (fit if whole else mask_rows[fit])
+
+
+@njit(cache=True)
+def node_scores(
+    mask_nodes: np.ndarray,
+    mask_rows: np.ndarray,
+    whole: bool,
+    changed: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    gpus: int,
+    taken: int,
+    cpu_m: int,
+    mem_m: int,
+    w: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
+    delta: np.ndarray,
+    quantize: bool,
+    call: np.ndarray,
+) -> np.ndarray:
+    """A CPU-only or whole-GPU pod's scores on a mask's nodes in one call: `node_deltas` of the `changed` rows
+    into the shape's cached `delta`, then on the nodes that fit FGD's mapping (`_clipped`, NumPy's exp,
+    `scores`): `Fragmentation.score`'s NumPy path, in its operations and order."""
+    if changed.shape[0]:
+        node_deltas(
+            changed, free, fit_count, fit_free, cpu, mem, k, cpu_t, mem_t, access, gpus, taken, cpu_m, mem_m, w,
+            usable, node_need, node_price, pod_pct, weight, gpu_per_mib, delta,
+        )  # fmt: skip
+    fit, nodes = _fit_nodes(mask_nodes, mask_rows, whole)
+    x = node_exponents(delta, nodes)
+    exp_in_place(x, call)
+    return scores(x, fit, mask_nodes.shape[0], quantize)
+
+
+@njit(cache=True)
+def gpu_scores(
+    mask_nodes: np.ndarray,
+    mask_rows: np.ndarray,
+    whole: bool,
+    mask_slots: np.ndarray,
+    changed: np.ndarray,
+    valid: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+    w: np.ndarray,
+    w32: np.ndarray,
+    usable: np.ndarray,
+    node_need: np.ndarray,
+    node_price: np.ndarray,
+    pod_pct: int,
+    weight: float,
+    gpu_per_mib: np.ndarray,
+    delta: np.ndarray,
+    quantize: bool,
+    call: np.ndarray,
+) -> np.ndarray:
+    """A shared pod's scores on a mask's nodes in one call: the cached `delta` rows of the nodes that fit and
+    are not `valid` (those `changed` no longer are) by `gpu_deltas`, then each node's least change over the
+    GPUs `mask_slots` allows mapped as FGD does (`gpu_exponents`, NumPy's exp, `scores`):
+    `Fragmentation.score`'s NumPy path, in its operations and order."""
+    for i in range(changed.shape[0]):
+        valid[changed[i]] = False
+    fit, nodes = _fit_nodes(mask_nodes, mask_rows, whole)
+    stale = np.empty(nodes.shape[0], dtype=np.int64)
+    m = 0
+    for i in range(nodes.shape[0]):
+        if not valid[nodes[i]]:
+            stale[m] = nodes[i]
+            valid[nodes[i]] = True
+            m += 1
+    if m:
+        gpu_deltas(
+            stale[:m], free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m, w,
+            w32, usable, node_need, node_price, pod_pct, weight, gpu_per_mib, delta,
+        )  # fmt: skip
+    x = gpu_exponents(delta, nodes, mask_slots, fit)
+    exp_in_place(x, call)
+    return scores(x, fit, mask_nodes.shape[0], quantize)
+
+
+@njit(cache=True)
+def gpu_order(
+    node: int,
+    slots: np.ndarray,
+    free: np.ndarray,
+    fit_count: np.ndarray,
+    fit_free: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    need: np.ndarray,
+    k: np.ndarray,
+    cpu_t: np.ndarray,
+    mem_t: np.ndarray,
+    access: np.ndarray,
+    cores: int,
+    cpu_m: int,
+    mem_m: int,
+    w: np.ndarray,
+    usable: np.ndarray,
+) -> np.ndarray:
+    """`slots` of `node` by a shared pod's change in fragmentation there (`slot_matrix`, its product with the
+    float64 weights `w` as NumPy computes it, `-cores - after + before`), least first, equal changes by their
+    free cores, least first, and otherwise as given: `Fragmentation.gpu_order`'s `np.lexsort` (stable)."""
+    m = slots.shape[0]
+    rows = np.full(m, node)
+    matrix = slot_matrix(rows, slots, free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores,
+                         cpu_m, mem_m)  # fmt: skip
+    after = matvec64(matrix, w)
+    delta = np.empty(m)
+    for i in range(m):
+        delta[i] = (np.float64(-cores) - after[i]) + np.float64(usable[node])
+    return lexsorted(slots, delta, free[node])
+
+
+@njit(cache=True)
+def lexsorted(slots: np.ndarray, delta: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """`slots[np.lexsort((free[slots], delta))]` for a few slots: by `delta`, equal ones by their `free`, and
+    otherwise as given (an insertion sort, stable as lexsort's). `delta` is sorted in place."""
+    order = slots.copy()
+    for i in range(1, order.shape[0]):
+        d, s, j = delta[i], order[i], i
+        while j > 0 and (delta[j - 1] > d or (delta[j - 1] == d and free[order[j - 1]] > free[s])):
+            delta[j], order[j] = delta[j - 1], order[j - 1]
+            j -= 1
+        delta[j], order[j] = d, s
+    return order
 
 
 @njit(cache=True)

@@ -28,7 +28,9 @@ def shape_key(pod: PodSpec, memory: bool) -> tuple[Any, ...]:
 @dataclass(slots=True)
 class ShapeMix:
     keys: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per shape, how often it arrived (by demand: its GPUs); Python floats, as `shape_cpu` and `shape_gpu`: an
+    # arrival adds to one of each, at a fraction of a NumPy element's cost (the same float64 additions)
+    counts: list[float] = field(default_factory=list)
     cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     mem: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     k: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -42,8 +44,8 @@ class ShapeMix:
     # GPU capacity: integers summed in float64, so exact in any order (the kernels sum them in a loop)
     cpu_only: float = 0.0
     gpu_pct: float = 0.0
-    shape_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    shape_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    shape_cpu: list[float] = field(default_factory=list)
+    shape_gpu: list[float] = field(default_factory=list)
     # Shape weights in use: between refreshes each node's usable capacity stays cached in the plugin
     p: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     p_total: float = 0.0
@@ -58,6 +60,11 @@ class ShapeMix:
     need_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     need_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cpu_only_per_core: float = 0.0
+
+    @property
+    def count(self) -> np.ndarray:
+        """(T,) how often each shape arrived."""
+        return np.array(self.counts, dtype=np.float64)
 
     def first_time(self, key: str) -> bool:
         """Whether the pod `key` arrives now (not a retry of one counted already)."""
@@ -85,7 +92,7 @@ class ShapeMix:
             if len(self.keys) >= max_shapes:
                 return False, False
             t = self.keys[key] = len(self.keys)
-            self.count = np.append(self.count, 0.0)
+            self.counts.append(0.0)
             self.cpu = np.append(self.cpu, pod.cpu_m)
             self.mem = np.append(self.mem, pod.memory_mib if memory else 0)
             self.k = np.append(self.k, pod.gpu.count)
@@ -94,25 +101,26 @@ class ShapeMix:
             self.gpu_per_mib = np.append(
                 self.gpu_per_mib, gpu_pct / pod.memory_mib if memory and pod.memory_mib else 0.0
             )
-            self.shape_cpu = np.append(self.shape_cpu, 0.0)
-            self.shape_gpu = np.append(self.shape_gpu, 0.0)
+            self.shape_cpu.append(0.0)
+            self.shape_gpu.append(0.0)
             self.pods.append(pod)  # the aggregates gain its column when next brought up to date
         arrived = pod.gpu.gpu_equivalents() if by_demand else 1
-        self.count[t] += arrived
+        self.counts[t] += arrived
         self.shape_cpu[t] += pod.cpu_m
         self.shape_gpu[t] += gpu_pct
         self.running += arrived
         self.since_sum += 1
         threshold = self.p_total * (1 + 1 / 4)
-        due = refresh or len(self.p) < len(self.count)
+        due = refresh or len(self.p) < len(self.counts)
         if not due and self.since_sum < _EXACT_EVERY and self.running < threshold * (1 - 1e-9):
             return added, False  # the exact sum is below the threshold too (see `running`)
-        total = max(float(self.count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
+        count = self.count
+        total = max(float(count.sum()), 1e-9)  # by demand, 0-core pods weigh nothing
         self.running, self.since_sum = total, 0
         if not (due or total > threshold):
             return added, False
-        self.p = (self.count / total).astype(np.float32)
+        self.p = (count / total).astype(np.float32)
         self.p_total = total
-        self.need_cpu, self.need_gpu = self.shape_cpu.copy(), self.shape_gpu.copy()
+        self.need_cpu, self.need_gpu = np.array(self.shape_cpu), np.array(self.shape_gpu)
         self.cpu_only_per_core = self.cpu_only / max(self.gpu_pct, 1.0)
         return added, True

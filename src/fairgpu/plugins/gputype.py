@@ -26,6 +26,10 @@ class GpuType:
     # (state, constraints) → slot mask; node inventories change rarely, pod shapes repeat.
     _cache: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
 
+    def indifferent(self, pod: PodSpec, view: EngineView) -> bool:
+        """No model, UUID or mode asked for or refused: every GPU passes."""
+        return not _constrained(pod)
+
     def filter(self, pod: PodSpec, view: EngineView, mask: FitMask) -> None:
         if _constrained(pod):
             mask.restrict_slots(self._slots(view.state, pod)[mask.rows])

@@ -19,6 +19,7 @@ _ORDER: dict[tuple[str, ...], np.ndarray] = {}  # resources → their indices in
 # score is its own (no sum across rows), so the rows come out as a pass over every node gives them. 256 keys
 # per state (Binpack asks ~50 at most: whole-card counts and shared cores).
 _EVERY = NodeAnswers(most=256)
+_ALONE = np.empty(0)  # free_fraction's `base` when the scores go out on their own
 
 
 def _free_after(pod: PodSpec, view: EngineView, resource: str, r: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
@@ -41,31 +42,63 @@ def _free_fraction(pod: PodSpec, view: EngineView, resources: tuple[str, ...], m
 
 
 def _score(
-    pod: PodSpec, view: EngineView, resources: tuple[str, ...], mask: FitMask, fuller: bool, compiled: bool
+    pod: PodSpec,
+    view: EngineView,
+    resources: tuple[str, ...],
+    mask: FitMask,
+    fuller: bool,
+    compiled: bool,
+    weight: float = 1.0,
+    base: np.ndarray | None = None,
 ) -> np.ndarray:
     """100 × the mean fraction of `resources` free once the pod took its share (`fuller`: 100 × its
-    complement), on the rows of `mask`: in one compiled pass, else on the NumPy path, the same floats."""
+    complement), on the rows of `mask`: in one compiled pass, else on the NumPy path, the same floats. With a
+    float64 `base` of the rows, base + weight × those scores (`add_weighted`): the engine's sum, the same floats."""
     if not compiled:
         frac = _free_fraction(pod, view, resources, mask)
-        return 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+        scores = 100.0 * (1.0 - frac) if fuller else 100.0 * frac
+        return scores if base is None else np.add(base, weight * scores, dtype=np.float64)
     st = view.state
     cores = pod.gpu.count * pod.gpu.cores if pod.gpu is not None else 0
-    taken = np.array([pod.cpu_m, pod.memory_mib, cores], dtype=np.int64)
     order = _ORDER.get(resources)
     if order is None:
         order = _ORDER[resources] = np.array([_NODE_RESOURCES.index(r) for r in resources], dtype=np.int64)
     free, cap = (st.cpu_free, st.mem_free, st.node_cores_free), (st.cpu_cap, st.mem_cap, st.node_cores_cap)
+    cpu_m, memory_mib = pod.cpu_m, pod.memory_mib
     if not isinstance(mask.rows, slice):  # one compiled signature for any caller's rows (no compile in a decision)
-        return np.asarray(node_kernels.free_fraction(np.ascontiguousarray(mask.rows), free, cap, taken, order, fuller))
-    key = (resources, fuller, pod.cpu_m, pod.memory_mib, cores)
-    out = _EVERY.every(st, key, lambda rows: node_kernels.free_fraction(rows, free, cap, taken, order, fuller))
-    return out  # the cache's own: callers read it (the engine copies what it keeps)
+        rows = np.ascontiguousarray(mask.rows)
+        on = _ALONE if base is None else np.ascontiguousarray(base)
+        return np.asarray(
+            node_kernels.free_fraction(rows, free, cap, cpu_m, memory_mib, cores, order, fuller, on, weight)
+        )
+    key = (resources, fuller, cpu_m, memory_mib, cores)
+    out = _EVERY.every(
+        st,
+        key,
+        lambda r: node_kernels.free_fraction(r, free, cap, cpu_m, memory_mib, cores, order, fuller, _ALONE, 1.0),
+    )
+    # the cache's own array: callers read it (the engine copies what it keeps)
+    return out if base is None else np.asarray(node_kernels.plus_weighted(np.ascontiguousarray(base), weight, out))
+
+
+def _by_pod(pod: PodSpec) -> tuple[str, ...]:
+    """Binpack's and Spread's resources: GPU cores for a GPU pod, else CPU and memory."""
+    return _GPU if pod.gpu is not None else _CPU_MEMORY
+
+
+_GPU, _CPU_MEMORY = ("gpu",), ("cpu", "memory")
 
 
 def _warm(plugin: LeastAllocated | Binpack | Spread) -> None:
-    """Load the compiled kernel now, not at the first decisions: once per process."""
-    if plugin.compiled:  # one kernel serves the three plugins
+    """Load the compiled kernels now, not at the first decisions: once per process."""
+    if plugin.compiled:  # the same kernels serve the three plugins
         once("free_fraction", lambda: exercise(plugin))
+        once("plus_weighted", _plus_weighted)
+
+
+def _plus_weighted() -> None:
+    """The weighted sum on every node (`add_weighted`), which no plugin's own `score` asks for."""
+    node_kernels.plus_weighted(np.zeros(1), 1.0, np.zeros(1))
 
 
 @dataclass(slots=True)
@@ -87,7 +120,14 @@ class LeastAllocated(NodeLocal):
         _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return _score(pod, view, self.resources, mask, False, self.compiled)
+        return self.add_weighted(pod, view, mask, 1.0, None)
+
+    def add_weighted(
+        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
+    ) -> np.ndarray:
+        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
+        (framework/evaluations.py); `score` with total None."""
+        return _score(pod, view, self.resources, mask, False, self.compiled, weight, total)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         return slots
@@ -105,8 +145,14 @@ class Binpack(NodeLocal):
         _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
-        return _score(pod, view, resources, mask, True, self.compiled)
+        return self.add_weighted(pod, view, mask, 1.0, None)
+
+    def add_weighted(
+        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
+    ) -> np.ndarray:
+        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
+        (framework/evaluations.py); `score` with total None."""
+        return _score(pod, view, _by_pod(pod), mask, True, self.compiled, weight, total)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
@@ -126,8 +172,14 @@ class Spread(NodeLocal):
         _warm(self)
 
     def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        resources = ("gpu",) if pod.gpu is not None else ("cpu", "memory")
-        return _score(pod, view, resources, mask, False, self.compiled)
+        return self.add_weighted(pod, view, mask, 1.0, None)
+
+    def add_weighted(
+        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
+    ) -> np.ndarray:
+        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
+        (framework/evaluations.py); `score` with total None."""
+        return _score(pod, view, _by_pod(pod), mask, False, self.compiled, weight, total)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
