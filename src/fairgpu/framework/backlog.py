@@ -7,19 +7,21 @@ A second order serves capacity the queue only borrows (beyond its share when eve
 highest priority, then the workload that would have ended first had it started when submitted, so lent GPUs
 come back soon when their owners return (lending.py decides which order a pop takes). Both are heaps
 with lazy deletion: every push gives the item a fresh token, a copy whose token is not a live item's is
-stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt. A copy is one int: the
-item's key as an order-preserving integer (`_rank`), then its token in the low bits. A heap of ints
-compares each pair in one step, where tuples compared field by field and reached into each field's object:
-a pop cost ~2.3 µs in the cycle, its heap mostly out of the cache (keys are unique, so the comparison never
-reaches the token).
+stale and dropped when it surfaces, and a heap of mostly stale copies is rebuilt. A heap is two arrays, its
+copies' keys (one row of floats each: exact for ints below 2**53, as priorities, times and sequence numbers
+are) and their tokens, kept by compiled sift steps comparing rows field by field as Python compares tuples.
+A heap of tuples compared each pair field by field through each field's object, mostly out of the cache
+between pops: ~2.3 µs a pop in the cycle.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import struct
+from collections.abc import Container
 from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+from numba import njit
 
 
 class _Pending(Protocol):
@@ -37,28 +39,118 @@ class _Pending(Protocol):
 
 
 P = TypeVar("P", bound=_Pending)
-_Heap = list[int]  # copies: (rank of the key << _TOKEN_BITS) | token
-_TOKEN_BITS = 48
-_TOKEN = (1 << _TOKEN_BITS) - 1
-_DOUBLE = struct.Struct("<d")
-_BITS = struct.Struct("<Q")
-_SIGN = 1 << 63
-_ALL = (1 << 64) - 1
 
 
-def _rank(key: tuple[float, ...]) -> int:
-    """An int ordered as the key tuples are: each field as a float (exact for ints below 2**53: priorities,
-    times, sequence numbers), mapped to 64 bits that order as the floats do (-0.0 as 0.0, which it equals;
-    a NaN, which no order holds in Python, after +inf), the fields one after the other."""
-    out = 0
-    for x in key:
-        bits = _BITS.unpack(_DOUBLE.pack(float(x) + 0.0))[0]
-        out = (out << 64) | (bits ^ _ALL if bits & _SIGN else bits | _SIGN)
-    return out
+@njit(cache=True)
+def _less(keys: np.ndarray, a: int, b: int) -> bool:
+    """Row a's key before row b's, as Python orders the tuples (the first field that differs decides)."""
+    for f in range(keys.shape[1]):
+        if keys[a, f] != keys[b, f]:
+            return bool(keys[a, f] < keys[b, f])
+    return False
+
+
+@njit(cache=True)
+def _swap(keys: np.ndarray, tokens: np.ndarray, a: int, b: int) -> None:
+    for f in range(keys.shape[1]):
+        keys[a, f], keys[b, f] = keys[b, f], keys[a, f]
+    tokens[a], tokens[b] = tokens[b], tokens[a]
+
+
+@njit(cache=True)
+def _sift_up(keys: np.ndarray, tokens: np.ndarray, i: int) -> None:
+    """Row i (just written at the end) up to its place."""
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _less(keys, i, parent):
+            return
+        _swap(keys, tokens, i, parent)
+        i = parent
+
+
+@njit(cache=True)
+def _sift_down(keys: np.ndarray, tokens: np.ndarray, n: int, i: int) -> None:
+    """Row i down to its place among the first n rows."""
+    while True:
+        least, left = i, 2 * i + 1
+        if left < n and _less(keys, left, least):
+            least = left
+        if left + 1 < n and _less(keys, left + 1, least):
+            least = left + 1
+        if least == i:
+            return
+        _swap(keys, tokens, i, least)
+        i = least
+
+
+@njit(cache=True)
+def _pop_top(keys: np.ndarray, tokens: np.ndarray, n: int) -> None:
+    """Drop row 0 of a heap of n rows: the last row takes its place and sinks."""
+    n -= 1
+    if n > 0:
+        keys[0] = keys[n]
+        tokens[0] = tokens[n]
+        _sift_down(keys, tokens, n, 0)
+
+
+@njit(cache=True)
+def _heapify(keys: np.ndarray, tokens: np.ndarray, n: int) -> None:
+    for i in range(n // 2 - 1, -1, -1):
+        _sift_down(keys, tokens, n, i)
+
+
+class _Heap:
+    """Copies (key, token) in heap order: row 0 is the least key."""
+
+    __slots__ = ("keys", "n", "tokens")
+
+    def __init__(self, fields: int) -> None:
+        self.keys = np.zeros((8, fields))
+        self.tokens = np.zeros(8, dtype=np.int64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def push(self, key: tuple[float, ...], token: int) -> None:
+        if self.n == len(self.tokens):
+            self.keys = np.concatenate([self.keys, np.zeros_like(self.keys)])
+            self.tokens = np.concatenate([self.tokens, np.zeros_like(self.tokens)])
+        self.keys[self.n] = key
+        self.tokens[self.n] = token
+        _sift_up(self.keys, self.tokens, self.n)
+        self.n += 1
+
+    def pop(self) -> None:
+        _pop_top(self.keys, self.tokens, self.n)
+        self.n -= 1
+
+    def keep(self, live: Container[int]) -> None:
+        """Only the copies whose token is in `live`, heap order restored."""
+        kept = np.array([t in live for t in self.tokens[: self.n].tolist()], dtype=bool)
+        n = int(kept.sum())
+        self.keys[:n] = self.keys[: self.n][kept]
+        self.tokens[:n] = self.tokens[: self.n][kept]
+        self.n = n
+        _heapify(self.keys, self.tokens, n)
+
+
+def _warm() -> None:
+    """Load the compiled steps now (the first backlog built), not at the first pop of a timed cycle."""
+    heap = _Heap(2)
+    for t in range(3):
+        heap.push((0.0, float(-t)), t)
+    heap.pop()
+    heap.keep({1})
 
 
 class Backlog(Generic[P]):
+    _warmed = False
+
     def __init__(self, by_user: bool = False, lends: bool = False) -> None:
+        if not Backlog._warmed:
+            Backlog._warmed = True
+            _warm()
         self.by_user = by_user
         self.lends = lends  # keeps the order on borrowed capacity too (only then may `pop(lend=True)`)
         self._own: dict[str, _Heap] = {}  # per user, by the queue's order
@@ -81,14 +173,14 @@ class Backlog(Generic[P]):
         self._token[id(item)] = token
         self._live[token] = item
         if user not in self._count:
-            self._own[user], self._lend[user], self._count[user] = [], [], 0
+            order, lend = item.order, item.lend_order
+            self._own[user], self._lend[user], self._count[user] = _Heap(len(order)), _Heap(len(lend)), 0
         self._count[user] += 1
         self._size += 1
         for heap, key in ((self._own[user], item.order), (self._lend[user], item.lend_order))[: 1 + self.lends]:
             if len(heap) > 2 * self._count[user] + 16:  # mostly stale: rebuild from the live copies
-                heap[:] = self._live_copies(heap)
-                heapq.heapify(heap)
-            heapq.heappush(heap, (_rank(key) << _TOKEN_BITS) | token)
+                heap.keep(self._live)
+            heap.push(key, token)
 
     def peek(self) -> P:
         return self._top(self._own[self._next_user()])
@@ -98,7 +190,7 @@ class Backlog(Generic[P]):
         user = self._next_user()
         heap = (self._lend if lend else self._own)[user]
         item = self._top(heap)
-        heapq.heappop(heap)  # its copy in the other order goes stale
+        heap.pop()  # its copy in the other order goes stale
         self._drop(item, user)
         return item
 
@@ -109,7 +201,7 @@ class Backlog(Generic[P]):
 
     def ordered(self) -> list[P]:
         """Everything pending, in the queue's own order as it would be offered if nothing changed."""
-        queues = {u: [self._live[c & _TOKEN] for c in sorted(self._live_copies(h))] for u, h in self._own.items()}
+        queues = {u: sorted(self._items(h), key=lambda it: it.order) for u, h in self._own.items()}
         if not self.by_user:
             return queues.get("", [])
         held = dict(self._held)
@@ -134,18 +226,18 @@ class Backlog(Generic[P]):
         if not self._count[user]:
             del self._own[user], self._lend[user], self._count[user]
 
-    def _live_copies(self, heap: _Heap) -> _Heap:
+    def _items(self, heap: _Heap) -> list[P]:
         live = self._live
-        return [c for c in heap if c & _TOKEN in live]
+        return [live[t] for t in heap.tokens[: heap.n].tolist() if t in live]
 
     def _top(self, heap: _Heap) -> P:
-        """The item of the heap's first live copy (then `heap[0]`), after dropping the stale ones above it."""
+        """The item of the heap's first live copy, after dropping the stale ones above it."""
         live = self._live
         while True:
-            item = live.get(heap[0] & _TOKEN)
+            item = live.get(heap.tokens.item(0))
             if item is not None:
                 return item
-            heapq.heappop(heap)
+            heap.pop()
 
     def _user(self, item: P) -> str:
         return item.user if self.by_user else ""
@@ -154,8 +246,4 @@ class Backlog(Generic[P]):
         if not self.by_user:
             return ""
         held = self._held
-        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top_rank(self._own[u])))
-
-    def _top_rank(self, heap: _Heap) -> int:
-        self._top(heap)
-        return heap[0] >> _TOKEN_BITS
+        return min(self._own, key=lambda u: (held.get(u, 0.0), self._top(self._own[u]).order))
