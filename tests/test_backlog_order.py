@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairgpu.framework.backlog import Backlog
+from fairgpu.framework.backlog import Backlog, _Heap
 
 
 @dataclass(eq=False)
@@ -58,3 +58,22 @@ def test_a_backlog_offers_items_in_the_tuples_order_through_pushes_and_pops():
             b.push(it)
             pending.append(it)
     assert len(b) == len(pending) and b.ordered() == sorted(pending, key=lambda it: it.order)
+
+
+def test_a_heap_rebuilt_from_its_live_copies_pops_them_in_order():
+    """A rebuild keeps the live rows and restores heap order over them (the root included); the rows left
+    behind past the end are never read again."""
+    rng = np.random.default_rng(9)
+    for size in range(1, 60):
+        heap = _Heap(2)
+        keys = {t: (float(rng.integers(0, 4)), float(t)) for t in range(size)}
+        for t in rng.permutation(size).tolist():
+            heap.push(keys[t], t)
+        least = min(keys, key=keys.__getitem__)
+        live = {t for t in range(size) if rng.random() < 0.6 and t != least}  # the root's copy is stale
+        heap.keep(live)
+        popped = []
+        while len(heap):
+            popped.append(heap.tokens.item(0))
+            heap.pop()
+        assert popped == sorted(live, key=keys.__getitem__)
