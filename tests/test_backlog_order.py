@@ -57,6 +57,7 @@ def test_a_backlog_offers_items_in_the_tuples_order_through_pushes_and_pops():
             it = _Item((-prio, t, seq), (-prio, t + run, t, seq))
             b.push(it)
             pending.append(it)
+            assert len(b._token) <= 2 * len(pending) + 17  # the ids of popped items are let go in bulk
     assert len(b) == len(pending) and b.ordered() == sorted(pending, key=lambda it: it.order)
 
 

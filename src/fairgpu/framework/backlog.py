@@ -156,8 +156,10 @@ class Backlog(Generic[P]):
         self._own: dict[str, _Heap] = {}  # per user, by the queue's order
         self._lend: dict[str, _Heap] = {}  # per user, by the order on borrowed capacity
         self._count: dict[str, int] = {}  # per user: live items
-        self._token: dict[int, int] = {}  # id(item) → token of its live copies
-        self._live: dict[int, P] = {}  # token of live copies → their item (it keeps the item and its id alive)
+        # token of live copies → their item (it keeps the item, so its id, alive); id(item) → its latest token,
+        # which may be stale: a pop deletes one entry, not two, and `push` clears the stale ones in bulk
+        self._live: dict[int, P] = {}
+        self._token: dict[int, int] = {}
         self._tokens = itertools.count()
         self._held: dict[str, float] = {}  # per user: dominant share held now
         self._size = 0
@@ -169,7 +171,9 @@ class Backlog(Generic[P]):
         user, token = self._user(item), next(self._tokens)
         old = self._token.get(id(item))
         if old is not None:  # pushed again while live: its earlier copies go stale
-            del self._live[old]
+            self._live.pop(old, None)
+        elif len(self._token) > 2 * len(self._live) + 16:
+            self._token = {id(it): t for t, it in self._live.items()}
         self._token[id(item)] = token
         self._live[token] = item
         if user not in self._count:
@@ -190,14 +194,16 @@ class Backlog(Generic[P]):
         user = self._next_user()
         heap = (self._lend if lend else self._own)[user]
         item = self._top(heap)
+        token = heap.tokens.item(0)
         heap.pop()  # its copy in the other order goes stale
-        self._drop(item, user)
+        self._drop(token, user)
         return item
 
     def remove(self, item: P) -> None:
-        if id(item) not in self._token:
+        token = self._token.get(id(item))
+        if token is None or self._live.get(token) is not item:
             raise ValueError("not in this backlog")
-        self._drop(item, self._user(item))
+        self._drop(token, self._user(item))
 
     def ordered(self) -> list[P]:
         """Everything pending, in the queue's own order as it would be offered if nothing changed."""
@@ -219,8 +225,8 @@ class Backlog(Generic[P]):
         if self.by_user:
             self._held[user] = self._held.get(user, 0.0) + share
 
-    def _drop(self, item: P, user: str) -> None:
-        del self._live[self._token.pop(id(item))]
+    def _drop(self, token: int, user: str) -> None:
+        del self._live[token]
         self._size -= 1
         self._count[user] -= 1
         if not self._count[user]:
