@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import hashlib
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -464,3 +466,26 @@ def test_the_score_sum_never_writes_into_an_array_a_plugin_keeps():
         if placed and rng.random() < 0.3:
             view.state.release(placed.pop(int(rng.integers(len(placed)))))
     assert checked > 40, checked
+
+
+def test_a_copy_of_the_state_evaluated_once_is_not_kept_alive_by_the_cache():
+    """The engine keeps a state's pod shapes in a cache weakly keyed by the state, each shape with what it needs
+    to bring itself up to date (its filters, its only filter's `filter_into`): anything there holding the state
+    would keep every dry run's copy alive with its arrays for as long as the profile lives. So would a filter's
+    own cache keyed by the state: half the pods ask for a GPU model, which `GpuType` masks per node list."""
+    sched = Scheduler(cluster(), QueueTree([QueueSpec("q")]), load_profile("fairgpu"))
+    view, profile = sched.view, sched.profile
+    rng = np.random.default_rng(3)
+    pods = [dataclasses.replace(draw(rng), gpu_include=()) for _ in range(6)]
+    pods += [dataclasses.replace(draw(rng), gpu_include=("A100",)) for _ in range(6)]
+    copy_ = view.state.copy()
+    dry = dataclasses.replace(view, state=copy_)
+    for pod in pods:
+        shape = ev.filtered(pod, dry, profile)
+        if shape.nodes.any():
+            ev.scored(shape, pod, dry, profile)
+    assert any(ev.filtered(p, dry, profile).into is not None for p in pods)  # writers were made
+    gone = weakref.ref(copy_)
+    del copy_, dry, shape
+    gc.collect()
+    assert gone() is None

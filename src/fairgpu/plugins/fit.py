@@ -47,10 +47,10 @@ class Resources:
         # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
         # in one compiled pass
         if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
-            nodes, ok, count = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
+            nodes, ok = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
             mask.restrict_nodes(nodes)
-            mask.restrict_slots(ok, count)
-            if mask.slot_count is None:  # an earlier filter narrowed the slots (GpuType): count what is left
+            mask.restrict_slots(ok)
+            if mask.slots is not ok:  # an earlier filter narrowed the slots (GpuType): count what is left
                 mask.restrict_nodes(mask.counts() >= g.count)
             return
         if self.compiled and g is not None and not (st.has_mig or per_container or whole):
@@ -90,7 +90,7 @@ class Resources:
                 return None
             self._every(pod, g, st, nodes, slots)
             return FitMask(nodes, slots)
-        at, ok, _ = self._compiled(pod, g, st, rows, whole, nodes, slots)
+        at, ok = self._compiled(pod, g, st, rows, whole, nodes, slots)
         return FitMask(at, ok, rows=rows)
 
     @staticmethod
@@ -112,7 +112,7 @@ class Resources:
         whole: bool,
         nodes: np.ndarray,
         slots: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The compiled pass of a GPU pod on these rows: the node checks and the cards (idle ones for whole
         cards, else `card_ok`'s) in one pass, nodes with too few such cards refused there; the verdicts written
         at `rows` into `nodes` and `slots` too unless they are empty (`node_kernels.NOWHERE`)."""

@@ -288,29 +288,30 @@ class Fragmentation:
         # cores-100 pod takes half of one, HAMi's share, and leaves the rest to the mix)
         shared = pod.gpu is not None and not state.takes_whole_cards(pod.gpu)
         key = shape_key(pod, self.memory)  # a shared pod's GPUs are masked per call, so GPU memory is no part
-        hit = agg.deltas.get(key)
-        if hit is None:
+        entry = agg.deltas.get(key)
+        if entry is None:
             n = state.num_nodes
             spare = agg.spare[shared]
             if spare:
-                delta, valid = spare.pop()
-                valid.fill(False)
+                entry = spare.pop()
+                entry.valid.fill(False)
             else:
-                delta, valid = np.full((n, agg.free.shape[1]) if shared else n, np.inf), np.zeros(n, dtype=bool)
+                entry = per_node.Deltas.empty(agg.at, n, agg.free.shape[1], shared)
             changed = _NO_ROWS if shared else np.arange(n)
             if len(agg.deltas) >= _CACHED_SHAPES:
                 agg.deltas.clear()
+            agg.deltas[key] = entry
         else:
-            at, delta, valid = hit
-            changed = state.changes.since(at) if at != agg.at else _NO_ROWS
-        agg.deltas[key] = (agg.at, delta, valid)
+            changed = state.changes.since(entry.at) if entry.at != agg.at else _NO_ROWS
+        entry.at = agg.at
+        delta, valid = entry.delta, entry.valid
         # A shared pod's changes are brought up to date only on the nodes asked about (a node's change depends
         # on that node alone, and its float64 product rounds alike in any batch of rows); the rest wait until
         # a pod of the shape can go there: after new weights or for a new shape, the nodes that fit, not every
         # node. A whole-GPU pod's float32 product rounds by the rows batched with it, so its rows go in the
         # batches they always did: every node, then the nodes changed since.
         if self.compiled:  # all of it in one call
-            return self._compiled_scores(pod, agg, mask, shared, changed, delta, valid)
+            return self._compiled_scores(pod, agg, mask, shared, changed, entry)
         fit = mask.nodes.nonzero()[0]  # np.flatnonzero costs a microsecond more per call
         nodes = fit if isinstance(mask.rows, slice) else mask.rows[fit]
         if shared:
@@ -338,10 +339,9 @@ class Fragmentation:
         mask: FitMask,
         shared: bool,
         changed: np.ndarray,
-        delta: np.ndarray,
-        valid: np.ndarray,
+        entry: per_node.Deltas,
     ) -> np.ndarray:
-        """The scores by the compiled kernels: the cached `delta` rows brought up to date (a matrix of each
+        """The scores by the compiled kernels: the shape's cached rows brought up to date (a matrix of each
         shape's usable capacity after the pod, its product with the weights, and the rest around them: the
         values of `_gpu_deltas` and `_node_deltas`, which the NumPy path runs), then FGD's mapping on the
         nodes that fit, NumPy's exp included."""
@@ -355,16 +355,16 @@ class Fragmentation:
         if shared:
             assert pod.gpu is not None and mask.slots is not None
             out = kernels.gpu_scores(
-                mask.nodes, rows, whole, mask.slots, changed, valid, agg.free, agg.wide_count, agg.wide_free, agg.cpu,
-                agg.mem, mix.need, mix.k, mix.cpu, mix.mem, agg.wide_access, pod.gpu.cores, cpu_m, mem_m, self._w64,
-                self._w, agg.usable, agg.need, agg.price, pct, weight, mix.gpu_per_mib, delta, self.quantize,
-                blas.EXP_CALL,
+                mask.nodes, rows, whole, mask.slots, changed, entry.valid, entry.least, entry.first, agg.free,
+                agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.need, mix.k, mix.cpu, mix.mem, agg.wide_access,
+                pod.gpu.cores, cpu_m, mem_m, self._w64, self._w, agg.usable, agg.need, agg.price, pct, weight,
+                mix.gpu_per_mib, entry.delta, self.quantize, blas.EXP_CALL,
             )  # fmt: skip
         else:
             out = kernels.node_scores(
                 mask.nodes, rows, whole, changed, agg.free, agg.wide_count, agg.wide_free, agg.cpu, agg.mem, mix.k,
                 mix.cpu, mix.mem, agg.wide_access, k, k * GPU_CORES, cpu_m, mem_m, self._w, agg.usable, agg.need,
-                agg.price, pct, weight, mix.gpu_per_mib, delta, self.quantize, blas.EXP_CALL,
+                agg.price, pct, weight, mix.gpu_per_mib, entry.delta, self.quantize, blas.EXP_CALL,
             )  # fmt: skip
         return np.asarray(out)
 

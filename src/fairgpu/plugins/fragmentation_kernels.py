@@ -636,13 +636,20 @@ def _alike(
 
 
 @njit(cache=True)
-def gpu_exponents(delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: np.ndarray) -> np.ndarray:
+def gpu_exponents(
+    delta: np.ndarray, nodes: np.ndarray, slots: np.ndarray, fit: np.ndarray, least: np.ndarray, first: np.ndarray
+) -> np.ndarray:
     """(k,) the exponent of FGD's score mapping (`Fragmentation._exponent`) of each node's least change over
-    the GPUs `slots[fit[i]]` allows (inf where it allows none, so 50)."""
+    the GPUs `slots[fit[i]]` allows (inf where it allows none, so 50): the node's `least` change where the
+    mask allows the `first` GPU with it (the scan below would stop its changes there: none before is as
+    small, none after smaller), else that scan."""
     out = np.empty(nodes.shape[0], dtype=np.float64)
     for i in range(nodes.shape[0]):
-        best = np.inf
         n, f = nodes[i], fit[i]
+        if slots[f, first[n]]:
+            out[i] = _clipped(least[n])
+            continue
+        best = np.inf
         for g in range(delta.shape[1]):  # selects, not branches: which slots are allowed is hard to predict
             v = delta[n, g] if slots[f, g] else np.inf
             best = v if v < best else best
@@ -741,6 +748,8 @@ def gpu_scores(
     mask_slots: np.ndarray,
     changed: np.ndarray,
     valid: np.ndarray,
+    least: np.ndarray,
+    first: np.ndarray,
     free: np.ndarray,
     fit_count: np.ndarray,
     fit_free: np.ndarray,
@@ -767,9 +776,10 @@ def gpu_scores(
     call: np.ndarray,
 ) -> np.ndarray:
     """A shared pod's scores on a mask's nodes in one call: the cached `delta` rows of the nodes that fit and
-    are not `valid` (those `changed` no longer are) by `gpu_deltas`, then each node's least change over the
-    GPUs `mask_slots` allows mapped as FGD does (`gpu_exponents`, NumPy's exp, `scores`):
-    `Fragmentation.score`'s NumPy path, in its operations and order."""
+    are not `valid` (those `changed` no longer are) by `gpu_deltas`, with each row's `least` change and the
+    `first` GPU with it, then each node's least change over the GPUs `mask_slots` allows mapped as FGD does
+    (`gpu_exponents`, NumPy's exp, `scores`): `Fragmentation.score`'s NumPy path, in its operations and
+    order."""
     for i in range(changed.shape[0]):
         valid[changed[i]] = False
     fit, nodes = _fit_nodes(mask_nodes, mask_rows, whole)
@@ -785,7 +795,13 @@ def gpu_scores(
             stale[:m], free, fit_count, fit_free, cpu, mem, need, k, cpu_t, mem_t, access, cores, cpu_m, mem_m, w,
             w32, usable, node_need, node_price, pod_pct, weight, gpu_per_mib, delta,
         )  # fmt: skip
-    x = gpu_exponents(delta, nodes, mask_slots, fit)
+        for i in range(m):
+            r, best, at = stale[i], np.inf, 0
+            for g in range(delta.shape[1]):  # as `gpu_exponents` scans: the first GPU with the least change
+                if delta[r, g] < best:
+                    best, at = delta[r, g], g
+            least[r], first[r] = best, at
+    x = gpu_exponents(delta, nodes, mask_slots, fit, least, first)
     exp_in_place(x, call)
     return scores(x, fit, mask_nodes.shape[0], quantize)
 

@@ -16,6 +16,27 @@ from fairgpu.state import ClusterState
 
 
 @dataclass(slots=True)
+class Deltas:
+    """One pod shape's change in fragmentation on each node, brought up to date only on the nodes changed since
+    `at`, and only once a pod of the shape can go there."""
+
+    at: int  # the state's version when last brought up to date
+    delta: np.ndarray  # (N,), or (N, G) per GPU for a shared shape (inf where the GPU has no room)
+    valid: np.ndarray  # (N,) bool: the nodes whose changes are computed and current
+    # a shared shape's (N,) least change over each node's GPUs and (N,) the first GPU with it (compiled path;
+    # else empty): a pod whose mask allows that GPU scores the node by it without reading the node's row
+    least: np.ndarray
+    first: np.ndarray
+
+    @staticmethod
+    def empty(at: int, nodes: int, gpus: int, shared: bool) -> Deltas:
+        none = np.zeros(0)
+        delta = np.full((nodes, gpus) if shared else nodes, np.inf)
+        least, first = (np.full(nodes, np.inf), np.zeros(nodes, dtype=np.int64)) if shared else (none, none)
+        return Deltas(at, delta, np.zeros(nodes, dtype=bool), least, first)
+
+
+@dataclass(slots=True)
 class Aggregates:
     """Per-node sums for every known shape, valid for `free`/`cpu` as they were when computed."""
 
@@ -43,20 +64,17 @@ class Aggregates:
     # percent there, valid with `usable`
     need: np.ndarray = field(default_factory=lambda: np.zeros(0))
     price: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # pod key → (the state's version when computed, (N,) change in fragmentation per node, (N,) which nodes'
-    # changes are computed and current): pod shapes repeat, and between two placements only the nodes that
-    # changed need scoring again, and only once a pod of the shape can go there
-    deltas: dict[tuple[Any, ...], tuple[int, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # the (delta, valid) arrays of shapes dropped with stale weights, (N,) then (N, G): a shape's next pod
-    # takes one instead of a fresh array (a 5,000-node (N, G) array's fresh pages: ~45 µs). Never more than
-    # `deltas` held at once
-    spare: tuple[list[tuple[np.ndarray, np.ndarray]], ...] = field(default_factory=lambda: ([], []))
+    # per pod key: pod shapes repeat, and between two placements only the nodes that changed need scoring again
+    deltas: dict[tuple[Any, ...], Deltas] = field(default_factory=dict)
+    # shapes dropped with stale weights, (N,) then (N, G): a shape's next pod takes one's arrays instead of fresh
+    # ones (a 5,000-node (N, G) array's fresh pages: ~45 µs). Never more than `deltas` held at once
+    spare: tuple[list[Deltas], list[Deltas]] = field(default_factory=lambda: ([], []))
 
     def stale(self) -> None:
         """New weights: the usable capacities and every shape's deltas go (their arrays kept as `spare`)."""
         self.usable = None
-        for delta, valid in (hit[1:] for hit in self.deltas.values()):
-            self.spare[delta.ndim - 1].append((delta, valid))
+        for entry in self.deltas.values():
+            self.spare[entry.delta.ndim - 1].append(entry)
         self.deltas.clear()
 
     @property

@@ -23,8 +23,11 @@ def _constrained(pod: PodSpec) -> bool:
 @dataclass(slots=True)
 class GpuType:
     NAME: ClassVar[str] = "GpuType"
-    # (state, constraints) → slot mask; node inventories change rarely, pod shapes repeat.
-    _cache: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+    # (node list, constraints) → slot mask. GPU models, UUIDs and modes never change under a ClusterState,
+    # and its copies (dry runs) share its node list: keyed by the list, a dry run reuses its state's masks and
+    # the cache holds no state (keyed by the state, it kept up to 256 dry-run copies alive with their arrays).
+    # The list is kept in the entry so its id cannot be reused by another list while the entry lives.
+    _cache: dict[tuple[Any, ...], tuple[list[Any], np.ndarray]] = field(default_factory=dict)
 
     def indifferent(self, pod: PodSpec, view: EngineView) -> bool:
         """No model, UUID or mode asked for or refused: every GPU passes."""
@@ -47,20 +50,20 @@ class GpuType:
 
     def _slots(self, state: ClusterState, pod: PodSpec, uuids: bool = True) -> np.ndarray:
         key = (
-            state,
+            id(state.nodes),
             pod.gpu_include,
             pod.gpu_exclude,
             uuids and (pod.gpu_uuid_include, pod.gpu_uuid_exclude, pod.gpu_mode),
         )
         hit = self._cache.get(key)
         if hit is None:
-            hit = state.model_slots(pod.allows_model)
+            slots = state.model_slots(pod.allows_model)
             if uuids and (pod.gpu_uuid_include or pod.gpu_uuid_exclude or pod.gpu_mode is not None):
-                hit = hit & _uuid_slots(state, pod)
+                slots = slots & _uuid_slots(state, pod)
             if len(self._cache) > 256:
                 self._cache.clear()
-            self._cache[key] = hit
-        return hit
+            hit = self._cache[key] = (state.nodes, slots)
+        return hit[1]
 
 
 def _uuid_slots(state: ClusterState, pod: PodSpec) -> np.ndarray:

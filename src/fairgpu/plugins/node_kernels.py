@@ -33,19 +33,17 @@ def cards(
     request: np.ndarray,
     nodes_at: np.ndarray,
     slots_at: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(nodes with the CPU, the memory and `count` such cards, (rows, G) cards that pass HAMi's per-card checks,
-    their count per node) for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct,
-    count); the verdicts also written at `rows` into (N,) `nodes_at` and (N, G) `slots_at` unless these are
-    empty (`NOWHERE`)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes with the CPU, the memory and `count` such cards, (rows, G) cards that pass HAMi's per-card checks)
+    for a shared-card request `request` = (cpu_m, memory_mib, cores, mem_mib, mem_pct, count); the verdicts
+    also written at `rows` into (N,) `nodes_at` and (N, G) `slots_at` unless these are empty (`NOWHERE`)."""
     cpu_m, memory_mib, cores, mem_mib, mem_pct = request[0], request[1], request[2], request[3], request[4]
     n, gpus = rows.shape[0], usable.shape[1]
     nodes = np.empty(n, dtype=np.bool_)
     ok = np.empty((n, gpus), dtype=np.bool_)
-    count = np.zeros(n, dtype=np.int64)
     for i in range(n):
         r = rows[i]
-        nodes[i] = schedulable[r] and cpu_free[r] >= cpu_m and mem_free[r] >= memory_mib
+        count = 0
         for g in range(gpus):
             fits = usable[r, g] & (not exclusive[r, g]) & (tasks[r, g] < split[r, g])
             fits = fits & _takes(
@@ -53,10 +51,10 @@ def cards(
                 cores, mem_mib, mem_pct,
             )  # fmt: skip
             ok[i, g] = fits
-            count[i] += fits
-        nodes[i] = nodes[i] and count[i] >= request[5]
+            count += fits
+        nodes[i] = schedulable[r] & (cpu_free[r] >= cpu_m) & (mem_free[r] >= memory_mib) & (count >= request[5])
     _write(rows, nodes, ok, nodes_at, slots_at)
-    return nodes, ok, count
+    return nodes, ok
 
 
 @njit(cache=True)
@@ -125,23 +123,22 @@ def idle_cards(
     k: int,
     nodes_at: np.ndarray,
     slots_at: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """(nodes with the CPU, the memory and `k` such cards, (rows, G) idle cards with `mem_mib` of memory if
-    asked, their count per node) for a pod that takes `k` whole cards; written at `rows` as `cards` writes."""
+    asked) for a pod that takes `k` whole cards; written at `rows` as `cards` writes."""
     n, gpus = rows.shape[0], idle.shape[1]
     nodes = np.empty(n, dtype=np.bool_)
     ok = np.empty((n, gpus), dtype=np.bool_)
-    count = np.zeros(n, dtype=np.int64)
     for i in range(n):
         r = rows[i]
-        nodes[i] = schedulable[r] and cpu_free[r] >= cpu_m and mem_free[r] >= memory_mib
+        count = 0
         for g in range(gpus):
-            fits = idle[r, g] and (mem_mib == 0 or gpu_mem_cap[r, g] >= mem_mib)
+            fits = idle[r, g] & ((mem_mib == 0) | (gpu_mem_cap[r, g] >= mem_mib))
             ok[i, g] = fits
-            count[i] += fits
-        nodes[i] = nodes[i] and count[i] >= k
+            count += fits
+        nodes[i] = schedulable[r] & (cpu_free[r] >= cpu_m) & (mem_free[r] >= memory_mib) & (count >= k)
     _write(rows, nodes, ok, nodes_at, slots_at)
-    return nodes, ok, count
+    return nodes, ok
 
 
 # the card kernels' (N,) and (N, G) targets when the verdicts go nowhere else (empty: nothing is written there)

@@ -12,6 +12,7 @@ from fairgpu.framework.node_answers import NodeAnswers
 from fairgpu.model.pod import PodSpec
 from fairgpu.plugins import node_kernels
 from fairgpu.plugins.kernel_warmup import exercise, once
+from fairgpu.state import ClusterState
 
 _NODE_RESOURCES = ("cpu", "memory", "gpu")
 _ORDER: dict[tuple[str, ...], np.ndarray] = {}  # resources → their indices in the kernel's tuples
@@ -71,14 +72,30 @@ def _score(
         return np.asarray(
             node_kernels.free_fraction(rows, free, cap, cpu_m, memory_mib, cores, order, fuller, on, weight)
         )
+    out = _every_node(st, resources, free, cap, cpu_m, memory_mib, cores, order, fuller)
+    # the cache's own array: callers read it (the engine copies what it keeps)
+    return out if base is None else np.asarray(node_kernels.plus_weighted(np.ascontiguousarray(base), weight, out))
+
+
+def _every_node(
+    st: ClusterState,
+    resources: tuple[str, ...],
+    free: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cap: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cpu_m: int,
+    memory_mib: int,
+    cores: int,
+    order: np.ndarray,
+    fuller: bool,
+) -> np.ndarray:
+    """Every node's compiled scores, kept per state (`_EVERY`). A function of its own: its closure would make
+    `_score`'s variables cells, made on every call, the changed rows' too."""
     key = (resources, fuller, cpu_m, memory_mib, cores)
-    out = _EVERY.every(
+    return _EVERY.every(
         st,
         key,
         lambda r: node_kernels.free_fraction(r, free, cap, cpu_m, memory_mib, cores, order, fuller, _ALONE, 1.0),
     )
-    # the cache's own array: callers read it (the engine copies what it keeps)
-    return out if base is None else np.asarray(node_kernels.plus_weighted(np.ascontiguousarray(base), weight, out))
 
 
 def _by_pod(pod: PodSpec) -> tuple[str, ...]:
