@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS = (
     "src/fairgpu/fairness.py",
     "src/fairgpu/state.py",  # where a GPU booked twice would come from
+    "src/fairgpu/state_kernels.py",  # state.py's fits and bookkeeping, compiled
     "src/fairgpu/changes.py",  # a stale answer leaves caches of filters and scores stale
     "src/fairgpu/plugins/*.py",
     "src/fairgpu/framework/*.py",
@@ -68,6 +69,9 @@ TARGETS = (
     "src/fairgpu/k8s/writes.py",
     "src/fairgpu/k8s/webhook_server.py",
     "src/fairgpu/k8s/reporter.py",
+    # whose requests are trusted to name a user, and which workload controllers' copies are
+    "src/fairgpu/k8s/identity.py",
+    "src/fairgpu/cli/run.py",
 )
 # Slow tests of the dashboard and packaging, which run no policy code that faster tests do not.
 SKIP_TESTS = ("test_dashboard.py", "test_live_dashboard.py", "test_grafana.py", "test_deploy.py")

@@ -4,7 +4,8 @@ a subprocess), forks, and in the child swaps the mutated function's code into ev
 from it before running the tests in-process with pytest.main. A mutant outside any function body (a module
 constant, a class attribute, a default) cannot be swapped in that way and runs in a fresh interpreter instead.
 In a function numba compiles, the child replaces the module's compiled function by one numba compiles from the
-mutated code (callers reach it through the module, as `kernels.name`); the others were loaded once, before
+mutated code, and every module's name for it (callers reach it through the module, as `kernels.name`, or by
+a name of their own, `from ... import book`); the others were loaded once, before
 forking, from numba's on-disk cache (keyed by the source's content, so valid again once the file is restored),
 so a child compiles only the mutant.
 Answers one JSON line per mutant: outcome (killed, timeout, survived, error), seconds, mode (fork, jit, spawn),
@@ -147,6 +148,27 @@ def _recompile_callers(module: types.ModuleType, name: str) -> None:
         setattr(module, k, njit(types.FunctionType(f.__code__, vars(module), k, f.__defaults__)))
 
 
+def _swap_compiled(module: types.ModuleType, code: types.CodeType) -> None:
+    """Numba compiles the mutated function `code` (not cached: the cache is the original's) in place of the
+    module's, and its callers against it; every fairgpu module's name for a function replaced then names the
+    replacement: a module that imported a kernel by name (state.py's `from fairgpu.state_kernels import book`)
+    held the original, so every mutant of `book` ran in no test and survived unseen."""
+    from numba import njit
+
+    name = code.co_name
+    before = dict(vars(module))
+    setattr(
+        module, name, njit(types.FunctionType(code, vars(module), name, getattr(module, name).py_func.__defaults__))
+    )
+    _recompile_callers(module, name)
+    replaced = {id(v): vars(module)[k] for k, v in before.items() if vars(module)[k] is not v}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is not module and (mod_name == "fairgpu" or mod_name.startswith("fairgpu.")):
+            for k, v in list(vars(mod).items()):
+                if id(v) in replaced:
+                    setattr(mod, k, replaced[id(v)])
+
+
 def _fork(
     funcs: list[types.FunctionType],
     code: types.CodeType,
@@ -162,14 +184,8 @@ def _fork(
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
-            if jit is not None:  # numba compiles the mutated function (not cached: the cache is the original's)
-                from numba import njit
-
-                name = code.co_name
-                setattr(
-                    jit, name, njit(types.FunctionType(code, vars(jit), name, getattr(jit, name).py_func.__defaults__))
-                )
-                _recompile_callers(jit, name)
+            if jit is not None:
+                _swap_compiled(jit, code)
             for f in funcs:
                 f.__code__ = code
             status = int(pytest.main([*PYTEST_ARGS, f"--junitxml={REPORT}", *tests]))

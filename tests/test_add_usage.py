@@ -60,3 +60,13 @@ def test_the_compiled_accounting_equals_its_python_steps_bit_for_bit():
             for name in ("usage", "usage_dom", "share_ratio"):
                 assert np.array_equal(getattr(mine, name), getattr(want, name)), name
         assert np.isinf(mine.share_ratio).any() and (mine.usage_dom > 0).all()
+
+
+def test_a_cluster_without_capacity_gives_usage_a_dominant_share_of_nothing():
+    """No dimension with capacity (a live cluster before its nodes are seen): the dominant share is 0.0, as
+    Python's max over nothing with default 0.0, and the ratio the past usage over the entitlement."""
+    tree = QueueTree([QueueSpec("a")])
+    view = _view(tree, np.zeros(4), np.random.default_rng(0))
+    view.entitled_dom[:], view.history_dom[:] = 0.5, 0.1
+    view.add_usage(0, [np.array([2.0, 1.0, 3.0, 4.0])])
+    assert view.usage_dom[0] == 0.0 and view.share_ratio[0] == 0.1 / 0.5

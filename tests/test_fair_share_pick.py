@@ -8,7 +8,7 @@ import numpy as np
 
 from fairgpu.framework.interfaces import ActiveQueues, EngineView
 from fairgpu.model import PodSpec, QueueSpec, QueueTree, Workload
-from fairgpu.plugins.sort import FairShare
+from fairgpu.plugins.sort import FairShare, _least_served
 
 
 def _reference(active: ActiveQueues, view: EngineView) -> int:
@@ -67,3 +67,15 @@ def test_the_compiled_pick_orders_queues_as_python_tuples_do():
             ties += sum(1 for x in live if x == min(live, key=lambda t: (t[0], t[1]))) > 1
             nan_picks += bool(np.isnan(ratio[roots]).any())
     assert checked == 3_000 and ties > 100 and nan_picks > 100
+
+
+def test_the_least_served_of_a_level_is_the_first_of_equals_and_ties_count_only_queues_with_work():
+    """Queues 1 and 2 equal in ratio and usage: the first is named, with 2 ties; queue 3 (less ratio) and
+    queue 4 (equal to them) have no work and count for nothing; no queue with work: (-1, 0)."""
+    ratio = np.array([0.5, 0.5, 0.5, 0.2, 0.5])
+    usage = np.array([0.3, 0.2, 0.2, 0.0, 0.2])
+    count = np.array([1, 1, 3, 0, 0], dtype=np.int64)
+    ids = np.arange(5, dtype=np.int64)
+    assert _least_served(ratio, usage, count, ids) == (1, 2)
+    assert _least_served(ratio, usage, count, ids[[0, 2, 3]]) == (2, 1)
+    assert _least_served(ratio, usage, np.zeros(5, dtype=np.int64), ids) == (-1, 0)

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from mutate import Infection, Mutant, mutants
+from mutate import Infection, Mutant, mutants, mutated_tree
 from mutate_changed import select
 from mutate_infect import Probe, _same, probed_tree
 
@@ -156,3 +156,21 @@ def test_changed_since_mutates_changed_statements_and_deletions_borders_not_code
         ("pol/b.py", "fresh", "Mult -> Div"),
     ]
     assert {m.what for m in every} - {m.what for m in chosen} >= {"Add -> Sub", "2 -> 4"}  # kept, moved
+
+
+def test_a_compiled_mutant_replaces_the_kernel_under_every_name_a_module_holds(monkeypatch):
+    """state.py calls `book` by a name of its own (`from fairgpu.state_kernels import book`): a mutant swapped
+    into state_kernels alone ran in no test, and all 105 of `book`'s survived until the worker renamed it."""
+    import mutate_worker
+    from fairgpu import state, state_kernels
+
+    root, file = Path(__file__).resolve().parent.parent, "src/fairgpu/state_kernels.py"
+    original = state_kernels.book
+    monkeypatch.setattr(state_kernels, "book", original)  # restored after the test
+    monkeypatch.setattr(state, "book", original)
+    m = next(m for m in mutants([file], root) if m.scope == "book")
+    code = mutate_worker._code_named(compile(mutated_tree(root, file, m.index), str(root / file), "exec"), "book")
+    assert code is not None
+    mutate_worker._swap_compiled(state_kernels, code)
+    assert state.book is state_kernels.book and state.book is not original
+    assert state.book.py_func.__code__ is code

@@ -5,7 +5,10 @@ same arrays after every booking and release, in and out of dry runs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from fairgpu import state, state_kernels
+from fairgpu.errors import StateError
 from fairgpu.model import GpuDevice, NodeSpec
 from fairgpu.model.node import exclusive_on
 from fairgpu.state import _ARRAYS, ClusterState, Placement
@@ -150,3 +153,58 @@ def test_the_compiled_booking_gives_the_rules_verdicts_and_arrays_in_and_out_of_
             assert np.array_equal(getattr(st, name), arr), name
         st.check_invariants()
     assert fitted > 300 and released > 200  # the walk booked and released, not only refused
+
+
+def test_a_container_sees_the_cores_and_memory_the_containers_before_it_took_on_its_card():
+    """Two containers on one card (split 3, 100 cores, 8,000 MiB): 60 + 40 cores fit and 60 + 41 do not;
+    5,000 + 3,000 MiB fit and 5,000 + 3,001 do not; each refusal raised at assign, the state untouched."""
+    st = ClusterState(_nodes()[:1])
+
+    def two(cores: tuple[int, int], mem: tuple[int, int]) -> Placement:
+        return Placement(0, (0, 0), cores, mem, segments=(1, 1))
+
+    for fits, p in (
+        (True, two((60, 40), (0, 0))),
+        (False, two((60, 41), (0, 0))),
+        (True, two((10, 10), (5_000, 3_000))),
+        (False, two((10, 10), (5_000, 3_001))),
+    ):
+        assert st.fits(p) is fits, p
+    before = {name: getattr(st, name).copy() for name in _ARRAYS}
+    with pytest.raises(StateError):
+        st.assign("over", two((60, 41), (0, 0)))
+    for name, arr in before.items():
+        assert np.array_equal(getattr(st, name), arr), name
+    st.assign("ok", two((60, 40), (5_000, 3_000)))
+    assert st.gpu_cores_free[0, 0] == 0 and st.gpu_mem_free[0, 0] == 0 and st.gpu_tasks[0, 0] == 2
+
+
+def test_a_node_or_card_past_the_last_is_refused_before_anything_is_read_there(monkeypatch):
+    """The kernel checks no bounds: a node one past the last, or a card one past a node's widest, must be
+    refused by book's own checks before it reads there. Run as Python (book's own source), where a read past
+    an array raises instead of returning whatever lies beyond it."""
+    monkeypatch.setattr(state, "book", state_kernels.book.py_func)
+    st = ClusterState(_nodes())
+    g = st.gpu_valid.shape[1]
+    for p in (
+        Placement(st.num_nodes),
+        Placement(-1),
+        Placement(st.num_nodes, (0,), (10,), (10,)),
+        Placement(0, (g,), (10,), (10,)),
+        Placement(0, (-1,), (10,), (10,)),
+    ):
+        assert not st.fits(p), p
+    assert st.fits(Placement(0, (0,), (10,), (10,))) and st.fits(Placement(st.num_nodes - 1, (0,), (10,), (10,)))
+
+
+def test_a_task_asking_no_cores_fits_a_card_without_cores_but_not_one_whose_cores_are_all_taken():
+    """HAMi: a card with devcore 0 takes 0-core tasks; a card with cores, all taken (here its one core),
+    takes none."""
+    cards = (GpuDevice("m", 8_000, "z0", cores=0), GpuDevice("m", 8_000, "z1", cores=1))
+    st = ClusterState([NodeSpec("z", 8_000, 16_384, cards, split_count=4)])
+    assert st.fits(Placement(0, (0,), (0,), (100,)))
+    assert st.fits(Placement(0, (1,), (0,), (100,)))
+    st.assign("one", Placement(0, (1,), (1,), (100,)))
+    assert not st.fits(Placement(0, (1,), (0,), (100,)))
+    st.assign("none", Placement(0, (0,), (0,), (100,)))
+    assert st.fits(Placement(0, (0,), (0,), (100,)))

@@ -498,6 +498,23 @@ def test_a_failing_listener_never_stops_the_trusted_identities_reloads(tmp_path)
     assert identities.check() is True and identities().trusted == {"hami", "eve"} and told == [True, False]
 
 
+def test_the_mounted_list_adds_to_the_identities_and_controllers_given_on_the_command_line(tmp_path):
+    """`--trusted-identity` and `--pod-controller` are always kept beside the mounted list, at start and after
+    each reload: trusted and controllers are each the union of both, never what they share; the reload's news
+    names them."""
+    mounted = tmp_path / "trusted"
+    mounted.mkdir()
+    kubelet_update(mounted, {"hami": "hami", "controller.jobs": "jobs"}, 1)
+    identities = TrustedIdentities(str(mounted), Trust.of(FAIRGPU_SA, ["ops"], ["rs"]))
+    assert identities().trusted == {"ops", "hami"} and identities().controllers == {"rs", "jobs"}
+    told: list[str] = []
+    identities.on_news = lambda problem, message: told.append(message)
+    kubelet_update(mounted, {"eve": "eve", "controller.sets": "sets"}, 2)
+    assert identities.check() is True
+    assert identities().trusted == {"ops", "eve"} and identities().controllers == {"rs", "sets"}
+    assert told == [f"trusted identities reloaded from {mounted}: eve, ops; workload controllers: rs, sets"]
+
+
 def test_a_job_whose_template_has_no_metadata_is_stamped_at_create_and_left_alone_at_update():
     """A Job's pod template without metadata: at CREATE the webhook adds it, carrying the creator; at an UPDATE
     of a Job whose template carried no user before either, there is nothing to keep, and the patch is empty
