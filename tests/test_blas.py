@@ -99,3 +99,12 @@ def test_the_compiled_gpu_order_sorts_as_lexsort() -> None:
         free = rng.choice([0, 30, 100], 8)
         want = slots[np.lexsort((free[slots], delta))]
         assert np.array_equal(kernels.lexsorted(slots, delta.copy(), free), want)
+
+
+def test_numpys_openblas_runs_on_one_thread_once_the_engine_is_loaded() -> None:
+    """Its worker threads cost more CPU than they save on the engine's products and stall a decision when the
+    other cores are busy (blas.py): loading the kernels' BLAS sets one thread for the process."""
+    from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+
+    pools = [p for p in threadpool_info() if p["internal_api"] == "openblas"]
+    assert pools and all(p["num_threads"] == 1 for p in pools), pools

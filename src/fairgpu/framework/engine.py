@@ -121,24 +121,23 @@ class CycleMemo:
         above its queue's share, keeps its queue going for BACKFILL_DEPTH more workloads, which may be short
         enough to backfill or to start (Slurm's bounded backfill test, so a long backlog costs a bounded scan
         per cycle)."""
-        refused = self.refused[q]
-        scanned = self.backfill_skips[q] >= BACKFILL_DEPTH
-
-        def done(k: int) -> bool:
-            return (
-                k in refused
-                or (scanned and (q, k) in self.held)
-                or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
-            )
-
+        refused, scanned = self.refused[q], self.backfill_skips.get(q, 0) >= BACKFILL_DEPTH
         k = self.undone.get(q)
-        if k is not None and k in shapes and not done(k):
+        if k is not None and k in shapes and not self._done(q, k, refused, scanned):
             return False
         for k in shapes:
-            if not done(k):
+            if not self._done(q, k, refused, scanned):
                 self.undone[q] = k
                 return False
         return True
+
+    def _done(self, q: int, k: int, refused: set[int], scanned: bool) -> bool:
+        """Queue q has nothing more to try of shape k this cycle (queue_done)."""
+        return (
+            k in refused
+            or (scanned and (q, k) in self.held)
+            or ((k in self.failed or (scanned and k in self.failed_outside)) and (q, k) in self.hopeless)
+        )
 
 
 BACKFILL_DEPTH = 100  # workloads per queue and cycle tried for backfill behind one that did not fit

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import Counter
 from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -70,7 +69,9 @@ class Scheduler:
         self.backlogs: list[Backlog[Entry]] = [
             Backlog(by_user=honour and spec.fair_within == "users", lends=lend) for spec in tree.queues
         ]
-        self._keys: list[Counter[int]] = [Counter() for _ in tree.queues]  # live attempt-key ids per queue
+        # live attempt-key ids per queue, with how many pending workloads have each (plain dicts: a Counter's
+        # missing keys and deletions go through Python methods, on every attempt)
+        self._keys: list[dict[int, int]] = [{} for _ in tree.queues]
         self._key_ids: dict[tuple[object, ...], int] = {}  # attempt key (pod shapes) → small int, cheap to hash
         self.pending: dict[str, Entry] = {}
         self.running: dict[str, Entry] = {}
@@ -112,7 +113,8 @@ class Scheduler:
         entry.key = self._attempt_key(entry)
         self.pending[wl.name] = entry
         self.backlogs[entry.queue].push(entry)
-        self._keys[entry.queue][entry.key] += 1
+        keys = self._keys[entry.queue]
+        keys[entry.key] = keys.get(entry.key, 0) + 1
         self.view.demand[entry.queue] += entry.charge
 
     def adopt(self, wl: Workload, placements: Sequence[Placement], started: float) -> None:
@@ -369,6 +371,8 @@ class Scheduler:
 
     def _held_back(self, entry: Entry, duration: float | None, memo: CycleMemo) -> bool:
         """OverShareHold's rule, once per queue and shape a cycle (CycleMemo.held)."""
+        if duration is None and not memo.held:
+            return False  # OverShareHold holds back only work of a known run time, and none was held back yet
         q, holder = entry.queue, self.reservations.starving_holder()
         if holder == entry.workload.name:
             return False  # the engine's bound against starvation: held back, its reserved room would idle
@@ -411,7 +415,8 @@ class Scheduler:
         if len(entry.placed) < wl.needed:
             self._forget_key(entry)
             entry.key = self._attempt_key(entry)
-            self._keys[entry.queue][entry.key] += 1
+            keys = self._keys[entry.queue]
+            keys[entry.key] = keys.get(entry.key, 0) + 1
             return False
         return True
 
@@ -440,8 +445,9 @@ class Scheduler:
             for charge in charges:
                 backlog.account(entry.user, sign * self.accounting.dominant(charge))
         self.view.add_usage(entry.queue, charges, sign)
-        for charge in charges:
-            self.lending.account(entry, charge, sign)
+        if self.lending.on:  # (a call per pod that does nothing, otherwise)
+            for charge in charges:
+                self.lending.account(entry, charge, sign)
 
     def _release(self, entry: Entry, i: int) -> Placement:
         wl = entry.workload
@@ -457,6 +463,8 @@ class Scheduler:
 
     def _forget_key(self, entry: Entry) -> None:
         keys = self._keys[entry.queue]
-        keys[entry.key] -= 1
-        if keys[entry.key] <= 0:
+        left = keys[entry.key] - 1
+        if left > 0:
+            keys[entry.key] = left
+        else:
             del keys[entry.key]

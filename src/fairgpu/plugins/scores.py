@@ -106,7 +106,7 @@ def _by_pod(pod: PodSpec) -> tuple[str, ...]:
 _GPU, _CPU_MEMORY = ("gpu",), ("cpu", "memory")
 
 
-def _warm(plugin: LeastAllocated | Binpack | Spread) -> None:
+def _warm(plugin: _FreeFraction) -> None:
     """Load the compiled kernels now, not at the first decisions: once per process."""
     if plugin.compiled:  # the same kernels serve the three plugins
         once("free_fraction", lambda: exercise(plugin))
@@ -119,7 +119,32 @@ def _plus_weighted() -> None:
 
 
 @dataclass(slots=True)
-class LeastAllocated(NodeLocal):
+class _FreeFraction(NodeLocal):
+    """A score by the fraction of a node's resources left free once the pod is there (node_kernels.free_fraction):
+    the emptiest node first, or with `FULLER` the fullest."""
+
+    FULLER: ClassVar[bool] = False
+    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
+
+    def __post_init__(self) -> None:
+        _warm(self)
+
+    def _resources(self, pod: PodSpec) -> tuple[str, ...]:
+        return _by_pod(pod)
+
+    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
+        return self.add_weighted(pod, view, mask, 1.0, None)
+
+    def add_weighted(
+        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
+    ) -> np.ndarray:
+        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
+        (framework/evaluations.py); `score` with total None."""
+        return _score(pod, view, self._resources(pod), mask, self.FULLER, self.compiled, weight, total)
+
+
+@dataclass(slots=True)
+class LeastAllocated(_FreeFraction):
     """kube-scheduler's NodeResourcesFit LeastAllocated: prefer the emptiest node (cpu and memory by
     default, the scheduler's own default scoring resources); GPUs are taken in device order, as the
     device plugin hands them out."""
@@ -127,7 +152,6 @@ class LeastAllocated(NodeLocal):
     NAME: ClassVar[str] = "LeastAllocated"
 
     resources: tuple[str, ...] = ("cpu", "memory")
-    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
 
     def __post_init__(self) -> None:
         self.resources = tuple(self.resources)
@@ -136,40 +160,20 @@ class LeastAllocated(NodeLocal):
             raise ValueError(f"resources must be a non-empty subset of {_NODE_RESOURCES}, got {bad}")
         _warm(self)
 
-    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return self.add_weighted(pod, view, mask, 1.0, None)
-
-    def add_weighted(
-        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
-    ) -> np.ndarray:
-        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
-        (framework/evaluations.py); `score` with total None."""
-        return _score(pod, view, self.resources, mask, False, self.compiled, weight, total)
+    def _resources(self, pod: PodSpec) -> tuple[str, ...]:
+        return self.resources
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         return slots
 
 
 @dataclass(slots=True)
-class Binpack(NodeLocal):
+class Binpack(_FreeFraction):
     """Fill the fullest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the
     fullest GPUs that fit, so whole GPUs and whole nodes stay free for larger requests."""
 
     NAME: ClassVar[str] = "Binpack"
-    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
-
-    def __post_init__(self) -> None:
-        _warm(self)
-
-    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return self.add_weighted(pod, view, mask, 1.0, None)
-
-    def add_weighted(
-        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
-    ) -> np.ndarray:
-        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
-        (framework/evaluations.py); `score` with total None."""
-        return _score(pod, view, _by_pod(pod), mask, True, self.compiled, weight, total)
+    FULLER: ClassVar[bool] = True
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
@@ -178,25 +182,11 @@ class Binpack(NodeLocal):
 
 
 @dataclass(slots=True)
-class Spread(NodeLocal):
+class Spread(_FreeFraction):
     """The emptiest node first (GPU cores for GPU pods, cpu and memory otherwise), and on it the emptiest
     GPUs, so co-located pods contend the least."""
 
     NAME: ClassVar[str] = "Spread"
-    compiled: bool = True  # node_kernels.free_fraction; False runs the NumPy path, the same floats
-
-    def __post_init__(self) -> None:
-        _warm(self)
-
-    def score(self, pod: PodSpec, view: EngineView, mask: FitMask) -> np.ndarray:
-        return self.add_weighted(pod, view, mask, 1.0, None)
-
-    def add_weighted(
-        self, pod: PodSpec, view: EngineView, mask: FitMask, weight: float, total: np.ndarray | None
-    ) -> np.ndarray:
-        """`total` + weight × `score`, the engine's weighted sum and its floats, without the scores' own array
-        (framework/evaluations.py); `score` with total None."""
-        return _score(pod, view, _by_pod(pod), mask, False, self.compiled, weight, total)
 
     def gpu_order(self, pod: PodSpec, view: EngineView, node: int, slots: np.ndarray) -> np.ndarray:
         st = view.state
