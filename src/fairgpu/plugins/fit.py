@@ -44,18 +44,14 @@ class Resources:
         st, r, g = view.state, mask.rows, pod.gpu
         per_container = g is not None and pod.per_container
         whole = g is not None and not st.has_mig and st.takes_whole_cards(g)
-        # on a few changed rows (not every node, where NumPy's whole-array passes are faster), a GPU pod's checks
-        # in one compiled pass
-        if self.compiled and g is not None and not (st.has_mig or per_container) and not isinstance(r, slice):
-            nodes, ok = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
-            mask.restrict_nodes(nodes)
-            mask.restrict_slots(ok)
-            if mask.slots is not ok:  # an earlier filter narrowed the slots (GpuType): count what is left
-                mask.restrict_nodes(mask.counts() >= g.count)
-            return
-        if self.compiled and g is not None and not (st.has_mig or per_container or whole):
-            nodes, ok = np.empty(st.num_nodes, dtype=bool), np.empty(st.gpu_valid.shape, dtype=bool)
-            self._every(pod, g, st, nodes, ok)
+        # A GPU pod's checks in one compiled pass: on a few changed rows, or a shared-card pod's on every node
+        # from the open cards kept (idle whole cards on every node are the state's own index: NumPy below)
+        if self.compiled and g is not None and not (st.has_mig or per_container or (isinstance(r, slice) and whole)):
+            if isinstance(r, slice):
+                nodes, ok = np.empty(st.num_nodes, dtype=bool), np.empty(st.gpu_valid.shape, dtype=bool)
+                self._every(pod, g, st, nodes, ok)
+            else:
+                nodes, ok = self._compiled(pod, g, st, r, whole, *node_kernels.NOWHERE)
             mask.restrict_nodes(nodes)
             mask.restrict_slots(ok)
             if mask.slots is not ok:  # an earlier filter narrowed the slots (GpuType): count what is left
