@@ -45,8 +45,7 @@ def cards(
         r = rows[i]
         count = 0
         for g in range(gpus):
-            fits = usable[r, g] & (not exclusive[r, g]) & (tasks[r, g] < split[r, g])
-            fits = fits & _takes(
+            fits = _open(usable[r, g], exclusive[r, g], tasks[r, g], split[r, g]) & _takes(
                 cores_free[r, g], gpu_mem_free[r, g], gpu_mem_cap[r, g], whole[r, g], tasks[r, g], cores_cap[r, g],
                 cores, mem_mib, mem_pct,
             )  # fmt: skip
@@ -55,6 +54,12 @@ def cards(
         nodes[i] = schedulable[r] & (cpu_free[r] >= cpu_m) & (mem_free[r] >= memory_mib) & (count >= request[5])
     _write(rows, nodes, ok, nodes_at, slots_at)
     return nodes, ok
+
+
+@njit(cache=True)
+def _open(usable: bool, exclusive: bool, tasks: int, split: int) -> bool:
+    """A card open to one more task (`cardfit.open_cards`): usable, not held alone, under its split count."""
+    return usable & (not exclusive) & (tasks < split)
 
 
 @njit(cache=True)
@@ -210,5 +215,5 @@ def open_cards(
     for i in range(rows.shape[0]):
         r = rows[i]
         for g in range(usable.shape[1]):
-            out[i, g] = usable[r, g] & (not exclusive[r, g]) & (tasks[r, g] < split[r, g])
+            out[i, g] = _open(usable[r, g], exclusive[r, g], tasks[r, g], split[r, g])
     return out
